@@ -1,0 +1,5 @@
+"""``python -m oom_sentinel.bisect`` is the ``oom-bisect`` command."""
+
+from oom_sentinel.bisect.cli import main
+
+main()

@@ -1,0 +1,214 @@
+"""The typed settings model and the config-file search, so every part reads one validated,
+frozen ``Settings`` value instead of poking at dicts or the environment.
+
+A bad file never starts anything: ``load_settings`` raises ``ConfigError`` with one line that
+names the file, the key path and what is wrong, e.g.
+``config.toml: instances[0].port: must be 1..65535, got 0``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import platformdirs
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from oom_sentinel.daemon.errors import ConfigError
+
+__all__ = [
+    "ENV_CONFIG",
+    "SYSTEM_CONFIG",
+    "DiscoverySettings",
+    "IncidentSettings",
+    "InstanceSettings",
+    "LoadedSettings",
+    "LogSettings",
+    "SamplingSettings",
+    "Settings",
+    "SnapshotSettings",
+    "config_search_path",
+    "default_toml_text",
+    "load_settings",
+    "parse_settings",
+]
+
+APP_NAME = "oom-sentinel"
+ENV_CONFIG = "OOM_SENTINEL_CONFIG"
+SYSTEM_CONFIG = Path("/etc/oom-sentinel/config.toml")
+
+
+def _range(lo: float, hi: float | None = None) -> Callable[[Any], Any]:
+    """A validator whose message reads like the README: ``must be 1..65535, got 0``."""
+
+    def check(value: Any) -> Any:
+        if value < lo or (hi is not None and value > hi):
+            bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            raise ValueError(f"must be {bound}, got {value}")
+        return value
+
+    return check
+
+
+Port = Annotated[int, AfterValidator(_range(1, 65535))]
+PositiveMs = Annotated[int, AfterValidator(_range(1))]
+NonNegative = Annotated[int, AfterValidator(_range(0))]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class InstanceSettings(_Section):
+    """One ComfyUI install the user names explicitly."""
+
+    name: str = ""
+    path: str = ""
+    url: str = ""
+    port: Port | None = None
+    logs: tuple[str, ...] = ()
+
+
+class DiscoverySettings(_Section):
+    enabled: bool = True
+    interval_s: PositiveMs = 30
+
+
+class LogSettings(_Section):
+    extra: tuple[str, ...] = ()
+    poll_interval_ms: PositiveMs = 2000
+    context_lines: NonNegative = 200
+
+
+class SamplingSettings(_Section):
+    interval_ms: PositiveMs = 1000
+    active_interval_ms: PositiveMs = 250
+    timeline_s: PositiveMs = 600
+
+
+class IncidentSettings(_Section):
+    merge_window_s: NonNegative = 10
+    storm_window_s: NonNegative = 300
+
+
+class SnapshotSettings(_Section):
+    max_count: NonNegative = 500
+    max_age_days: NonNegative = 90
+
+
+class Settings(_Section):
+    """Everything configurable, parsed once and passed explicitly (never read from globals)."""
+
+    data_dir: str = ""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    instances: tuple[InstanceSettings, ...] = ()
+    discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
+    logs: LogSettings = Field(default_factory=LogSettings)
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    incidents: IncidentSettings = Field(default_factory=IncidentSettings)
+    snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
+
+    def resolved_data_dir(self) -> Path:
+        """The data dir: configured, else systemd's $STATE_DIRECTORY, else the platform's."""
+        if self.data_dir:
+            return Path(os.path.expanduser(self.data_dir))
+        state_dir = os.environ.get("STATE_DIRECTORY")
+        if state_dir:
+            return Path(state_dir.split(":")[0])
+        return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    """Settings plus where they came from (``None``: built-in defaults)."""
+
+    settings: Settings
+    source: Path | None
+
+
+def default_toml_text() -> str:
+    """The documented default config shipped with the package."""
+    # Not importlib.resources: this is a namespace package (no __init__.py, see pyproject),
+    # and on Python 3.11 resources cannot read those under an editable install.
+    return (Path(__file__).parent / "default.toml").read_text("utf-8")
+
+
+def config_search_path(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Candidate files after an explicit --config, in the documented order."""
+    env = os.environ if environ is None else environ
+    paths: list[Path] = []
+    if env.get(ENV_CONFIG):
+        paths.append(Path(env[ENV_CONFIG]))
+    paths.append(Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml")
+    paths.append(SYSTEM_CONFIG)
+    return paths
+
+
+def _key_path(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _describe(err: Mapping[str, Any]) -> str:
+    kind = err.get("type", "")
+    msg = str(err.get("msg", "invalid value"))
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if "input" in err and kind != "value_error":
+        shown = repr(err["input"])
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        msg = f"{msg[0].lower()}{msg[1:]}, got {shown}"
+    return msg
+
+
+def parse_settings(data: Mapping[str, Any], origin: str) -> Settings:
+    """Validate a parsed TOML mapping; ``origin`` names the file in the error line."""
+    try:
+        return Settings.model_validate(dict(data))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"{origin}: {_key_path(first['loc'])}: {_describe(first)}") from None
+
+
+def _read_file(path: Path) -> Settings:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return parse_settings(data, str(path))
+
+
+def load_settings(
+    explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> LoadedSettings:
+    """Find and validate the config; with no file anywhere, the built-in defaults."""
+    env = os.environ if environ is None else environ
+    if explicit is None and env.get(ENV_CONFIG):
+        explicit = env[ENV_CONFIG]  # named on purpose: a missing file is an error, not a skip
+    if explicit is not None:
+        path = Path(explicit)
+        return LoadedSettings(_read_file(path), path)
+    for path in config_search_path(env):
+        if path.is_file():
+            return LoadedSettings(_read_file(path), path)
+    return LoadedSettings(Settings(), None)

@@ -1,0 +1,43 @@
+"""Shared fixtures. GPU tests run only where NVML sees a device; real-ComfyUI tests only when
+$OOM_SENTINEL_REAL_COMFYUI points at a checkout."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _nvml_device_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    need_gpu = [item for item in items if "gpu" in item.keywords]
+    if need_gpu and _nvml_device_count() == 0:
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU (NVML found none)")
+        for item in need_gpu:
+            item.add_marker(skip)
+    if not os.environ.get("OOM_SENTINEL_REAL_COMFYUI"):
+        skip = pytest.mark.skip(reason="set OOM_SENTINEL_REAL_COMFYUI to a ComfyUI checkout")
+        for item in items:
+            if "real_comfyui" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def python_exe() -> str:
+    return sys.executable
