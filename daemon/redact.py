@@ -23,6 +23,7 @@ Key names are matched by words, not substrings, so ComfyUI inputs such as ``max_
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -123,7 +124,7 @@ def is_secret_name(name: object) -> bool:
         return True
     if words[-1] in _SECRET_LAST_WORDS:
         return True
-    if any(pair in _SECRET_PAIRS for pair in zip(words, words[1:], strict=False)):
+    if any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words)):
         return True
     # Environment variables: `FAL_KEY`, `STABILITY_KEY`, `SMTP_PASS`, `CIVITAI_TOKEN`.
     if env_style and len(words) > 1 and words[-1] in {"key", "pass", "secret", "token"}:
@@ -146,9 +147,7 @@ def _keep(group: int) -> Callable[[re.Match[str]], str]:
     return lambda m: m.group(group) + REDACTED
 
 
-_PEM = re.compile(
-    r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?(?:-----END \1-----|\Z)", re.DOTALL
-)
+_PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?(?:-----END \1-----|\Z)", re.DOTALL)
 # user:password@ -- or a lone long user part, which is how tokens ride in git remotes.
 _URL_USERINFO = re.compile(
     r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)([^\s/@:\"'<>]*:[^\s/@\"'<>]*|[A-Za-z0-9_.~\-]{16,})@"

@@ -225,8 +225,9 @@ def test_foreign_objects_pass_through() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=12), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=5)
+    ),
     max_leaves=30,
 )
 
@@ -241,7 +242,9 @@ def test_redact_never_raises_and_keeps_json_shape(value: Any) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(), st.sampled_from([HF, GHP, JWT, TELEGRAM, "AKIAIOSFODNN7EXAMPLE"]), st.text())
-def test_known_token_is_redacted_whatever_text_surrounds_it(before: str, token: str, after: str) -> None:
+def test_known_token_is_redacted_whatever_text_surrounds_it(
+    before: str, token: str, after: str
+) -> None:
     # a token is whole when it stands apart from word characters on both sides
     out = redact_text(f"{before} {token} {after}")
     assert token not in out
