@@ -84,3 +84,12 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     return str(value)
+
+
+def _register() -> None:
+    from oom_sentinel.daemon.cli_snapshots import snapshots_group
+
+    main.add_command(snapshots_group)
+
+
+_register()

@@ -44,6 +44,7 @@ from oom_sentinel.daemon.redact import redact, redact_text
 __all__ = [
     "OPTIONAL_SECTIONS",
     "SCHEMA_VERSION",
+    "SNAPSHOTS_SUBDIR",
     "SNAPSHOT_NAME_RE",
     "AdviceItem",
     "HostFacts",
@@ -64,6 +65,7 @@ __all__ = [
     "parse_iso_utc",
     "snapshot_dirs",
     "snapshot_name",
+    "snapshots_dir",
     "validate_snapshot_json",
     "write_snapshot",
 ]
@@ -81,6 +83,8 @@ OPTIONAL_SECTIONS = (
     "system_stats",
     "internal_logs",
 )
+#: where snapshots live inside the data dir
+SNAPSHOTS_SUBDIR = "snapshots"
 TMP_PREFIX = ".tmp-"
 TRASH_PREFIX = ".trash-"
 
@@ -191,6 +195,11 @@ class SnapshotRef:
     id: str
     path: Path
     created_s: float
+
+
+def snapshots_dir(data_dir: str | os.PathLike[str]) -> Path:
+    """``<data_dir>/snapshots``."""
+    return Path(data_dir) / SNAPSHOTS_SUBDIR
 
 
 def iso_utc(seconds: float) -> str:

@@ -109,8 +109,21 @@ def incident(
     instance: str = "main",
     log_evidence: dict[str, Any] | None = None,
 ) -> Incident:
-    """The incident the tracker writes for one OOM seen by the log and the API."""
+    """The incident the tracker writes for one OOM seen by the log and the API (for a kill:
+    by the process watcher and the kernel)."""
     tracker = IncidentTracker(new_id=lambda: f"inc-{int(at)}")
+    if pool is Pool.KILLED_BY_OS:
+        tracker.set_available_sources(instance, ["log", "api", "process", "kernel"])
+        process = OomEvent(
+            pool, Backend.UNKNOWN, False, "ComfyUI exited with SIGKILL", killed_pid=4242, rule="p"
+        )
+        kernel = replace(process, message="Out of memory: Killed process 4242", killer="kernel")
+        assert (
+            tracker.observe(Observation(instance, "process", process, at, {"pid": 4242}), at) == []
+        )
+        (write,) = tracker.observe(Observation(instance, "kernel", kernel, at + 0.5), now=at + 0.5)
+        assert isinstance(write, WriteSnapshot)
+        return write.incident
     tracker.set_available_sources(instance, ["log", "api"])
     log_obs = Observation(
         instance,
