@@ -38,10 +38,13 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oom_sentinel.daemon.events import Backend, OomEvent, Pool
 from oom_sentinel.daemon.units import format_bytes
+
+if TYPE_CHECKING:
+    from oom_sentinel.config.settings import IncidentSettings
 
 __all__ = [
     "Action",
@@ -96,7 +99,7 @@ class TrackerConfig:
     max_observations: int = 32
 
     @classmethod
-    def from_settings(cls, incidents: Any) -> TrackerConfig:
+    def from_settings(cls, incidents: IncidentSettings) -> TrackerConfig:
         """From ``Settings.incidents`` (``merge_window_s``, ``storm_window_s``, ``settle_ms``)."""
         return cls(
             merge_window_s=float(incidents.merge_window_s),

@@ -23,6 +23,7 @@ Key names are matched by words, not substrings, so ComfyUI inputs such as ``max_
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable, Mapping
@@ -34,6 +35,9 @@ REDACTED = "[REDACTED]"
 
 # Deeper than any real prompt/workflow; past it we drop the content rather than risk a leak.
 _MAX_DEPTH = 200
+# Strings (and key names) up to this length are memoised: workflows repeat the same node
+# types, sampler names and widget values thousands of times. Bounded: 4096 entries each.
+_CACHED_LEN = 256
 
 # A whole word (after splitting snake_case, kebab-case and camelCase) that marks a secret.
 _SECRET_WORDS = frozenset(
@@ -113,6 +117,13 @@ def is_secret_name(name: object) -> bool:
     """Whether a key, env var, flag or parameter name looks like it holds a secret."""
     if not isinstance(name, str) or not name:
         return False
+    if len(name) > _CACHED_LEN:
+        return _is_secret_name.__wrapped__(name)
+    return _is_secret_name(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_name(name: str) -> bool:
     text = name.strip().lstrip("-")
     if not text:
         return False
@@ -139,8 +150,6 @@ def _is_secret_query_name(name: str) -> bool:
 # --- text rules -------------------------------------------------------------------------------
 # Each is (pattern, replacement); replacements keep the surrounding structure (scheme, host,
 # the name in NAME=value) so a reader still sees *what* was there.
-
-_Rule = tuple[re.Pattern[str], Callable[[re.Match[str]], str]]
 
 
 def _keep(group: int) -> Callable[[re.Match[str]], str]:
@@ -235,23 +244,34 @@ def _auth_header(m: re.Match[str]) -> str:
     return m.group(1) + (m.group(2) or "") + REDACTED
 
 
-_RULES: tuple[_Rule, ...] = (
-    (_PEM, lambda m: f"-----BEGIN {m.group(1)}-----{REDACTED}-----END {m.group(1)}-----"),
-    (_URL_USERINFO, lambda m: f"{m.group(1)}{REDACTED}@"),
-    (_DISCORD_WEBHOOK, _keep(1)),
-    (_SLACK_WEBHOOK, _keep(1)),
-    (_TELEGRAM_URL, _keep(1)),
-    (_APPRISE_URL, _keep(1)),
-    (_QUERY_PARAM, _query_param),
-    (_AUTH_HEADER, _auth_header),
-    (_BEARER, _keep(1)),
-    (_TOKEN_SHAPES, lambda m: REDACTED),
-    (_NAME_VALUE, _name_value),
-    (_FLAG_SPACE_VALUE, _flag_value),
+# Each rule runs only when a cheap substring test on the lower-cased text says it could match:
+# most strings in a workflow are short identifiers that need none of them.
+_RULES: tuple[
+    tuple[Callable[[str], bool], re.Pattern[str], Callable[[re.Match[str]], str]], ...
+] = (
+    (
+        lambda low: "-----begin" in low,
+        _PEM,
+        lambda m: f"-----BEGIN {m.group(1)}-----{REDACTED}-----END {m.group(1)}-----",
+    ),
+    (lambda low: "://" in low, _URL_USERINFO, lambda m: f"{m.group(1)}{REDACTED}@"),
+    (lambda low: "webhooks" in low, _DISCORD_WEBHOOK, _keep(1)),
+    (lambda low: "hooks.slack" in low, _SLACK_WEBHOOK, _keep(1)),
+    (lambda low: "api.telegram" in low, _TELEGRAM_URL, _keep(1)),
+    (lambda low: "://" in low, _APPRISE_URL, _keep(1)),
+    (
+        lambda low: "=" in low and ("?" in low or "&" in low or ";" in low),
+        _QUERY_PARAM,
+        _query_param,
+    ),
+    (lambda low: "authorization" in low, _AUTH_HEADER, _auth_header),
+    (lambda low: "bearer" in low, _BEARER, _keep(1)),
+    (lambda low: True, _TOKEN_SHAPES, lambda m: REDACTED),
+    (lambda low: "=" in low or ":" in low, _NAME_VALUE, _name_value),
+    (lambda low: "-" in low, _FLAG_SPACE_VALUE, _flag_value),
 )
 
-# Cheap pre-filter: text with none of these characters/markers cannot match any rule, which
-# keeps redacting a 200-line log excerpt or a large workflow fast.
+# Cheap pre-filter: text with none of these characters/markers cannot match any rule.
 _MAYBE_SECRET = re.compile(
     r"[:=@]|hf_|sk-|sk_|rk_|pk_|gh[pousr]_|github_pat_|glpat-|AKIA|ASIA|xox|AIza|npm_|eyJ"
     r"|bearer|-----BEGIN|--",
@@ -262,13 +282,27 @@ _MAYBE_SECRET = re.compile(
 def redact_text(text: str) -> str:
     """Free text with every credential shape replaced by ``[REDACTED]``; never raises."""
     try:
-        if not text or not _MAYBE_SECRET.search(text):
+        if not text:
             return text
-        for pattern, replace in _RULES:
-            text = pattern.sub(replace, text)
-        return text
+        if len(text) <= _CACHED_LEN:
+            return _redact_short(text)
+        return _redact_text(text)
     except Exception:  # a redactor must never lose the snapshot; but never leak either
         return REDACTED
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_short(text: str) -> str:
+    return _redact_text(text)
+
+
+def _redact_text(text: str) -> str:
+    if not _MAYBE_SECRET.search(text):
+        return text
+    for gate, pattern, replace in _RULES:
+        if gate(text.lower()):
+            text = pattern.sub(replace, text)
+    return text
 
 
 def redact(obj: Any) -> Any:
@@ -298,7 +332,7 @@ def _redact(obj: Any, depth: int, active: set[int]) -> Any:
         return REDACTED
     active.add(marker)
     try:
-        if isinstance(obj, Mapping):
+        if isinstance(obj, dict | Mapping):
             out: dict[Any, Any] = {}
             for key, value in obj.items():
                 new_key = redact_text(key) if isinstance(key, str) else key

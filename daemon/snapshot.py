@@ -367,6 +367,12 @@ def _dump_json(data: Any) -> bytes:
     return (json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode()
 
 
+def _dump_document(document: Mapping[str, Any]) -> bytes:
+    """prompt.json / workflow.json: redacted, otherwise as ComfyUI gave them (they are replayed),
+    on one line -- the C encoder is ~10x faster than indenting a large workflow."""
+    return (json.dumps(redact(document), ensure_ascii=False, default=str) + "\n").encode()
+
+
 # --- writing ----------------------------------------------------------------------------------
 
 
@@ -413,9 +419,9 @@ def write_snapshot(snapshots_dir: str | os.PathLike[str], content: SnapshotConte
         _write_private(tmp / "log.txt", log_text.encode("utf-8", "replace"))
         _write_private(tmp / "timeline.csv", redact_text(content.timeline_csv).encode())
         if content.prompt is not None:
-            _write_private(tmp / "prompt.json", _dump_json(redact(_jsonable(content.prompt))))
+            _write_private(tmp / "prompt.json", _dump_document(content.prompt))
         if content.workflow is not None:
-            _write_private(tmp / "workflow.json", _dump_json(redact(_jsonable(content.workflow))))
+            _write_private(tmp / "workflow.json", _dump_document(content.workflow))
         for attempt in range(1, 1000):
             name = base if attempt == 1 else f"{base}_{attempt}"
             final = root / name
