@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from oom_sentinel.config.settings import default_toml_text, load_settings
+from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
 
 PROG = "oom-sentinel"
@@ -86,10 +87,4 @@ def _toml_value(value: Any) -> str:
     return str(value)
 
 
-def _register() -> None:
-    from oom_sentinel.daemon.cli_snapshots import snapshots_group
-
-    main.add_command(snapshots_group)
-
-
-_register()
+main.add_command(snapshots_group)
