@@ -93,6 +93,7 @@ class SamplingSettings(_Section):
 class IncidentSettings(_Section):
     merge_window_s: NonNegative = 10
     storm_window_s: NonNegative = 300
+    settle_ms: NonNegative = 1000
 
 
 class SnapshotSettings(_Section):

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from oom_sentinel.config.settings import default_toml_text, load_settings
+from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
 
 PROG = "oom-sentinel"
@@ -84,3 +85,6 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     return str(value)
+
+
+main.add_command(snapshots_group)

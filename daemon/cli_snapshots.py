@@ -1,0 +1,475 @@
+"""``oom-sentinel snapshots list|show|export``: read what the daemon recorded.
+
+The snapshot directories are the source of truth, so these commands read them directly and
+work while the daemon runs, after it stopped, or on a copy of a data dir; the store only adds
+the storm count (how often the failure repeated after its snapshot), when it can be opened.
+``show`` tells the incident as a story a user can act on: what failed and in which pool, the
+numbers in human units, memory at the time, what else held the GPU, timeline highlights, and
+the advice last, where the eye lands.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from oom_sentinel.daemon.clikit import echo_json, handle_errors
+from oom_sentinel.daemon.errors import StoreError
+from oom_sentinel.daemon.snapshot import (
+    Snapshot,
+    export_snapshot,
+    find_snapshot,
+    list_snapshots,
+    load_snapshot,
+    parse_iso_utc,
+    snapshots_dir,
+)
+from oom_sentinel.daemon.store import IncidentRow, Store
+from oom_sentinel.daemon.units import format_bytes
+
+__all__ = ["snapshots_group"]
+
+PROG = "oom-sentinel"
+
+
+def _data_dir(data_dir: str | None, config_path: str | None) -> Path:
+    if data_dir:
+        return Path(data_dir).expanduser()
+    from oom_sentinel.config.settings import load_settings
+
+    return load_settings(config_path).settings.resolved_data_dir()
+
+
+def _warn(message: str) -> None:
+    click.echo(f"{PROG}: warning: {message}", err=True)
+
+
+def _store_rows(data_dir: Path) -> dict[str, IncidentRow]:
+    """Incident rows by snapshot id; empty (with a warning) when the store cannot be read."""
+    try:
+        store = Store.open_existing(data_dir)
+    except StoreError as exc:
+        _warn(f"{exc} (storm counts not shown)")
+        return {}
+    if store is None:
+        return {}
+    with store:
+        try:
+            return {r.snapshot_id: r for r in store.incidents() if r.snapshot_id}
+        except StoreError as exc:
+            _warn(f"{exc} (storm counts not shown)")
+            return {}
+
+
+def _local_time(iso: str, with_zone: bool = False) -> str:
+    seconds = parse_iso_utc(iso)
+    if seconds is None:
+        return iso
+    moment = datetime.fromtimestamp(seconds).astimezone()
+    text = moment.strftime("%Y-%m-%d %H:%M:%S")
+    return f"{text} {moment.strftime('%Z')}".rstrip() if with_zone else text
+
+
+def _clock(iso: str) -> str:
+    seconds = parse_iso_utc(iso)
+    if seconds is None:
+        return iso
+    return datetime.fromtimestamp(seconds).astimezone().strftime("%H:%M:%S")
+
+
+_data_dir_option = click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    help="Data directory (default: from the config, else the platform's data dir).",
+)
+_config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="Config file."
+)
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@click.group("snapshots")
+def snapshots_group() -> None:
+    """List, read and export the crash snapshots the watchdog recorded."""
+
+
+@snapshots_group.command("list")
+@_json_option
+@_data_dir_option
+@_config_option
+@handle_errors(PROG)
+def list_command(as_json: bool, data_dir: str | None, config_path: str | None) -> None:
+    """List snapshots, newest first."""
+    directory = _data_dir(data_dir, config_path)
+    snaps, problems = list_snapshots(snapshots_dir(directory))
+    for problem in problems:
+        _warn(problem)
+    rows = _store_rows(directory) if snaps else {}
+    entries = []
+    for snap in snaps:
+        entry = snap.list_entry()
+        row = rows.get(snap.id)
+        if row is not None:
+            entry["count"] = max(row.count, entry.get("count") or 0)
+            entry["last_seen"] = _iso_from_s(row.last_seen_s)
+        entries.append(entry)
+    if as_json:
+        echo_json(entries)
+        return
+    if not entries:
+        click.echo(f"No snapshots in {snapshots_dir(directory)}.")
+        return
+    _print_table(entries)
+
+
+def _print_table(entries: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    # Piped output is not cut at 80 columns: `| grep` should see whole rows.
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    console = Console(highlight=False, width=400 if piped else None)
+    rows = [
+        (
+            _local_time(e["created"]),
+            e["id"],
+            e["instance"] or "-",
+            e["pool"] or "-",
+            e["node_type"] or "-",
+            str(e["count"] or 1),
+            e["summary"],
+        )
+        for e in entries
+    ]
+    headers = ("Time", "ID", "Instance", "Pool", "Node", "×", "Summary")
+    fixed = sum(max(len(h), *(len(r[i]) for r in rows)) + 2 for i, h in enumerate(headers[:-1]))
+    if console.width < fixed + 30:
+        # Too narrow for a table with a readable summary: two lines per snapshot instead.
+        for time, snap_id, instance, pool, node, count, summary in rows:
+            repeat = f" ×{count}" if count != "1" else ""
+            click.echo(f"{time}  {snap_id}  [{instance} {pool} {node}{repeat}]")
+            for part in textwrap.wrap(summary, max(20, console.width - 4)) or [""]:
+                click.echo(f"    {part}")
+        return
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for header in headers[:-1]:
+        table.add_column(header, no_wrap=True, justify="right" if header == "×" else "left")
+    table.add_column("Summary")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _iso_from_s(seconds: float) -> str:
+    from oom_sentinel.daemon.snapshot import iso_utc
+
+    return iso_utc(seconds)
+
+
+@snapshots_group.command("show")
+@click.argument("snapshot_id", metavar="ID")
+@_json_option
+@_data_dir_option
+@_config_option
+@handle_errors(PROG)
+def show_command(
+    snapshot_id: str, as_json: bool, data_dir: str | None, config_path: str | None
+) -> None:
+    """Tell the story of one snapshot (ID may be a unique prefix)."""
+    directory = _data_dir(data_dir, config_path)
+    snap = load_snapshot(find_snapshot(snapshots_dir(directory), snapshot_id))
+    if as_json:
+        echo_json(snap.data)
+        return
+    row = _store_rows(directory).get(snap.id)
+    click.echo(render_story(snap, row))
+
+
+@snapshots_group.command("export")
+@click.argument("snapshot_id", metavar="ID")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Zip file to write (default: ./<ID>.zip).",
+)
+@_json_option
+@_data_dir_option
+@_config_option
+@handle_errors(PROG)
+def export_command(
+    snapshot_id: str,
+    output: str | None,
+    as_json: bool,
+    data_dir: str | None,
+    config_path: str | None,
+) -> None:
+    """Write one snapshot as a zip to attach to a bug report (secrets redacted)."""
+    directory = _data_dir(data_dir, config_path)
+    snap = load_snapshot(find_snapshot(snapshots_dir(directory), snapshot_id))
+    out = export_snapshot(snap, Path(output) if output else Path(f"{snap.id}.zip"))
+    if as_json:
+        echo_json({"id": snap.id, "path": str(out.resolve())})
+        return
+    click.echo(f"Wrote {out} (snapshot {snap.id}).")
+
+
+# --- the story --------------------------------------------------------------------------------
+
+_POOL_STORY = {
+    "gpu": "GPU memory: the card's VRAM was exhausted.",
+    "gpu-fragmentation": (
+        "GPU memory, fragmented: PyTorch held enough free memory in its cache, but not in one "
+        "piece."
+    ),
+    "ram": "System RAM.",
+    "swap-pagefile": "The Windows commit limit: RAM plus the paging file were used up.",
+    "unified-mps": "Apple unified memory, through the MPS backend.",
+    "killed-by-os": "None inside ComfyUI: the operating system killed it to free memory.",
+}
+
+
+def _get(mapping: Any, key: str) -> Any:
+    return mapping.get(key) if isinstance(mapping, Mapping) else None
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
+    """The human account of one snapshot; every section tolerates missing data."""
+    data = snap.data
+    event = snap.event
+    lines: list[str] = [str(data.get("summary", "")).strip() or "An out-of-memory incident"]
+    lines.append(f"Snapshot {snap.id}, taken {_local_time(snap.created, with_zone=True)}")
+    instance = _get(data, "instance") or {}
+    where = [str(instance.get(k)) for k in ("name", "path", "url") if instance.get(k)]
+    if where:
+        lines.append("Instance " + " · ".join(where))
+
+    lines += ["", "What failed"]
+    lines += [f"  {text}" for text in _what_failed(event)]
+    sources = ", ".join(str(s) for s in _list(data.get("sources")))
+    if sources:
+        lines.append(f"  Reported by: {sources}.")
+    count = int(_get(data.get("incident"), "count") or 1)
+    if row is not None and row.count > count:
+        count = row.count
+        lines.append(
+            f"  It happened {count} times, the last at {_clock(_iso_from_s(row.last_seen_s))}; "
+            "this snapshot describes the first."
+        )
+    elif count > 1:
+        lines.append(f"  It happened {count} times; this snapshot describes the first.")
+
+    lines += ["", "Which memory ran out"]
+    pool = str(event.get("pool", ""))
+    story = _POOL_STORY.get(pool, f"{pool or 'unknown'}.")
+    if pool == "killed-by-os" and event.get("killer"):
+        story = story.rstrip(".") + f" (killer: {event['killer']})."
+    lines.append(f"  {story}")
+
+    memory = data.get("memory")
+    lines += [
+        "",
+        "Memory at the time" + (f" ({_clock(memory['time'])})" if _get(memory, "time") else ""),
+    ]
+    lines += [f"  {text}" for text in _memory_lines(memory)]
+
+    lines += ["", "What else held the GPU"]
+    lines += [f"  {text}" for text in _others_lines(memory, event)]
+
+    highlights = _timeline_highlights(snap.path / "timeline.csv")
+    if highlights:
+        lines += ["", "Timeline"]
+        lines += [f"  {text}" for text in highlights]
+
+    tail = _log_tail(snap.path / "log.txt", 6)
+    if tail:
+        lines += ["", "Log (last lines of log.txt)"]
+        lines += [f"  | {text}" for text in tail]
+
+    files = _get(data, "files") or {}
+    lines += ["", f"Files in {snap.path}"]
+    lines.append("  log.txt (the failure and the lines before it), timeline.csv (memory over time)")
+    if files.get("prompt"):
+        lines.append(f"  prompt.json: the prompt that ran; replay it with `oom-bisect {snap.id}`")
+    if files.get("workflow"):
+        lines.append("  workflow.json: the workflow; drag it into ComfyUI to open it")
+    lines.append(f"  Attach it to a bug report: oom-sentinel snapshots export {snap.id}")
+
+    advice = [a for a in _list(data.get("advice")) if _get(a, "text")]
+    lines += ["", "What to try"]
+    if advice:
+        lines += [f"  {i}. {a['text']}" for i, a in enumerate(advice, 1)]
+    else:
+        lines.append("  No specific advice was recorded for this incident.")
+    return "\n".join(lines)
+
+
+def _what_failed(event: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    node = event.get("node_type")
+    node_id = event.get("node_id")
+    exc = event.get("exception_type")
+    backend = event.get("backend")
+    gpu = event.get("gpu_index")
+    who = f"{node} (node {node_id})" if node and node_id else (node or "A node")
+    if event.get("pool") == "killed-by-os":
+        pid = event.get("killed_pid")
+        out.append(f"ComfyUI{f' (pid {pid})' if pid is not None else ''} was killed.")
+    else:
+        device = ""
+        if backend and backend != "unknown":
+            device = f" on {backend}" + (f" device {gpu}" if gpu is not None else "")
+        out.append(f"{who} raised {exc or 'an out-of-memory error'}{device}.")
+    numbers: list[str] = []
+    if event.get("requested_bytes") is not None:
+        numbers.append(f"It asked for {format_bytes(event['requested_bytes'])}")
+    if event.get("free_bytes") is not None and event.get("total_bytes") is not None:
+        numbers.append(
+            f"{format_bytes(event['free_bytes'])} of {format_bytes(event['total_bytes'])} was free"
+        )
+    if numbers:
+        out.append("; ".join(numbers) + ".")
+    torch: list[str] = []
+    if event.get("allocated_bytes") is not None:
+        torch.append(f"{format_bytes(event['allocated_bytes'])} allocated")
+    if event.get("reserved_unallocated_bytes") is not None:
+        torch.append(
+            f"{format_bytes(event['reserved_unallocated_bytes'])} reserved but unallocated"
+        )
+    if torch:
+        out.append("PyTorch had " + " and ".join(torch) + ".")
+    message = str(event.get("message", "")).strip()
+    if message:
+        out.append(f"Message: {message if len(message) <= 300 else message[:297] + '...'}")
+    return out
+
+
+def _memory_lines(memory: Any) -> list[str]:
+    if not isinstance(memory, Mapping):
+        return ["No memory sample was taken."]
+    out: list[str] = []
+    for gpu in _list(memory.get("gpus")):
+        out.append(
+            f"GPU {gpu.get('index')} {gpu.get('name') or ''}".rstrip()
+            + f": {format_bytes(gpu.get('used_bytes'))} used of "
+            f"{format_bytes(gpu.get('total_bytes'))}, {format_bytes(gpu.get('free_bytes'))} free"
+        )
+    host = memory.get("host")
+    if isinstance(host, Mapping):
+        out.append(
+            f"RAM: {format_bytes(host.get('ram_available_bytes'))} available of "
+            f"{format_bytes(host.get('ram_total_bytes'))}; swap: "
+            f"{format_bytes(host.get('swap_used_bytes'))} used of "
+            f"{format_bytes(host.get('swap_total_bytes'))}"
+        )
+        if host.get("committed_bytes") is not None:
+            out.append(
+                f"Commit charge: {format_bytes(host.get('committed_bytes'))} of "
+                f"{format_bytes(host.get('commit_limit_bytes'))}"
+            )
+    for tree in _list(memory.get("process_trees")):
+        peak = tree.get("peak_rss_bytes")
+        out.append(
+            f"ComfyUI process {tree.get('root_pid')}: {format_bytes(tree.get('rss_bytes'))} "
+            "resident" + (f" (peak {format_bytes(peak)})" if peak is not None else "")
+        )
+    return out or ["The sample holds no devices or processes."]
+
+
+def _others_lines(memory: Any, event: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    seen: set[int] = set()
+    for proc in _list(_get(memory, "gpu_processes")):
+        if proc.get("watched"):
+            continue
+        pid = proc.get("pid")
+        seen.add(pid)
+        name = proc.get("name") or "?"
+        cmdline = " ".join(str(a) for a in _list(proc.get("cmdline")))
+        label = f"pid {pid} {name}" + (f" ({cmdline[:80]})" if cmdline else "")
+        out.append(
+            f"{label}: {format_bytes(proc.get('used_bytes'), 'amount unknown')} on GPU "
+            f"{proc.get('device_index')}"
+        )
+    for other in _list(event.get("other_processes")):
+        if other.get("pid") in seen:
+            continue
+        out.append(
+            f"pid {other.get('pid')} (named in the error): "
+            f"{format_bytes(other.get('bytes'), 'amount unknown')}"
+        )
+    if not out:
+        if event.get("other_process_named"):
+            return ["The error says another process held GPU memory, but no sample names it."]
+        if _get(memory, "gpu_processes") is None:
+            return ["Unknown: no GPU process sample was taken."]
+        return ["Nothing else: only the watched ComfyUI used the GPU."]
+    return out
+
+
+def _timeline_highlights(path: Path, limit: int = 6) -> list[str]:
+    """For each ``*_bytes`` column: first and last value, and its peak with the time."""
+    try:
+        text = path.read_text("utf-8", "replace")
+    except OSError:
+        return []
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and not r[0].startswith("#")]
+    if len(rows) < 2:
+        return []
+    header, body = rows[0], rows[1:]
+    out = [f"{len(body)} samples from {_short_time(body[0][0])} to {_short_time(body[-1][0])}"]
+    for col, name in enumerate(header):
+        if not name.endswith("_bytes") or col == 0:
+            continue
+        values: list[tuple[float, str]] = []
+        for r in body:
+            if col < len(r):
+                try:
+                    values.append((float(r[col]), r[0]))
+                except ValueError:
+                    continue
+        if not values or name.endswith("total_bytes"):
+            continue
+        # For what is "left" (available, free) the low point matters; for use, the peak.
+        low_is_bad = "available" in name or "free" in name
+        pick = min if low_is_bad else max
+        extreme = pick(values, key=lambda v: v[0])
+        out.append(
+            f"{name}: {format_bytes(values[0][0])} → {format_bytes(values[-1][0])} "
+            f"({'lowest' if low_is_bad else 'peak'} {format_bytes(extreme[0])} "
+            f"at {_short_time(extreme[1])})"
+        )
+        if len(out) > limit:
+            break
+    return out
+
+
+def _short_time(value: str) -> str:
+    seconds = parse_iso_utc(value)
+    if seconds is None:
+        try:
+            seconds = float(value)
+        except ValueError:
+            return value
+    return datetime.fromtimestamp(seconds).astimezone().strftime("%H:%M:%S")
+
+
+def _log_tail(path: Path, count: int) -> Sequence[str]:
+    try:
+        lines = path.read_text("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    return [line[:200] for line in lines[-count:]]

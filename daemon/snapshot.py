@@ -1,0 +1,700 @@
+"""Crash snapshots: one directory per incident, complete on disk or not there at all.
+
+A snapshot is the evidence a user attaches to a bug report and what ``oom-bisect`` replays, so
+it must never be half-written (the daemon may be killed by the same OOM it records) and never
+change after the fact. The writer builds it under ``.tmp-<name>-<random>`` in the snapshots
+directory, fsyncs every file and the directory, then renames it to
+``<UTC YYYYmmddTHHMMSSZ>_<pool>_<node type or source>`` (``_2``, ``_3``... on collision) and
+fsyncs the parent. Directory 0700, files 0600: prompts and logs are private. Everything goes
+through ``redact`` on the way out.
+
+Files: ``snapshot.json`` (versioned, validated by ``snapshot.schema.json`` which ships next to
+this module), ``log.txt`` (the record and the lines before it), ``timeline.csv`` (the memory ring
+buffer), and when captured ``prompt.json`` (API format) and ``workflow.json`` (UI format).
+
+Only the daemon writes; ``clean_leftovers`` (at daemon start) removes ``.tmp-*`` and ``.trash-*``
+directories a crash left behind. Retention lives in ``retention.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from oom_sentinel.daemon.errors import InputError, SentinelError
+from oom_sentinel.daemon.incidents import Incident
+from oom_sentinel.daemon.probes import MemorySample
+from oom_sentinel.daemon.redact import redact, redact_text
+
+__all__ = [
+    "OPTIONAL_SECTIONS",
+    "SCHEMA_VERSION",
+    "SNAPSHOTS_SUBDIR",
+    "SNAPSHOT_NAME_RE",
+    "AdviceItem",
+    "HostFacts",
+    "InstanceInfo",
+    "Snapshot",
+    "SnapshotContent",
+    "SnapshotNotFound",
+    "SnapshotRef",
+    "SnapshotWriteError",
+    "build_snapshot_json",
+    "clean_leftovers",
+    "collect_host_facts",
+    "export_snapshot",
+    "find_snapshot",
+    "iso_utc",
+    "list_snapshots",
+    "load_snapshot",
+    "parse_iso_utc",
+    "snapshot_dirs",
+    "snapshot_name",
+    "snapshots_dir",
+    "validate_snapshot_json",
+    "write_snapshot",
+]
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).parent / "snapshot.schema.json"
+#: names of snapshot directories we wrote (retention and lookup touch nothing else)
+SNAPSHOT_NAME_RE = re.compile(r"^(\d{8}T\d{6}Z)_[A-Za-z0-9._+-]+$")
+#: optional top-level sections later issues fill; each is a JSON object when present
+OPTIONAL_SECTIONS = (
+    "process",
+    "kernel",
+    "install_state",
+    "regression",
+    "system_stats",
+    "internal_logs",
+)
+#: where snapshots live inside the data dir
+SNAPSHOTS_SUBDIR = "snapshots"
+TMP_PREFIX = ".tmp-"
+TRASH_PREFIX = ".trash-"
+
+
+class SnapshotNotFound(SentinelError):
+    """No snapshot (or more than one) matches the id the user gave."""
+
+
+class SnapshotWriteError(SentinelError):
+    """A snapshot could not be written (disk full, permissions); nothing partial is left."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    name: str
+    path: str | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdviceItem:
+    #: stable machine key ("close-other-gpu-processes", "expandable-segments"...)
+    key: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    hostname: str
+    os: str
+    os_release: str
+    kernel: str
+    python: str
+    cpu_count: int | None
+    version: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hostname": self.hostname,
+            "os": self.os,
+            "os_release": self.os_release,
+            "kernel": self.kernel,
+            "python": self.python,
+            "cpu_count": self.cpu_count,
+            "version": self.version,
+        }
+
+
+def collect_host_facts() -> HostFacts:
+    """Facts about this machine; never raises (unknowns read as "unknown" / None)."""
+
+    def safe(fn: Any, default: str = "unknown") -> str:
+        try:
+            return str(fn()) or default
+        except Exception:
+            return default
+
+    def os_release() -> str:
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError, AttributeError):
+                info = platform.freedesktop_os_release()
+                return info.get("PRETTY_NAME") or platform.platform()
+        return platform.platform()
+
+    def version() -> str:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("oom-sentinel")
+
+    return HostFacts(
+        hostname=safe(socket.gethostname),
+        os=safe(platform.system),
+        os_release=safe(os_release),
+        kernel=safe(platform.release),
+        python=safe(platform.python_version),
+        cpu_count=os.cpu_count(),
+        version=safe(version),
+    )
+
+
+@dataclass(frozen=True)
+class SnapshotContent:
+    """Everything one snapshot holds; the caller gathers it, ``write_snapshot`` persists it."""
+
+    incident: Incident
+    instance: InstanceInfo
+    host: HostFacts
+    #: wall-clock seconds the snapshot is taken at (names the directory)
+    created_s: float
+    #: ranked advice, first to try first
+    advice: Sequence[AdviceItem] = ()
+    #: the memory sample nearest the incident
+    memory: MemorySample | None = None
+    #: the record and the lines before it (log.txt)
+    log_text: str = ""
+    #: the timeline ring buffer as CSV text (timeline.csv)
+    timeline_csv: str = ""
+    #: the API-format prompt that was running (prompt.json)
+    prompt: Mapping[str, Any] | None = None
+    #: the UI-format workflow (workflow.json)
+    workflow: Mapping[str, Any] | None = None
+    #: optional sections by name (see OPTIONAL_SECTIONS), each a JSON-ready mapping
+    sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRef:
+    id: str
+    path: Path
+    created_s: float
+
+
+def snapshots_dir(data_dir: str | os.PathLike[str]) -> Path:
+    """``<data_dir>/snapshots``."""
+    return Path(data_dir) / SNAPSHOTS_SUBDIR
+
+
+def iso_utc(seconds: float) -> str:
+    """``2026-01-02T10:11:12.345Z``."""
+    moment = datetime.fromtimestamp(seconds, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_iso_utc(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9.+-]+")
+
+
+def _sanitize(part: str, limit: int = 48) -> str:
+    cleaned = _UNSAFE.sub("-", part).strip("-.")[:limit].strip("-.")
+    return cleaned or "unknown"
+
+
+def snapshot_name(created_s: float, incident: Incident) -> str:
+    """``20260102T101112Z_gpu_KSampler`` (or the first source when the node is unknown)."""
+    stamp = datetime.fromtimestamp(created_s, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+    first_source = incident.observations[0].source if incident.observations else None
+    what = incident.node_type or first_source or (incident.sources[:1] or ("unknown",))[0]
+    return f"{stamp}_{_sanitize(str(incident.pool))}_{_sanitize(what)}"
+
+
+# --- snapshot.json ----------------------------------------------------------------------------
+
+
+def _jsonable(value: Any, depth: int = 0) -> Any:
+    """Plain JSON types only: tuples become lists, NaN/inf become null, odd objects text."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if depth > 100:
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v, depth + 1) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _memory_json(sample: MemorySample) -> dict[str, Any]:
+    watched = {tree.root_pid for tree in sample.process_trees}
+    host = sample.host
+    return {
+        "time": iso_utc(sample.time_s),
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "uuid": g.uuid,
+                "total_bytes": g.total_bytes,
+                "used_bytes": g.used_bytes,
+                "free_bytes": g.free_bytes,
+                "reserved_bytes": g.reserved_bytes,
+            }
+            for g in sample.gpus
+        ],
+        "gpu_processes": [
+            {
+                "pid": p.pid,
+                "device_index": p.device_index,
+                "used_bytes": p.used_bytes,
+                "name": p.name,
+                "cmdline": list(p.cmdline) if p.cmdline is not None else None,
+                "watched": p.pid in watched,
+            }
+            for p in sample.gpu_processes
+        ],
+        "host": None
+        if host is None
+        else {
+            "ram_total_bytes": host.ram_total_bytes,
+            "ram_available_bytes": host.ram_available_bytes,
+            "swap_total_bytes": host.swap_total_bytes,
+            "swap_used_bytes": host.swap_used_bytes,
+            "commit_limit_bytes": host.commit_limit_bytes,
+            "committed_bytes": host.committed_bytes,
+        },
+        "process_trees": [
+            {"root_pid": t.root_pid, "rss_bytes": t.rss_bytes, "peak_rss_bytes": t.peak_rss_bytes}
+            for t in sample.process_trees
+        ],
+    }
+
+
+def _advice_json(items: Sequence[Any]) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    for item in items:
+        if isinstance(item, Mapping):
+            key, text = item.get("key"), item.get("text")
+        else:
+            key, text = getattr(item, "key", None), getattr(item, "text", None)
+        if text:
+            out.append({"key": str(key or ""), "text": str(text)})
+    return out
+
+
+def build_snapshot_json(content: SnapshotContent, snapshot_id: str) -> dict[str, Any]:
+    """The ``snapshot.json`` document for ``content``, redacted and JSON-ready."""
+    inc = content.incident
+    unknown_sections = set(content.sections) - set(OPTIONAL_SECTIONS)
+    if unknown_sections:
+        raise ValueError(f"unknown snapshot sections: {sorted(unknown_sections)}")
+    data: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "id": snapshot_id,
+        "created": iso_utc(content.created_s),
+        "incident": {
+            "id": inc.id,
+            "fingerprint": inc.fingerprint,
+            "first_seen": iso_utc(inc.first_seen_s),
+            "last_seen": iso_utc(inc.last_seen_s),
+            "count": inc.count,
+        },
+        "instance": {
+            "name": content.instance.name,
+            "path": content.instance.path,
+            "url": content.instance.url,
+        },
+        "summary": inc.summary,
+        "event": inc.event.to_json(),
+        "observations": [
+            {
+                "source": o.source,
+                "at": iso_utc(o.at_s),
+                "event": o.event.to_json(),
+                "evidence": dict(o.evidence),
+            }
+            for o in inc.observations
+        ],
+        "sources": list(inc.sources),
+        "advice": _advice_json(content.advice),
+        "memory": _memory_json(content.memory) if content.memory is not None else None,
+        "host": content.host.to_json(),
+        "files": {
+            "log": "log.txt",
+            "timeline": "timeline.csv",
+            "prompt": "prompt.json" if content.prompt is not None else None,
+            "workflow": "workflow.json" if content.workflow is not None else None,
+        },
+    }
+    for name in OPTIONAL_SECTIONS:
+        if name in content.sections:
+            data[name] = dict(content.sections[name])
+    cleaned = redact(_jsonable(data))
+    # Structural fields must survive redaction untouched (a key named "token" in evidence is
+    # redacted, but the id and file names are ours).
+    cleaned["id"] = snapshot_id
+    cleaned["files"] = data["files"]
+    return cleaned
+
+
+def _dump_json(data: Any) -> bytes:
+    return (json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def _dump_document(document: Mapping[str, Any]) -> bytes:
+    """prompt.json / workflow.json: redacted, otherwise as ComfyUI gave them (they are replayed),
+    on one line -- the C encoder is ~10x faster than indenting a large workflow."""
+    return (json.dumps(redact(document), ensure_ascii=False, default=str) + "\n").encode()
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    if sys.platform == "win32":  # directories cannot be opened for fsync there
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ensure_private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+def write_snapshot(snapshots_dir: str | os.PathLike[str], content: SnapshotContent) -> SnapshotRef:
+    """Write one snapshot atomically and return where it is; never rewrites an existing one."""
+    root = Path(snapshots_dir)
+    base = snapshot_name(content.created_s, content.incident)
+    tmp: Path | None = None
+    try:
+        _ensure_private_dir(root)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{base}-", dir=root))
+        os.chmod(tmp, 0o700)
+        log_text = redact_text(content.log_text)
+        if log_text and not log_text.endswith("\n"):
+            log_text += "\n"
+        _write_private(tmp / "log.txt", log_text.encode("utf-8", "replace"))
+        _write_private(tmp / "timeline.csv", redact_text(content.timeline_csv).encode())
+        if content.prompt is not None:
+            _write_private(tmp / "prompt.json", _dump_document(content.prompt))
+        if content.workflow is not None:
+            _write_private(tmp / "workflow.json", _dump_document(content.workflow))
+        for attempt in range(1, 1000):
+            name = base if attempt == 1 else f"{base}_{attempt}"
+            final = root / name
+            if os.path.lexists(final):
+                continue
+            _write_private(tmp / "snapshot.json", _dump_json(build_snapshot_json(content, name)))
+            _fsync_dir(tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if os.path.lexists(final):  # lost a race for the name: take the next one
+                    continue
+                raise
+            tmp = None
+            _fsync_dir(root)
+            return SnapshotRef(id=name, path=final, created_s=content.created_s)
+        raise SnapshotWriteError(f"{root}: no free snapshot name for {base}")
+    except OSError as exc:
+        raise SnapshotWriteError(
+            f"{exc.filename or root}: cannot write the snapshot: {exc.strerror or exc}"
+        ) from exc
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def clean_leftovers(snapshots_dir: str | os.PathLike[str]) -> list[str]:
+    """Remove ``.tmp-*`` (a crash mid-write) and ``.trash-*`` (a crash mid-prune) directories.
+
+    Call at daemon start, before any writer runs. Returns the names removed.
+    """
+    root = Path(snapshots_dir)
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry.name.startswith((TMP_PREFIX, TRASH_PREFIX)) and entry.is_dir(
+            follow_symlinks=False
+        ):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            if not os.path.lexists(entry.path):
+                removed.append(entry.name)
+    return sorted(removed)
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+@cache
+def _validator() -> Any:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text("utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def validate_snapshot_json(data: Any) -> str | None:
+    """None when ``data`` is a valid snapshot.json document, else one line saying where not."""
+    if not isinstance(data, Mapping):
+        return "snapshot.json is not a JSON object"
+    version = data.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        return (
+            f"schema_version {version} was written by a newer oom-sentinel "
+            f"(this one reads up to {SCHEMA_VERSION})"
+        )
+    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    err = errors[0]
+    where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+    message = " ".join(err.message.split())
+    if len(message) > 160:
+        message = message[:157] + "..."
+    return f"{where}: {message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A snapshot read back from disk (``data`` is its snapshot.json)."""
+
+    id: str
+    path: Path
+    data: Mapping[str, Any]
+
+    @property
+    def created(self) -> str:
+        return str(self.data.get("created", ""))
+
+    @property
+    def event(self) -> Mapping[str, Any]:
+        event = self.data.get("event")
+        return event if isinstance(event, Mapping) else {}
+
+    @property
+    def instance_name(self) -> str:
+        instance = self.data.get("instance")
+        return str(instance.get("name", "")) if isinstance(instance, Mapping) else ""
+
+    @property
+    def summary(self) -> str:
+        return str(self.data.get("summary", ""))
+
+    def list_entry(self) -> dict[str, Any]:
+        """The ``snapshots list --json`` object for this snapshot."""
+        event = self.event
+        incident = self.data.get("incident")
+        return {
+            "id": self.id,
+            "created": self.created,
+            "instance": self.instance_name,
+            "pool": event.get("pool"),
+            "backend": event.get("backend"),
+            "node_type": event.get("node_type"),
+            "exception_type": event.get("exception_type"),
+            "summary": self.summary,
+            "count": incident.get("count") if isinstance(incident, Mapping) else None,
+            "path": str(self.path),
+        }
+
+
+def load_snapshot(path: str | os.PathLike[str], *, validate: bool = True) -> Snapshot:
+    """Read one snapshot directory; ``InputError`` (one line) for a foreign or corrupt one."""
+    directory = Path(path)
+    doc = directory / "snapshot.json"
+    try:
+        raw = doc.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{directory}: not an oom-sentinel snapshot (no snapshot.json)") from None
+    except OSError as exc:
+        raise InputError(f"{doc}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"{doc}: not UTF-8 text; the snapshot is corrupt") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{doc}: not valid JSON (line {exc.lineno}, column {exc.colno}); "
+            "the snapshot is corrupt"
+        ) from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise InputError(f"{doc}: not an oom-sentinel snapshot (no schema_version)")
+    problem = validate_snapshot_json(data) if validate else _quick_check(data)
+    if problem:
+        raise InputError(f"{doc}: {problem}")
+    return Snapshot(id=directory.name, path=directory, data=data)
+
+
+def _quick_check(data: Mapping[str, Any]) -> str | None:
+    """What ``list`` needs, without the full schema (hundreds of snapshots list quickly)."""
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        return "schema_version is not an integer"
+    if version > SCHEMA_VERSION:
+        return (
+            f"schema_version {version} was written by a newer oom-sentinel "
+            f"(this one reads up to {SCHEMA_VERSION})"
+        )
+    for key, kind in (("created", str), ("event", dict), ("instance", dict), ("summary", str)):
+        if not isinstance(data.get(key), kind):
+            return f"{key}: missing or of the wrong type"
+    return None
+
+
+def snapshot_dirs(snapshots_dir: str | os.PathLike[str]) -> list[Path]:
+    """Our snapshot directories, oldest first by name (never ``.tmp-``/``.trash-`` ones)."""
+    root = Path(snapshots_dir)
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise InputError(f"{root}: cannot list snapshots: {exc.strerror or exc}") from None
+    dirs = [
+        Path(e.path)
+        for e in entries
+        if SNAPSHOT_NAME_RE.match(e.name) and e.is_dir(follow_symlinks=False)
+    ]
+    return sorted(dirs, key=lambda p: p.name)
+
+
+def list_snapshots(snapshots_dir: str | os.PathLike[str]) -> tuple[list[Snapshot], list[str]]:
+    """Readable snapshots newest first, and one line per snapshot that could not be read."""
+    snapshots: list[Snapshot] = []
+    problems: list[str] = []
+    for directory in reversed(snapshot_dirs(snapshots_dir)):
+        try:
+            snapshots.append(load_snapshot(directory, validate=False))
+        except InputError as exc:
+            problems.append(str(exc))
+    return snapshots, problems
+
+
+def find_snapshot(snapshots_dir: str | os.PathLike[str], ref: str) -> Path:
+    """The snapshot a user means: its id, a unique prefix of it, or a path to its directory."""
+    root = Path(snapshots_dir)
+    given = Path(ref)
+    if ref and (given.is_absolute() or os.sep in ref) and (given / "snapshot.json").is_file():
+        return given
+    names = [p.name for p in snapshot_dirs(root)]
+    if ref in names:
+        return root / ref
+    matches = [n for n in names if ref and n.startswith(ref)]
+    if len(matches) == 1:
+        return root / matches[0]
+    if not matches:
+        raise SnapshotNotFound(f"no snapshot {ref!r} in {root}")
+    shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+    raise SnapshotNotFound(
+        f"{ref!r} matches {len(matches)} snapshots in {root}: {shown}; give more of the id"
+    )
+
+
+# --- export -----------------------------------------------------------------------------------
+
+_EXPORT_FILES = ("snapshot.json", "log.txt", "timeline.csv", "prompt.json", "workflow.json")
+
+
+def export_snapshot(snapshot: Snapshot, out_file: str | os.PathLike[str]) -> Path:
+    """A zip of the snapshot for a bug report, written atomically (0600).
+
+    Everything passes through ``redact`` again, so rules added since the snapshot was written
+    apply to what leaves the machine.
+    """
+    out = Path(out_file)
+    parent = out.parent if str(out.parent) else Path(".")
+    tmp_name: str | None = None
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
+        with os.fdopen(fd, "wb") as fh:
+            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for name in _EXPORT_FILES:
+                    source = snapshot.path / name
+                    if not source.is_file():
+                        continue
+                    zf.writestr(f"{snapshot.id}/{name}", _export_bytes(source))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o600)
+        os.replace(tmp_name, out)
+        tmp_name = None
+        with contextlib.suppress(OSError):
+            _fsync_dir(parent)
+        return out
+    except OSError as exc:
+        raise SnapshotWriteError(
+            f"{exc.filename or out}: cannot write the export: {exc.strerror or exc}"
+        ) from exc
+    finally:
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+
+
+def _export_bytes(source: Path) -> bytes:
+    raw = source.read_bytes()
+    text = raw.decode("utf-8", "replace")
+    if source.suffix == ".json":
+        try:
+            return _dump_json(_keep_ids(json.loads(text), redact(json.loads(text))))
+        except ValueError:
+            pass
+    return redact_text(text).encode("utf-8")
+
+
+def _keep_ids(original: Any, cleaned: Any) -> Any:
+    if isinstance(original, dict) and isinstance(cleaned, dict) and "schema_version" in original:
+        for key in ("id", "files"):
+            if key in original:
+                cleaned[key] = original[key]
+    return cleaned
