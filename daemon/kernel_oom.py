@@ -856,7 +856,8 @@ def assess_kill(
     killer sends, is attributed only on a log line that names it.
     """
     sig = death.signal
-    killable = sig in (None, SIGKILL)
+    # an OOM killer's SIGKILL, or an unknown end (not our child); never a normal exit
+    killable = sig == SIGKILL or (sig is None and death.exit_code is None)
     cgroup_path = None
     if before.cgroup is not None:
         cgroup_path = before.cgroup.v2 or before.cgroup.v1_memory

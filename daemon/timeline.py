@@ -76,9 +76,10 @@ class Timeline:
 
     @classmethod
     def from_settings(cls, sampling: SamplingSettings) -> Timeline:
-        """Room for ``timeline_s`` seconds even at the faster (active) interval."""
+        """Room for ``timeline_s`` seconds even at the faster (active) interval (both ends
+        included: 2401 samples span 600 s at 250 ms)."""
         fastest_ms = min(sampling.interval_ms, sampling.active_interval_ms)
-        capacity = max(1, math.ceil(sampling.timeline_s * 1000 / fastest_ms))
+        capacity = math.ceil(sampling.timeline_s * 1000 / fastest_ms) + 1
         return cls(capacity=capacity, max_age_s=float(sampling.timeline_s))
 
     def append(self, sample: MemorySample) -> None:
@@ -170,7 +171,7 @@ def csv_columns(samples: Sequence[MemorySample]) -> list[str]:
         ordered += [f"pid{pid}_rss_bytes", f"pid{pid}_peak_rss_bytes"]
     for dev, pid in gpu_procs:
         ordered.append(f"gpu{dev}_pid{pid}_used_bytes")
-    return [c for c in ordered if c in keys]
+    return [c for c in ordered if c in keys or c in CSV_FIXED_COLUMNS]
 
 
 def to_csv(samples: Sequence[MemorySample]) -> str:
