@@ -48,6 +48,7 @@ __all__ = [
     "parse_launch_flags",
     "process_exists",
     "split_python_command",
+    "still_running",
 ]
 
 log = logging.getLogger(__name__)
@@ -577,7 +578,8 @@ class ComfyProcess:
 
     pid: int
     argv: tuple[str, ...]
-    #: the interpreter that runs it (the executable where readable, else argv[0])
+    #: the interpreter as launched (argv[0] made absolute, or the active venv's python), which
+    #: keeps a virtual environment's path -- the resolved binary would lose it
     interpreter: str
     #: absolute path of its ``main.py``
     script: str
@@ -597,6 +599,8 @@ class ComfyProcess:
     #: started by ComfyUI Desktop
     desktop: bool = False
     ppid: int | None = None
+    #: the resolved executable (``/proc/<pid>/exe``) where readable
+    executable: str | None = None
 
     @property
     def user_dir(self) -> str:
@@ -614,6 +618,26 @@ def _absolute(path: str, cwd: str | None) -> str:
     if os.path.isabs(path) or cwd is None:
         return os.path.normpath(path)
     return os.path.normpath(os.path.join(cwd, path))
+
+
+def _interpreter(
+    argv0: str, exe: str | None, cwd: str | None, environ: Mapping[str, str] | None
+) -> str:
+    """The interpreter path as launched. A venv's ``bin/python`` is a symlink to the base
+    interpreter, so ``exe`` alone would lose which environment (and packages) ComfyUI runs in."""
+    if "/" in argv0 or "\\" in argv0:
+        if os.path.isabs(argv0) or ntpath.isabs(argv0) or cwd is None:
+            return argv0
+        return os.path.normpath(os.path.join(cwd, argv0))
+    venv = environ.get("VIRTUAL_ENV") if environ is not None else None
+    if venv:
+        windows = "\\" in venv or (exe or "").lower().endswith(".exe")
+        return (
+            ntpath.join(venv, "Scripts", "python.exe")
+            if windows
+            else posixpath.join(venv, "bin", "python")
+        )
+    return exe or argv0
 
 
 def _is_desktop(script: str, flags: LaunchFlags) -> bool:
@@ -660,7 +684,7 @@ def comfy_process_from(
     return ComfyProcess(
         pid=pid,
         argv=tuple(cmdline),
-        interpreter=exe or interpreter,
+        interpreter=_interpreter(interpreter, exe, cwd, environ),
         script=script_abs,
         code_dir=code_dir,
         install_dir=install_dir,
@@ -672,6 +696,7 @@ def comfy_process_from(
         environ_readable=env is not None,
         desktop=desktop,
         ppid=ppid,
+        executable=exe,
     )
 
 
@@ -826,8 +851,17 @@ def find_conflicts(
     return tuple(out)
 
 
-def process_exists(pid: int) -> bool:
-    """Whether ``pid`` is a living (non-zombie) process."""
+def process_exists(pid: int, create_time_s: float | None = None) -> bool:
+    """Whether ``pid`` is a living (non-zombie) process -- the same one, when its start time
+    is given (pids are reused, and a restarted ComfyUI may even get its old pid back)."""
     with contextlib.suppress(psutil.Error, OSError, ValueError):
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        proc = psutil.Process(pid)
+        if create_time_s is not None and proc.create_time() != create_time_s:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
     return False
+
+
+def still_running(proc: ComfyProcess) -> bool:
+    """Whether this ComfyUI process (not merely its pid) is still alive."""
+    return process_exists(proc.pid, proc.create_time_s)

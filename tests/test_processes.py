@@ -25,6 +25,7 @@ from oom_sentinel.daemon.processes import (
     parse_launch_flags,
     process_exists,
     split_python_command,
+    still_running,
 )
 
 GiB = 1024**3
@@ -356,6 +357,27 @@ def test_unreadable_environment_is_none_not_empty() -> None:
     assert proc.pytorch_cuda_alloc_conf is None and proc.cuda_visible_devices is None
 
 
+@pytest.mark.parametrize(
+    ("argv0", "exe", "environ", "expected"),
+    [
+        ("/srv/venv/bin/python", "/usr/bin/python3.11", {}, "/srv/venv/bin/python"),
+        ("venv/bin/python", "/usr/bin/python3.11", {}, "/c/venv/bin/python"),
+        ("python", "/usr/bin/python3.11", {"VIRTUAL_ENV": "/srv/venv"}, "/srv/venv/bin/python"),
+        ("python", "/usr/bin/python3.11", {}, "/usr/bin/python3.11"),
+        ("python", None, None, "python"),
+    ],
+    ids=["absolute-venv", "relative", "activated-venv", "bare-name", "nothing-readable"],
+)
+def test_interpreter_keeps_the_virtual_environment(
+    argv0: str, exe: str | None, environ: dict[str, str] | None, expected: str
+) -> None:
+    files = {"/c/main.py", "/c/folder_paths.py"}
+    proc = comfy_process_from(
+        5, [argv0, "main.py"], cwd="/c", exe=exe, environ=environ, exists=files.__contains__
+    )
+    assert proc is not None and proc.interpreter == expected and proc.executable == exe
+
+
 # -- real processes ----------------------------------------------------------------------------------
 
 
@@ -403,7 +425,8 @@ def test_finds_a_running_comfyui_with_its_flags_and_environment(
     assert comfy.create_time_s is not None and comfy.ppid == os.getpid()
     assert comfy.user_dir == str(install / "user")
     assert comfy.url == "http://127.0.0.1:8189"
-    assert process_exists(proc.pid)
+    assert process_exists(proc.pid) and still_running(comfy)
+    assert not process_exists(proc.pid, (comfy.create_time_s or 0) - 10)  # a reused pid
 
 
 def test_finds_comfyui_started_from_the_parent_directory(install: Path, running: list) -> None:  # type: ignore[type-arg]
@@ -433,9 +456,10 @@ def test_base_directory_is_the_install(install: Path, tmp_path: Path, running: l
 
 def test_exited_process_is_gone(install: Path) -> None:
     proc = start_comfy("main.py", [], cwd=install)
+    comfy = ours(find_comfy_processes(), proc.pid)[proc.pid]
     stop(proc)
     assert ours(find_comfy_processes(), proc.pid) == {}
-    assert not process_exists(proc.pid)
+    assert not process_exists(proc.pid) and not still_running(comfy)
 
 
 def test_second_instance_on_the_same_install_and_gpu_is_flagged(
