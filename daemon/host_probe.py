@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -288,11 +288,3 @@ def _windows_commit() -> tuple[int | None, int | None]:  # pragma: no cover - Wi
     if not ok:
         return None, None
     return commit_from_memory_status(int(status.ullTotalPageFile), int(status.ullAvailPageFile))
-
-
-def environ_of(pid: int) -> Mapping[str, str] | None:
-    """The environment of ``pid`` where the OS lets us read it; ``None`` otherwise."""
-    try:
-        return dict(psutil.Process(pid).environ())
-    except (psutil.Error, OSError, ValueError):
-        return None

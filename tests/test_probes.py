@@ -272,6 +272,13 @@ def test_auto_with_driver_not_loaded_keeps_nvml_retrying(caplog: pytest.LogCaptu
     assert "retrying every 5 s" in line
 
 
+def test_explicit_nvml_is_kept_even_without_a_driver() -> None:
+    nvml = FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    choice = select_gpu_probe(GpuSettings(backend="nvml"), {}, nvml_module=nvml)
+    assert isinstance(choice.probe, NvmlGpuProbe) and choice.backend == "nvml"
+    assert choice.line.startswith("GPU probe: nvml (no data yet: NVML library not found")
+
+
 def test_auto_with_working_nvml_selects_it(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     choice = select_gpu_probe(GpuSettings(), {}, nvml_module=FakeNvml([NvmlDevice(), NvmlDevice()]))
