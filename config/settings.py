@@ -24,6 +24,7 @@ __all__ = [
     "ENV_CONFIG",
     "SYSTEM_CONFIG",
     "DiscoverySettings",
+    "GpuSettings",
     "IncidentSettings",
     "InstanceSettings",
     "LoadedSettings",
@@ -90,6 +91,14 @@ class SamplingSettings(_Section):
     timeline_s: PositiveMs = 600
 
 
+class GpuSettings(_Section):
+    """Which GPU probe runs (``daemon/gpu_select.py`` applies it)."""
+
+    backend: Literal["auto", "nvml", "fake", "none"] = "auto"
+    fake_dir: str = ""
+    nvml_retry_s: PositiveMs = 60
+
+
 class IncidentSettings(_Section):
     merge_window_s: NonNegative = 10
     storm_window_s: NonNegative = 300
@@ -110,6 +119,7 @@ class Settings(_Section):
     discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
     logs: LogSettings = Field(default_factory=LogSettings)
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    gpu: GpuSettings = Field(default_factory=GpuSettings)
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
 

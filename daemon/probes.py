@@ -63,6 +63,8 @@ class ProcessTreeSample:
     rss_bytes: int
     #: peak RSS of the root process where the OS records it (Linux VmHWM)
     peak_rss_bytes: int | None = None
+    #: processes counted in ``rss_bytes`` (the root and the children still alive)
+    process_count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
