@@ -38,7 +38,8 @@ Limits that no follower without an open handle can avoid (documented, tested as 
   ComfyUI-Manager rotates only at start-up, when the writer of the old file is gone.
 - A file rotated more times than its family keeps names for (Manager keeps ``.prev`` and
   ``.prev2``, so a third rotation deletes it) before we read it is gone.
-- A file that appears and is rotated away before the follower ever saw it is not read.
+- A file that appears (or is re-created after a delete) and is rotated away before the
+  follower ever saw it is not read.
 - Truncated and re-written to the same size with the same first bytes and mtime within one
   poll: undetectable without content hashing of the whole file.
 """
@@ -68,7 +69,7 @@ from watchdog.events import (
 )
 
 from oom_sentinel.daemon.cursors import FileCursor, OffsetStore
-from oom_sentinel.daemon.errors import InputError
+from oom_sentinel.daemon.errors import InputError, SentinelError
 from oom_sentinel.daemon.logfamily import RotationFamily
 
 __all__ = [
@@ -340,10 +341,15 @@ class _Segment:
     end: int
 
 
+class _Verify(enum.Enum):
+    OK = "ok"
+    GONE = "gone"  # not there (any more), or another inode now
+    MISMATCH = "mismatch"  # the cursor's inode, other content
+
+
 class _Read(enum.Enum):
     OK = "ok"
     MOVED = "moved"  # the path no longer holds our file (raced with a rename)
-    REPLACED = "replaced"  # a rotated name holds the same inode with other content
 
 
 class LogFollower:
@@ -422,6 +428,7 @@ class LogFollower:
         try:
             if not self._started:
                 self._start()
+                self._started = True  # only once it worked: a failed start is retried
             for _ in range(_MAX_HOPS):
                 if self._file is None and not self._adopt_live():
                     break
@@ -478,7 +485,6 @@ class LogFollower:
     # -- start-up and adoption ----------------------------------------------------------------
 
     def _start(self) -> None:
-        self._started = True
         cursor = self._store.load_cursor(self.key)
         if cursor is None:
             self._save_on_adopt = True
@@ -488,9 +494,22 @@ class LogFollower:
             st = _stat(candidate)
             if st is None or (st.st_dev, st.st_ino) != (cursor.dev, cursor.ino):
                 continue
-            head = self._verify_cursor(candidate, cursor)
-            if head is None:
+            verdict, head = self._verify_cursor(candidate, cursor)
+            if verdict is _Verify.GONE:
                 continue
+            if verdict is _Verify.MISMATCH:
+                # Same inode in the family, other content: truncated and rewritten, or a
+                # reused inode. Either way every byte in it was written after our cursor.
+                log.warning(
+                    "%s: %s was truncated or replaced since it was last read; reading it from "
+                    "the start",
+                    self.key,
+                    candidate,
+                )
+                restarted = _File(cursor.dev, cursor.ino)
+                self._begin(restarted, candidate, 0)
+                self._save_quietly(restarted, 0)  # the content the cursor named is gone
+                return
             resumed = _File(cursor.dev, cursor.ino, head)
             self._begin(resumed, candidate, cursor.offset)
             self._persisted = (resumed, cursor.offset)
@@ -504,24 +523,27 @@ class LogFollower:
             cursor.offset,
         )
         self._fresh = True
+        # That file is gone for good: the start of the live file is the best position now,
+        # and saving it at once keeps a second restart from skipping the file we read next.
+        self._save_on_adopt = True
 
-    def _verify_cursor(self, path: str, cursor: FileCursor) -> bytes | None:
-        """The file's head if ``path`` is the cursor's file with at least ``offset`` bytes."""
+    def _verify_cursor(self, path: str, cursor: FileCursor) -> tuple[_Verify, bytes]:
+        """Whether ``path`` still holds the content the cursor was taken on, and its head."""
         try:
             with open_shared(path) as fh:
                 st = os.fstat(fh.fileno())
                 head = fh.read(FINGERPRINT_BYTES)
         except FileNotFoundError:
-            return None
+            return _Verify.GONE, b""
         except OSError as exc:
             raise InputError(f"{path}: cannot read log file: {exc.strerror or exc}") from exc
-        if (st.st_dev, st.st_ino) != (cursor.dev, cursor.ino) or st.st_size < cursor.offset:
-            return None
-        if len(head) < min(cursor.offset, FINGERPRINT_BYTES):
-            return None
+        if (st.st_dev, st.st_ino) != (cursor.dev, cursor.ino):
+            return _Verify.GONE, b""
+        if st.st_size < cursor.offset or len(head) < min(cursor.offset, FINGERPRINT_BYTES):
+            return _Verify.MISMATCH, head
         if fingerprint(head, cursor.offset) != cursor.fingerprint:
-            return None
-        return head
+            return _Verify.MISMATCH, head
+        return _Verify.OK, head
 
     def _adopt_live(self) -> bool:
         """Start following the file at the configured path; False if there is none yet."""
@@ -548,7 +570,7 @@ class LogFollower:
         self._fresh = True  # any later adoption follows a file that replaced this one
         if self._save_on_adopt:
             self._save_on_adopt = False
-            self._save(adopted, offset)
+            self._save_quietly(adopted, offset)
         log.debug("%s: following from byte %d", self.key, offset)
         return True
 
@@ -560,17 +582,13 @@ class LogFollower:
         assert f is not None
         live = _stat(self.key)
         if live is not None and f.is_at(live):
-            return self._read(self.key, live, out, at_live=True) is _Read.MOVED
+            return self._read(self.key, live, out) is _Read.MOVED
         found = self._locate(f)
         if found is None:
             self._lose_file(out, "was deleted or rotated away before it was read to the end")
             return True
         path, st = found
-        result = self._read(path, st, out, at_live=False)
-        if result is _Read.MOVED:
-            return True
-        if result is _Read.REPLACED:
-            self._lose_file(out, f"is no longer at {path}")
+        if self._read(path, st, out) is _Read.MOVED:
             return True
         if self.more_pending:
             return False
@@ -623,7 +641,7 @@ class LogFollower:
                 and self._persisted[0] is prev
                 and self._persisted[1] == prev.end
             ):
-                self._save(f, offset)
+                self._save_quietly(f, offset)
         self._file = f
         self._path = path
         self._splitter = LineSplitter(offset, self._max_line_bytes)
@@ -638,8 +656,13 @@ class LogFollower:
         self._finish(out)
         self._fresh = True
 
-    def _read(self, path: str, st: os.stat_result, out: list[LogLine], *, at_live: bool) -> _Read:
-        """Read new bytes of the tracked file at ``path`` (``st``: its stat from the path)."""
+    def _read(self, path: str, st: os.stat_result, out: list[LogLine]) -> _Read:
+        """Read new bytes of the tracked file at ``path`` (``st``: its stat from the path).
+
+        Content that no longer starts with the bytes we saw, or a file shorter than our
+        position, is read from 0 as a new incarnation: a copy-truncate, or (at a rotated
+        name too) a reused inode; in both cases all of it was written after our last read.
+        """
         f = self._file
         sp = self._splitter
         assert f is not None and sp is not None
@@ -658,8 +681,6 @@ class LogFollower:
                     return _Read.MOVED
                 head = fh.read(FINGERPRINT_BYTES)
                 if not f.head_matches(head) or fst.st_size < sp.pos:
-                    if not at_live:
-                        return _Read.REPLACED
                     self._restart_at_zero(out, path, fst)
                     f, sp = self._file, self._splitter
                     assert f is not None and sp is not None
@@ -738,6 +759,18 @@ class LogFollower:
             FileCursor(self.key, f.dev, f.ino, offset, fingerprint(f.head, offset))
         )
         self._persisted = (f, offset)
+
+    def _save_quietly(self, f: _File, offset: int) -> None:
+        """A save the follower makes on its own during a poll (start position, moving on).
+
+        It only ever moves the cursor to a position where nothing unhandled lies behind it,
+        so failing to save is no worse than not trying: warn and go on, so the lines of this
+        poll are still delivered. ``commit`` lets store errors reach its caller.
+        """
+        try:
+            self._save(f, offset)
+        except SentinelError as exc:
+            log.warning("%s: could not save the log position: %s", self.key, exc)
 
 
 def _tail_start(fh: BinaryIO, size: int) -> int:

@@ -12,6 +12,7 @@ from logtail_helpers import append, copy_truncate, manager_rotate
 
 from oom_sentinel.daemon import logtail
 from oom_sentinel.daemon.cursors import FileCursor, MemoryOffsetStore
+from oom_sentinel.daemon.errors import StoreError
 from oom_sentinel.daemon.logtail import (
     FINGERPRINT_BYTES,
     LineSplitter,
@@ -565,3 +566,38 @@ def test_stat_failure_is_reported_once_and_recovers(
     append(live, "readable\n")
     assert texts(follower.poll()) == ["readable"]
     assert follower.error is None
+
+
+def test_a_start_that_failed_is_retried_from_the_saved_cursor(live: Path) -> None:
+    store = MemoryOffsetStore()
+    first = LogFollower(live, store, from_start=True)
+    append(live, "handled\n")
+    commit_all(first, first.poll())
+    append(live, "crash\n")
+    manager_rotate(live)
+    loop = live.with_name(live.name + ".1")
+    os.symlink(loop.name, loop)  # a rotated name that cannot be stat()ed (ELOOP)
+    second = LogFollower(live, store)
+    assert second.poll() == []
+    assert second.error is not None
+    loop.unlink()
+    assert texts(second.poll()) == ["crash"]
+
+
+class _FailingStore(MemoryOffsetStore):
+    """The store contract's error path: every save raises StoreError."""
+
+    def save_cursor(self, cursor: FileCursor) -> None:
+        raise StoreError(f"oom-sentinel.db: cannot save the position of {cursor.key}")
+
+
+def test_store_failure_while_polling_still_delivers_the_lines(
+    live: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    follower = LogFollower(live, _FailingStore(), from_start=True)
+    append(live, "a\nb\n")
+    lines = follower.poll()
+    assert texts(lines) == ["a", "b"]  # although the start position could not be saved
+    assert any("could not save the log position" in r.getMessage() for r in caplog.records)
+    with pytest.raises(StoreError, match="cannot save the position"):
+        commit_all(follower, lines)  # a commit reports it to its caller
