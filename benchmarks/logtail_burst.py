@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from oom_sentinel.daemon.cursors import MemoryOffsetStore
@@ -97,6 +98,9 @@ def bench_live(root: Path, total: int) -> bool:
     cond = threading.Condition()
     stalled: list[str] = []
 
+    def reached(count: int) -> bool:
+        return len(handled) >= count
+
     def writer() -> None:
         last_rotation = 0
         i = 0
@@ -105,7 +109,7 @@ def bench_live(root: Path, total: int) -> bool:
                 # Manager keeps two old names: never let the follower fall two rotations
                 # behind (a limit of any follower, see logtail's docstring).
                 with cond:
-                    if not cond.wait_for(lambda n=last_rotation: len(handled) >= n, 120):
+                    if not cond.wait_for(partial(reached, last_rotation), 120):
                         stalled.append(f"follower stalled at {len(handled)}")
                         return
                 last_rotation = i

@@ -460,9 +460,14 @@ class LogFollower:
             if seg.path == path and seg.start <= offset <= seg.end:
                 f, at = seg.file, offset
                 # The end of a finished file is the start of the next one.
-                while f.end is not None and at == f.end and f.next is not None:
-                    f, at = f.next, f.next.start
-                self._save(f, at)
+                while f.end is not None and at == f.end and (nxt := f.next) is not None:
+                    f, at = nxt, nxt.start
+                if (
+                    self._persisted is None
+                    or self._persisted[0] is not f
+                    or self._persisted[1] != at
+                ):
+                    self._save(f, at)  # (committing the same position again writes nothing)
                 seg.start = offset
                 del self._segments[:i]
                 return

@@ -601,3 +601,25 @@ def test_store_failure_while_polling_still_delivers_the_lines(
     assert any("could not save the log position" in r.getMessage() for r in caplog.records)
     with pytest.raises(StoreError, match="cannot save the position"):
         commit_all(follower, lines)  # a commit reports it to its caller
+
+
+class _CountingStore(MemoryOffsetStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+
+    def save_cursor(self, cursor: FileCursor) -> None:
+        self.saves += 1
+        super().save_cursor(cursor)
+
+
+def test_committing_the_same_position_again_writes_nothing(live: Path) -> None:
+    store = _CountingStore()
+    follower = LogFollower(live, store, from_start=True)
+    append(live, "a\nTraceback (most recent call last):\n")
+    lines = follower.poll()
+    before = store.saves
+    for _ in range(3):  # the service commits the pending record's start after every poll
+        follower.commit(lines[1].path, lines[1].start_offset)
+        assert follower.poll() == []
+    assert store.saves == before + 1

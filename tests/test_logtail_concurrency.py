@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from logtail_helpers import append, manager_rotate
@@ -29,6 +30,9 @@ def test_writer_and_follower_threads_with_rotations_and_a_restart(tmp_path: Path
         with progress:
             return len(handled)
 
+    def reached(count: int) -> bool:
+        return len(handled) >= count
+
     def writer() -> None:
         rotated_at = 0
         for i in range(LINES):
@@ -36,7 +40,7 @@ def test_writer_and_follower_threads_with_rotations_and_a_restart(tmp_path: Path
                 # At most one unread rotation (Manager keeps two old names, see the limits
                 # in logtail's docstring): wait until the run before the last one is read.
                 with progress:
-                    if not progress.wait_for(lambda n=rotated_at: len(handled) >= n, DEADLINE_S):
+                    if not progress.wait_for(partial(reached, rotated_at), DEADLINE_S):
                         failures.append(f"follower stalled at {len(handled)}")
                         return
                 rotated_at = i
