@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from oom_sentinel.config.settings import default_toml_text, load_settings
+from oom_sentinel.daemon.cli_run import run_command, status_command
 from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
 
@@ -87,4 +88,6 @@ def _toml_value(value: Any) -> str:
     return str(value)
 
 
+main.add_command(run_command)
+main.add_command(status_command)
 main.add_command(snapshots_group)

@@ -1,0 +1,847 @@
+"""The watchdog's wiring and its main loop: what ``oom-sentinel run`` is.
+
+Data flows one way (DESIGN §3): sources → events → incidents → snapshot → store/alerts. The
+loop reads like earlyoom's ``poll_loop``: read what the sources have, decide (classifier,
+incident tracker), act (write snapshots, save rows, commit log offsets), then sleep until a
+file event, a source's message, the tracker's next deadline or the safety poll.
+
+Threads, and why each exists:
+
+- the **main thread** runs the loop and is the only one that touches the log followers, the
+  record assemblers, the tracker and the snapshot writer -- one writer, no locks in the core;
+- an **APScheduler** ``BackgroundScheduler`` runs the periodic jobs: the memory sampler
+  (1 s, 250 ms while a prompt runs), discovery of installs that appear later, retention. Jobs
+  hand results to the loop through a queue and wake it;
+- the **watchdog observer** (inside ``LogTailManager``) only sets a wake-up flag.
+
+Exactly-once across ``kill -9``: a log record's offset is committed only after the incident it
+belongs to is on disk; every snapshot records which log records it was built from
+(``evidence.record_id``), and at start-up the records named by recent snapshots are skipped and
+snapshots without a store row get one. So a crash anywhere costs at most a re-read, never a
+duplicate or a loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from oom_sentinel.config.settings import LoadedSettings, Settings
+from oom_sentinel.daemon.advice import AdviceContext, advise
+from oom_sentinel.daemon.atomic import write_json_atomic
+from oom_sentinel.daemon.classify import classify_record
+from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, discover_instances
+from oom_sentinel.daemon.errors import ConfigError, SentinelError
+from oom_sentinel.daemon.gpu_select import select_gpu_probe
+from oom_sentinel.daemon.host_probe import PsutilHostProbe
+from oom_sentinel.daemon.incidents import (
+    CloseIncident,
+    CountSoftOom,
+    Incident,
+    IncidentTracker,
+    Observation,
+    TrackerConfig,
+    UpdateIncident,
+    WriteSnapshot,
+)
+from oom_sentinel.daemon.logtail import LogLine, LogTailManager
+from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes
+from oom_sentinel.daemon.records import Record, RecordAssembler
+from oom_sentinel.daemon.retention import prune_snapshots
+from oom_sentinel.daemon.sdnotify import Notifier, watchdog_interval_s
+from oom_sentinel.daemon.snapshot import (
+    HostFacts,
+    InstanceInfo,
+    SnapshotContent,
+    SnapshotRef,
+    clean_leftovers,
+    collect_host_facts,
+    list_snapshots,
+    parse_iso_utc,
+    snapshots_dir,
+    write_snapshot,
+)
+from oom_sentinel.daemon.store import IncidentRow, Store
+from oom_sentinel.daemon.timeline import Sampler, Timeline, to_csv
+
+__all__ = ["RunOptions", "Service", "WatchedInstance", "run_service"]
+
+log = logging.getLogger("oom_sentinel")
+
+#: After the last line of a file, a pending record is closed this soon when nothing follows:
+#: ComfyUI writes a traceback in one write, so 50 ms of quiet means the record is whole.
+RECORD_IDLE_S = 0.05
+#: How many recent snapshots are read at start-up to learn which log records are handled.
+RECOVERY_SNAPSHOTS = 200
+#: Lines after the OOM record kept for log.txt (ComfyUI's "Memory summary" and "Got an OOM"
+#: follow the traceback).
+AFTER_LINES = 60
+#: How often ``status.json`` (read by ``oom-sentinel status``) is refreshed.
+STATUS_INTERVAL_S = 5.0
+STATUS_FILE = "status.json"  # cli_run.STATUS_FILE reads it
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Command-line additions to the settings, for a one-off run without a config file."""
+
+    data_dir: str | None = None
+    watch_logs: tuple[str, ...] = ()
+    #: ComfyUI instances named by URL (``http://host:port``) or install PATH
+    comfyui: tuple[str, ...] = ()
+
+
+@dataclass
+class WatchedInstance:
+    """One ComfyUI the daemon watches; refreshed by discovery (pid and flags change)."""
+
+    name: str
+    path: str | None
+    url: str | None
+    log_paths: tuple[str, ...]
+    pid: int | None = None
+    python: str | None = None
+    source: str = "config"
+    process: ComfyProcess | None = None
+
+    def info(self) -> InstanceInfo:
+        return InstanceInfo(name=self.name, path=self.path, url=self.url)
+
+
+@dataclass
+class _LogKeyState:
+    """Per followed log: its record assembler, recent lines and where it was read up to."""
+
+    instance: str
+    assembler: RecordAssembler = field(default_factory=RecordAssembler)
+    #: (path, start_offset, text) of recent lines, for log.txt
+    recent: deque[tuple[str, int, str]] = field(default_factory=lambda: deque(maxlen=400))
+    path: str | None = None
+    end_offset: int = 0
+    last_line_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Held:
+    key: str
+    path: str
+    start_offset: int
+
+
+def _record_id(key: str, record: Record) -> str:
+    digest = hashlib.sha1(record.text.encode("utf-8", "replace")).hexdigest()[:16]
+    return f"{key}|{record.start_offset}|{digest}"
+
+
+def _record_time(record: Record, fallback: float) -> float:
+    """The record's own time (Manager/Desktop prefix, local time) where it has one."""
+    stamp = record.timestamp
+    if not stamp:
+        return fallback
+    text = stamp.strip("[] ").replace("T", " ")
+    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M"):
+        try:
+            return datetime.strptime(text, fmt).timestamp()
+        except ValueError:
+            continue
+    return fallback
+
+
+def _row_from_snapshot(data: Mapping[str, Any], snapshot_id: str) -> IncidentRow | None:
+    """The store row of a snapshot whose row was lost (the daemon died between the two)."""
+    try:
+        inc = data["incident"]
+        event = data.get("event") or {}
+        first = parse_iso_utc(str(inc["first_seen"])) or 0.0
+        last = parse_iso_utc(str(inc["last_seen"])) or first
+        return IncidentRow(
+            id=str(inc["id"]),
+            snapshot_id=snapshot_id,
+            instance=str((data.get("instance") or {}).get("name") or ""),
+            pool=str(event.get("pool") or "gpu"),
+            backend=str(event.get("backend") or "unknown"),
+            node_type=event.get("node_type"),
+            exception_type=event.get("exception_type"),
+            first_seen_s=first,
+            last_seen_s=last,
+            count=int(inc.get("count") or 1),
+            sources=tuple(str(s) for s in data.get("sources") or ()),
+            summary=str(data.get("summary") or ""),
+            fingerprint=str(inc.get("fingerprint") or ""),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _instance_name_for_url(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.netloc or url
+
+
+class Service:
+    """The daemon: build with settings, ``start()``, ``run(stop)``, ``close()``."""
+
+    def __init__(
+        self,
+        loaded: LoadedSettings,
+        options: RunOptions | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        on_incident: Callable[[Incident, SnapshotRef], None] | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.settings: Settings = loaded.settings
+        self.options = options or RunOptions()
+        self.environ = dict(os.environ if environ is None else environ)
+        self.clock = clock
+        self.on_incident = on_incident
+        data_dir = self.options.data_dir or self.settings.resolved_data_dir()
+        self.data_dir = Path(data_dir).expanduser()
+        self.snapshots_dir = snapshots_dir(self.data_dir)
+        self.instances: dict[str, WatchedInstance] = {}
+        self._keys: dict[str, _LogKeyState] = {}
+        self._holds: dict[str, _Held] = {}
+        self._handled_records: set[str] = set()
+        #: log lines before each OOM record, until its snapshot is written
+        self._contexts: dict[str, tuple[str, ...]] = {}
+        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._explicit = bool(self.settings.instances or self.options.comfyui)
+        self.notifier = Notifier(self.environ)
+        self._watchdog_s = watchdog_interval_s(self.environ)
+        self._last_ping = 0.0
+        self._host_facts: HostFacts | None = None
+        self.store: Store | None = None
+        self.tails: LogTailManager | None = None
+        self.scheduler: BackgroundScheduler | None = None
+        self.sampler: Sampler | None = None
+        self.timeline: Timeline | None = None
+        self.tracker = IncidentTracker(TrackerConfig.from_settings(self.settings.incidents))
+        self.gpu_line = ""
+        self.incidents_written = 0
+        self.last_incident: str | None = None
+        self.started_s = clock()
+        self._last_status = 0.0
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Self-test and start every source; returns the one summary line that is logged."""
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store = Store.open(self.data_dir)
+        self.snapshots_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for leftover in clean_leftovers(self.snapshots_dir):
+            log.info("removed an unfinished snapshot left by a crash: %s", leftover)
+        self._recover()
+
+        choice = select_gpu_probe(self.settings.gpu, self.environ)
+        self.gpu_line = choice.line
+        log.info("%s", choice.line)
+        host = PsutilHostProbe()
+        self.timeline = Timeline.from_settings(self.settings.sampling)
+        self.sampler = Sampler(self.timeline, choice.probe, host, self.settings.sampling)
+
+        self.tails = LogTailManager(
+            self.store, poll_interval_ms=self.settings.logs.poll_interval_ms
+        )
+        for inst in self._configured_instances():
+            self._adopt(inst)
+        if self.settings.discovery.enabled or self._explicit:
+            self._merge_discovered(self._discover())
+        for path in (*self.settings.logs.extra, *self.options.watch_logs):
+            self._follow(path, instance=self._instance_for_extra_log(path))
+        self.tails.start()
+
+        self.scheduler = BackgroundScheduler(timezone="UTC", daemon=True)
+        self.sampler.start(self.scheduler)
+        if self.settings.discovery.enabled or self._explicit:
+            self.scheduler.add_job(
+                self._discovery_job,
+                "interval",
+                seconds=self.settings.discovery.interval_s,
+                id="discovery",
+                coalesce=True,
+                max_instances=1,
+            )
+        self.scheduler.add_job(
+            self._retention_job, "interval", hours=1, id="retention", coalesce=True
+        )
+        self.scheduler.start()
+        self._retention_job()
+        summary = self.summary()
+        log.info("%s", summary)
+        if not self.instances and not self._keys:
+            log.info(
+                "no ComfyUI install found yet; looking again every %d s (running ComfyUI "
+                "processes, ~/ComfyUI, the Windows portable build, ComfyUI Desktop)",
+                self.settings.discovery.interval_s,
+            )
+        return summary
+
+    def summary(self) -> str:
+        parts = []
+        for inst in self.instances.values():
+            where = f"pid {inst.pid}" if inst.pid else (inst.path or inst.url or "")
+            parts.append(f"{inst.name} ({where})")
+        insts = ", ".join(parts) if parts else "none yet"
+        return (
+            f"watching {len(self.instances)} ComfyUI instance(s): {insts}; "
+            f"{len(self._keys)} log file(s); {self.gpu_line}; data in {self.data_dir}"
+        )
+
+    def _configured_instances(self) -> list[WatchedInstance]:
+        out: list[WatchedInstance] = []
+        for i, cfg in enumerate(self.settings.instances):
+            if cfg.path:
+                described = describe_install(Path(cfg.path).expanduser(), name=cfg.name)
+                inst = self._from_discovered(described, source="config")
+            elif cfg.url or cfg.port:
+                url = cfg.url or f"http://127.0.0.1:{cfg.port}"
+                inst = WatchedInstance(
+                    name=cfg.name or _instance_name_for_url(url),
+                    path=None,
+                    url=url,
+                    log_paths=(),
+                    source="config",
+                )
+            else:
+                raise ConfigError(f"{self.loaded.source}: instances[{i}]: needs a path or a url")
+            if cfg.name:
+                inst.name = cfg.name
+            if cfg.url:
+                inst.url = cfg.url
+            elif cfg.port:
+                inst.url = f"http://127.0.0.1:{cfg.port}"
+            inst.log_paths = tuple(dict.fromkeys((*inst.log_paths, *cfg.logs)))
+            out.append(inst)
+        for target in self.options.comfyui:
+            if target.startswith(("http://", "https://")):
+                out.append(
+                    WatchedInstance(
+                        name=_instance_name_for_url(target),
+                        path=None,
+                        url=target.rstrip("/"),
+                        log_paths=(),
+                        source="cli",
+                    )
+                )
+            else:
+                path = Path(target).expanduser()
+                if not path.is_dir():
+                    raise ConfigError(f"--comfyui {target}: not a directory or an http URL")
+                out.append(self._from_discovered(describe_install(path), source="cli"))
+        return out
+
+    @staticmethod
+    def _from_discovered(d: DiscoveredInstance, *, source: str | None = None) -> WatchedInstance:
+        return WatchedInstance(
+            name=d.name,
+            path=d.path,
+            url=d.url,
+            log_paths=tuple(d.log_paths),
+            pid=d.pid,
+            python=d.python,
+            source=source or d.source,
+        )
+
+    def _discover(self) -> tuple[DiscoveredInstance, ...]:
+        """Runs in the scheduler thread (and once at start): every process is walked."""
+        try:
+            procs = find_comfy_processes()
+        except Exception:  # psutil may fail on exotic systems; discovery is best effort
+            log.exception("could not list processes; discovery continues with locations only")
+            procs = []
+        home = self.environ.get("HOME") or str(Path.home())
+        found = discover_instances(home=home, environ=self.environ, processes=procs)
+        if self._explicit:
+            # Only processes of the instances the user named: match them by install path.
+            known = {os.path.realpath(i.path) for i in self.instances.values() if i.path}
+            return tuple(
+                d for d in found if d.pid is not None and os.path.realpath(d.path) in known
+            )
+        return found
+
+    def _discovery_job(self) -> None:
+        self._inbox.put(("discovered", self._discover()))
+        if self.tails is not None:
+            self.tails.wake()
+
+    def _retention_job(self) -> None:
+        try:
+            removed = prune_snapshots(
+                self.snapshots_dir,
+                max_count=self.settings.snapshots.max_count,
+                max_age_days=self.settings.snapshots.max_age_days,
+                now_s=self.clock(),
+                store=self.store,
+            )
+        except SentinelError as exc:
+            log.warning("retention: %s", exc)
+            return
+        if removed:
+            log.info("retention: removed %d old snapshot(s)", len(removed))
+
+    # -- instances and their logs --------------------------------------------------------------
+
+    def _adopt(self, inst: WatchedInstance) -> None:
+        existing = self.instances.get(inst.name)
+        if existing is None:
+            self.instances[inst.name] = inst
+            log.info(
+                "watching ComfyUI %r (%s)%s",
+                inst.name,
+                inst.path or inst.url,
+                f", pid {inst.pid}" if inst.pid else "",
+            )
+        else:
+            if inst.pid != existing.pid and inst.pid is not None:
+                log.info("ComfyUI %r is running as pid %d", inst.name, inst.pid)
+            existing.pid = inst.pid
+            existing.process = inst.process
+            existing.python = inst.python or existing.python
+            existing.log_paths = tuple(dict.fromkeys((*existing.log_paths, *inst.log_paths)))
+            if inst.url and existing.source not in ("config", "cli"):
+                existing.url = inst.url
+            inst = existing
+        for path in inst.log_paths:
+            self._follow(path, instance=inst.name)
+
+    def _merge_discovered(self, found: Iterable[DiscoveredInstance]) -> None:
+        by_path = {os.path.realpath(i.path): i for i in self.instances.values() if i.path}
+        for d in found:
+            match = by_path.get(os.path.realpath(d.path))
+            inst = self._from_discovered(d)
+            if match is not None:
+                inst.name = match.name
+                inst.source = match.source
+            self._adopt(inst)
+        if self.sampler is not None:
+            self.sampler.set_watched(i.pid for i in self.instances.values() if i.pid)
+
+    def _follow(self, path: str, *, instance: str) -> None:
+        assert self.tails is not None
+        key = os.path.abspath(os.path.expanduser(path))
+        if key in self._keys:
+            return
+        self._keys[key] = _LogKeyState(instance=instance)
+        self.tails.add(key)
+        log.info("following %s (%s)", key, instance)
+
+    def _instance_for_extra_log(self, path: str) -> str:
+        """A log named with --watch-log belongs to the instance whose install holds it."""
+        real = os.path.realpath(os.path.expanduser(path))
+        for inst in self.instances.values():
+            if inst.path and real.startswith(os.path.realpath(inst.path) + os.sep):
+                return inst.name
+        return os.path.basename(path) or path
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Learn which log records recent snapshots were built from, and give any snapshot
+        that missed its store row (killed between the two writes) its row."""
+        assert self.store is not None
+        snaps, problems = list_snapshots(self.snapshots_dir)
+        for problem in problems:
+            log.warning("snapshots: %s", problem)
+        for snap in snaps[:RECOVERY_SNAPSHOTS]:
+            for obs in snap.data.get("observations") or []:
+                evidence = obs.get("evidence") or {} if isinstance(obs, dict) else {}
+                rid = evidence.get("record_id")
+                if isinstance(rid, str):
+                    self._handled_records.add(rid)
+            if self.store.incident_for_snapshot(snap.id) is None:
+                row = _row_from_snapshot(snap.data, snap.id)
+                if row is not None:
+                    self.store.save_incident(row)
+                    log.info("snapshot %s had no store row; restored it", snap.id)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        assert self.tails is not None
+        self.notifier.ready(self.summary())
+        while not stop.is_set():
+            now = self.clock()
+            self._drain_inbox()
+            self._handle_lines(self.tails.poll(), now)
+            self._flush_idle_records(now)
+            self._apply(self.tracker.tick(self.clock()))
+            self._commit_offsets()
+            self._ping_watchdog(now)
+            if now - self._last_status >= STATUS_INTERVAL_S:
+                self._write_status(now)
+            if stop.is_set():
+                break
+            self.tails.wait(self._wait_timeout(self.clock()))
+
+    def wake(self) -> None:
+        if self.tails is not None:
+            self.tails.wake()
+
+    def _wait_timeout(self, now: float) -> float:
+        timeout = self.settings.logs.poll_interval_ms / 1000
+        deadline = self.tracker.next_deadline()
+        if deadline is not None:
+            timeout = min(timeout, max(0.0, deadline - now))
+        if any(s.assembler.pending_start_offset is not None for s in self._keys.values()):
+            timeout = min(timeout, RECORD_IDLE_S)
+        if self._watchdog_s is not None:
+            timeout = min(timeout, max(0.0, self._last_ping + self._watchdog_s - now))
+        return timeout
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "discovered":
+                self._merge_discovered(payload)
+
+    def _handle_lines(self, lines: Sequence[LogLine], now: float) -> None:
+        observations: list[Observation] = []
+        for line in lines:
+            state = self._keys.get(line.key)
+            if state is None:
+                continue
+            if state.path is not None and (
+                line.path != state.path or line.start_offset != state.end_offset
+            ):
+                # a record never spans two files (or a gap): close the pending one first
+                for record in state.assembler.flush():
+                    self._on_record(line.key, state, state.path, record, now, observations)
+            state.recent.append((line.path, line.start_offset, line.text))
+            for record in state.assembler.feed(line.text, line.start_offset, line.end_offset):
+                self._on_record(line.key, state, line.path, record, now, observations)
+            state.path = line.path
+            state.end_offset = line.end_offset
+            state.last_line_at = now
+        if observations:
+            self._apply(self.tracker.observe_many(observations, self.clock()))
+
+    def _flush_idle_records(self, now: float) -> None:
+        observations: list[Observation] = []
+        for key, state in self._keys.items():
+            if state.assembler.pending_start_offset is None or state.path is None:
+                continue
+            if now - state.last_line_at >= RECORD_IDLE_S:
+                for record in state.assembler.flush():
+                    self._on_record(key, state, state.path, record, now, observations)
+        if observations:
+            self._apply(self.tracker.observe_many(observations, self.clock()))
+
+    def _on_record(
+        self,
+        key: str,
+        state: _LogKeyState,
+        path: str,
+        record: Record,
+        now: float,
+        out: list[Observation],
+    ) -> None:
+        event = classify_record(record.text)
+        if event is None:
+            return
+        rid = _record_id(key, record)
+        if rid in self._handled_records:
+            return  # a snapshot already holds it (re-read after a crash)
+        self._handled_records.add(rid)
+        if not event.recovered:
+            self._holds[rid] = _Held(key, path, record.start_offset)
+        out.append(
+            Observation(
+                instance=state.instance,
+                source="log",
+                event=event,
+                at_s=_record_time(record, now),
+                evidence={
+                    "record_id": rid,
+                    "log_path": path,
+                    "start_offset": record.start_offset,
+                    "end_offset": record.end_offset,
+                    "line_no": record.line_no,
+                },
+            )
+        )
+        self._contexts[rid] = self._context_lines(state, path, record.start_offset)
+
+    def _context_lines(self, state: _LogKeyState, path: str, start: int) -> tuple[str, ...]:
+        before = [text for p, off, text in state.recent if p == path and off < start][
+            -self.settings.logs.context_lines :
+        ]
+        return tuple(before)
+
+    # -- acting --------------------------------------------------------------------------------
+
+    def _apply(self, actions: Iterable[Any]) -> None:
+        assert self.store is not None
+        for action in actions:
+            if isinstance(action, WriteSnapshot):
+                self._write(action.incident)
+            elif isinstance(action, UpdateIncident):
+                self.store.save_incident(IncidentRow.from_incident(action.incident))
+            elif isinstance(action, CountSoftOom):
+                log.info(
+                    "ComfyUI %r recovered from a soft OOM (%d so far): %s",
+                    action.instance,
+                    action.count,
+                    action.observation.event.message[:200],
+                )
+            elif isinstance(action, CloseIncident):
+                log.debug(
+                    "incident %s closed after %d failure(s)",
+                    action.incident.id,
+                    action.incident.count,
+                )
+
+    def _write(self, incident: Incident) -> None:
+        assert self.store is not None
+        inst = self.instances.get(incident.instance) or WatchedInstance(
+            name=incident.instance, path=None, url=None, log_paths=()
+        )
+        memory = self.sampler.sample_once() if self.sampler is not None else None
+        if memory is None and self.timeline is not None:
+            memory = self.timeline.latest()
+        timeline_csv = to_csv(self.timeline.snapshot()) if self.timeline is not None else ""
+        if self._host_facts is None:
+            self._host_facts = collect_host_facts()
+        advice = advise(incident.event, self._advice_context(inst))
+        content = SnapshotContent(
+            incident=incident,
+            instance=inst.info(),
+            host=self._host_facts,
+            created_s=self.clock(),
+            advice=tuple(advice),
+            memory=memory,
+            log_text=self._log_text(incident),
+            timeline_csv=timeline_csv,
+        )
+        try:
+            ref = write_snapshot(self.snapshots_dir, content)
+        except SentinelError as exc:
+            log.error("could not write the snapshot of incident %s: %s", incident.id, exc)
+            return
+        self.store.save_incident(IncidentRow.from_incident(incident, ref.id))
+        for obs in incident.observations:
+            rid = obs.evidence.get("record_id")
+            if isinstance(rid, str):
+                self._holds.pop(rid, None)
+                self._contexts.pop(rid, None)
+        self.incidents_written += 1
+        self.last_incident = ref.id
+        log.warning("OOM on %s: %s -- snapshot %s", incident.instance, incident.summary, ref.path)
+        if self.on_incident is not None:
+            try:
+                self.on_incident(incident, ref)
+            except Exception:
+                log.exception("incident callback failed for %s", ref.id)
+
+    def _advice_context(self, inst: WatchedInstance) -> AdviceContext | None:
+        return None
+
+    def _log_text(self, incident: Incident) -> str:
+        chunks: list[str] = []
+        for obs in incident.observations:
+            ev = obs.evidence
+            if obs.source != "log" or "record_id" not in ev:
+                continue
+            key = str(ev["record_id"]).split("|", 1)[0]
+            state = self._keys.get(key)
+            before = list(self._contexts.get(str(ev["record_id"]), ()))
+            after: list[str] = []
+            if state is not None:
+                after = [
+                    text
+                    for p, off, text in state.recent
+                    if p == ev.get("log_path") and off >= int(ev.get("start_offset", 0))
+                ][:AFTER_LINES]
+            chunks.append("\n".join([f"==> {ev.get('log_path')} <==", *before, *after]))
+            break  # the first log record's neighbourhood tells the story
+        return "\n".join(chunks) + ("\n" if chunks else "")
+
+    def _commit_offsets(self) -> None:
+        assert self.tails is not None
+        for key, state in self._keys.items():
+            if state.path is None:
+                continue
+            offset = state.end_offset
+            pending = state.assembler.pending_start_offset
+            if pending is not None:
+                offset = min(offset, pending)
+            for held in self._holds.values():
+                if held.key == key and held.path == state.path:
+                    offset = min(offset, held.start_offset)
+            try:
+                self.tails.commit(key, state.path, offset)
+            except SentinelError as exc:
+                log.warning("could not save the read position of %s: %s", key, exc)
+
+    def status(self, now: float) -> dict[str, Any]:
+        """What ``oom-sentinel status`` shows: what is watched, the last sample, incidents."""
+        latest = self.timeline.latest() if self.timeline is not None else None
+        sample: dict[str, Any] | None = None
+        if latest is not None:
+            sample = {
+                "time_s": latest.time_s,
+                "ram_total_bytes": latest.host.ram_total_bytes if latest.host else None,
+                "ram_available_bytes": latest.host.ram_available_bytes if latest.host else None,
+                "swap_used_bytes": latest.host.swap_used_bytes if latest.host else None,
+                "gpus": [
+                    {
+                        "index": g.index,
+                        "name": g.name,
+                        "used_bytes": g.used_bytes,
+                        "total_bytes": g.total_bytes,
+                    }
+                    for g in latest.gpus
+                ],
+                "processes": [
+                    {"pid": t.root_pid, "rss_bytes": t.rss_bytes} for t in latest.process_trees
+                ],
+            }
+        logs = []
+        if self.tails is not None:
+            for key, follower in self.tails.followers.items():
+                st = follower.state
+                logs.append(
+                    {
+                        "path": key,
+                        "instance": self._keys[key].instance if key in self._keys else None,
+                        "reading": st.path,
+                        "offset": st.offset,
+                        "error": st.error,
+                    }
+                )
+        return {
+            "pid": os.getpid(),
+            "started_s": self.started_s,
+            "updated_s": now,
+            "config": str(self.loaded.source) if self.loaded.source else None,
+            "data_dir": str(self.data_dir),
+            "gpu": self.gpu_line,
+            "wake": self.tails.wake_backend if self.tails is not None else None,
+            "instances": [
+                {"name": i.name, "path": i.path, "url": i.url, "pid": i.pid, "source": i.source}
+                for i in self.instances.values()
+            ],
+            "logs": logs,
+            "last_sample": sample,
+            "incidents_written": self.incidents_written,
+            "last_incident": self.last_incident,
+        }
+
+    def _write_status(self, now: float) -> None:
+        self._last_status = now
+        try:
+            write_json_atomic(self.data_dir / STATUS_FILE, self.status(now))
+        except OSError as exc:
+            log.debug("could not write %s: %s", STATUS_FILE, exc)
+
+    def _ping_watchdog(self, now: float) -> None:
+        if self._watchdog_s is None or now - self._last_ping < self._watchdog_s * 0.9:
+            return
+        if self.healthy():
+            self.notifier.watchdog()
+            self._last_ping = now
+
+    def healthy(self) -> bool:
+        """Every worker alive: only then is systemd's watchdog pinged."""
+        return self.scheduler is not None and self.scheduler.running
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.notifier.stopping()
+        with contextlib.suppress(OSError):
+            (self.data_dir / STATUS_FILE).unlink()
+        if self.scheduler is not None:
+            with contextlib.suppress(Exception):
+                self.scheduler.shutdown(wait=False)
+        if self.tails is not None:
+            self.tails.close()
+        if self.sampler is not None:
+            self.sampler.gpu.close()
+        if self.store is not None:
+            self.store.close()
+        self.notifier.close()
+
+
+def run_service(
+    loaded: LoadedSettings,
+    *,
+    stop: threading.Event,
+    on_ready: Callable[[str], None] | None = None,
+    event_sink: Callable[[Incident, SnapshotRef], None] | None = None,
+    options: RunOptions | None = None,
+) -> int:
+    """Run the daemon until ``stop`` is set; the entry point of every front end (CLI,
+    systemd, the Windows service). Returns the exit status."""
+    service = Service(loaded, options, on_incident=event_sink)
+    try:
+        summary = service.start()
+        if on_ready is not None:
+            on_ready(summary)
+        waker = threading.Thread(
+            target=lambda: (stop.wait(), service.wake()), name="stop-waker", daemon=True
+        )
+        waker.start()
+        service.run(stop)
+    finally:
+        service.close()
+    return 0
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM/SIGINT stop the loop (within one tick)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def configure_logging(level: str, environ: Mapping[str, str] | None = None) -> None:
+    """Plain lines on stderr; under journald, ``<N>`` priority prefixes instead of times."""
+    env = os.environ if environ is None else environ
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    if env.get("JOURNAL_STREAM") or env.get("INVOCATION_ID"):
+        handler.setFormatter(_JournalFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # APScheduler logs every job run at INFO
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+
+_SYSLOG_PRIORITY = {"CRITICAL": 2, "ERROR": 3, "WARNING": 4, "INFO": 6, "DEBUG": 7}
+
+
+class _JournalFormatter(logging.Formatter):
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        prio = _SYSLOG_PRIORITY.get(record.levelname, 6)
+        return "\n".join(f"<{prio}>{line}" for line in text.splitlines())
