@@ -12,7 +12,6 @@ import pytest
 from install_builder import (
     Install,
     build_install,
-    commit_files,
     git,
     repo_fingerprint,
     tree_fingerprint,
@@ -88,7 +87,9 @@ def test_install_without_git_has_unknown_commit_but_a_version(tmp_path: Path) ->
     (root / "main.py").write_text("")
     (root / "comfyui_version.py").write_text('__version__ = "0.8.0"\n')
     state = capture_install(root)
-    assert state.comfyui == CoreState(commit=None, branch=None, url=None, dirty=None, version="0.8.0")
+    assert state.comfyui == CoreState(
+        commit=None, branch=None, url=None, dirty=None, version="0.8.0"
+    )
     assert state.nodes == ()
 
 
@@ -414,7 +415,17 @@ def test_remote_urls_normalize_to_one_spelling(url: str, expected: str | None) -
 @pytest.mark.parametrize(
     "name",
     ["../x", "..", ".", "a/b", "a\\b", "/etc/passwd", "C:evil", "", "nul\x00byte"],
-    ids=["dotdot-prefix", "dotdot", "dot", "slash", "backslash", "absolute", "drive", "empty", "nul"],
+    ids=[
+        "dotdot-prefix",
+        "dotdot",
+        "dot",
+        "slash",
+        "backslash",
+        "absolute",
+        "drive",
+        "empty",
+        "nul",
+    ],
 )
 def test_node_names_that_would_escape_custom_nodes_are_rejected(name: str) -> None:
     with pytest.raises(InputError):
