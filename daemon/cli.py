@@ -84,3 +84,9 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     return str(value)
+
+
+# Subcommand groups (one module each).
+from oom_sentinel.daemon.cli_states import states_group  # noqa: E402
+
+main.add_command(states_group)
