@@ -104,7 +104,8 @@ def parse_backup_branch_time(name: str) -> datetime | None:
     if not m:
         return None
     try:
-        return datetime(*(int(g) for g in m.groups()))
+        year, month, day, hour, minute, second = (int(g) for g in m.groups())
+        return datetime(year, month, day, hour, minute, second)
     except ValueError:
         return None
 

@@ -7,7 +7,7 @@ output of a CUDA machine, which cannot exist here."""
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import os
 import stat
@@ -187,7 +187,10 @@ def torch_python() -> Path:
     ready = root / ".ready"
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(root.parent / f"{tag}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(ImportError):  # no fcntl on Windows: no lock, still works
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if not ready.exists():
             venv.EnvBuilder(with_pip=True, clear=True).create(root)
             proc = subprocess.run(
