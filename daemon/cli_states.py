@@ -1,0 +1,377 @@
+"""``oom-sentinel states``: look at install states without the daemon — capture an install,
+show a state file (ours or ComfyUI-Manager's), diff two states, reconstruct the past from the
+reflogs, and export a state as a Manager snapshot.
+
+The store-backed commands (``states list``, ``states show ID``) join this group once the store
+exists; everything here works on paths and files only.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from oom_sentinel.daemon.clikit import echo_json, handle_errors
+from oom_sentinel.daemon.errors import InputError
+from oom_sentinel.daemon.install_state import (
+    InstallState,
+    capture_install,
+    resolve_comfyui_root,
+)
+from oom_sentinel.daemon.interpreter import DEFAULT_TIMEOUT_S, find_interpreter
+from oom_sentinel.daemon.manager_snapshots import (
+    OUR_POSTFIX,
+    manager_snapshot_filename,
+    read_state_file,
+    resolve_unknown_commits,
+    write_manager_snapshot,
+    write_text_atomic,
+)
+from oom_sentinel.daemon.reflog import import_install_history, state_before_last
+from oom_sentinel.daemon.state_diff import diff_states, repos_for_state
+
+__all__ = ["state_summary", "states_group"]
+
+PROG = "oom-sentinel"
+
+
+# ---------------------------------------------------------------------------------------------
+# Output shapes
+
+
+def state_summary(state: InstallState) -> dict[str, Any]:
+    """The documented JSON shape of ``states show``/``capture``: ``comfyui`` is the commit (or
+    null) and ``nodes`` is ``{name: {commit, version, disabled, url, ...}}``, null where
+    unknown; the full record follows under ``state``."""
+    return {
+        "state_id": state.state_id,
+        "source": state.source,
+        "captured_at": _iso(state.captured_at_epoch_s),
+        "comfyui": state.comfyui.commit,
+        "nodes": {
+            key: {
+                "commit": node.commit,
+                "version": node.version,
+                "disabled": node.disabled,
+                "url": node.url,
+                "kind": node.kind,
+                "content_hash": node.content_hash,
+            }
+            for key, node in state.node_table().items()
+        },
+        "state": state.to_dict(),
+    }
+
+
+def _iso(epoch_s: float | None) -> str | None:
+    if epoch_s is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(epoch_s))
+
+
+def _print_state(state: InstallState) -> None:
+    core = state.comfyui
+    when = _iso(state.captured_at_epoch_s)
+    click.echo(f"state {state.state_id}  ({state.source}{', ' + when if when else ''})")
+    parts = [f"ComfyUI {core.commit[:12] if core.commit else 'commit unknown'}"]
+    if core.branch:
+        parts.append(f"branch {core.branch}")
+    if core.version:
+        parts.append(f"v{core.version}")
+    if core.url:
+        parts.append(core.url)
+    if core.dirty:
+        parts.append(f"{len(core.dirty)} modified file{'s' if len(core.dirty) != 1 else ''}")
+    click.echo("  ".join(parts))
+    table = state.node_table()
+    click.echo(f"custom nodes ({len(table)}):")
+    width = max((len(k) for k in table), default=0)
+    for key, node in table.items():
+        if node.kind == "git":
+            what = node.commit[:12] if node.commit else "unknown"
+        elif node.kind == "cnr":
+            what = node.version or "version unknown"
+        else:
+            what = (node.content_hash or "content unknown")[:19]
+        extra = f"  {node.url}" if node.url else ""
+        flag = "  [disabled]" if node.disabled else ""
+        click.echo(f"  {key:<{width}}  {node.kind:<6} {what}{extra}{flag}")
+    if state.pip is None:
+        click.echo("pip: not recorded")
+    else:
+        torch = [line for line in state.pip if line.lower().startswith("torch==")]
+        click.echo(f"pip: {len(state.pip)} packages{' (' + torch[0] + ')' if torch else ''}")
+    env = state.interpreter
+    if env is not None:
+        if env.error:
+            click.echo(f"interpreter {env.executable}: {env.error}")
+        else:
+            bits = [f"python {env.python_version}"]
+            bits.append(f"torch {env.torch_version}" if env.torch_version else "torch absent")
+            if env.cuda_version:
+                bits.append(f"CUDA {env.cuda_version}")
+            if env.hip_version:
+                bits.append(f"HIP {env.hip_version}")
+            if env.cudnn_version:
+                bits.append(f"cuDNN {env.cudnn_version}")
+            if env.driver_version:
+                bits.append(f"driver {env.driver_version}")
+            for gpu in env.gpus:
+                mem = (
+                    f" {gpu.total_memory_bytes / 2**30:.1f} GiB"
+                    if gpu.total_memory_bytes is not None
+                    else ""
+                )
+                bits.append(f"GPU{gpu.index} {gpu.name}{mem}")
+            click.echo("  ".join(bits))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading states from arguments
+
+
+def _interpreter_for(root: Path, python: str | None, no_python: bool) -> str | Path | None:
+    if no_python:
+        return None
+    if python:
+        return python
+    return find_interpreter(root)
+
+
+def _load(arg: str, python: str | None, no_python: bool, timeout_s: float) -> InstallState:
+    """A state from a file (ours or Manager's) or by capturing the install at a directory."""
+    path = Path(arg).expanduser()
+    if path.is_dir():
+        root = resolve_comfyui_root(path)
+        return capture_install(
+            root,
+            interpreter=_interpreter_for(root, python, no_python),
+            timeout_s=timeout_s,
+        )
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    return read_state_file(path)
+
+
+_python_options = [
+    click.option(
+        "--python",
+        "python",
+        type=click.Path(dir_okay=False),
+        help="ComfyUI's interpreter (default: the install's venv or python_embeded).",
+    ),
+    click.option(
+        "--no-python", is_flag=True, help="Do not run ComfyUI's interpreter (no pip/torch facts)."
+    ),
+    click.option(
+        "--timeout-s",
+        type=click.FloatRange(min=1),
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        help="Time limit for each run of ComfyUI's interpreter.",
+    ),
+]
+
+
+def _with_python_options(func: Any) -> Any:
+    for option in reversed(_python_options):
+        func = option(func)
+    return func
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+
+@click.group("states")
+def states_group() -> None:
+    """Install states: ComfyUI's commit, every custom node, the Python environment."""
+
+
+@states_group.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--resolve",
+    "resolve_root",
+    type=click.Path(file_okay=False),
+    help="Fill 'unknown' commits of a Manager file from the install at this path.",
+)
+@handle_errors(PROG)
+def states_show(file: str, as_json: bool, resolve_root: str | None) -> None:
+    """Show the state in FILE: a ComfyUI-Manager snapshot (.json/.yaml) or a state file."""
+    path = Path(file)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    state = read_state_file(path)
+    if resolve_root:
+        state = resolve_unknown_commits(state, capture_install(resolve_root))
+    if as_json:
+        echo_json(state_summary(state))
+    else:
+        _print_state(state)
+
+
+@states_group.command("capture")
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Also write the state to this file."
+)
+@_with_python_options
+@handle_errors(PROG)
+def states_capture(
+    path: str,
+    as_json: bool,
+    output: str | None,
+    python: str | None,
+    no_python: bool,
+    timeout_s: float,
+) -> None:
+    """Capture the install at PATH now (reads only; never changes the install)."""
+    root = resolve_comfyui_root(path)
+    state = capture_install(
+        root, interpreter=_interpreter_for(root, python, no_python), timeout_s=timeout_s
+    )
+    if output:
+        write_text_atomic(output, state.to_json())
+    if as_json:
+        echo_json(state_summary(state))
+    else:
+        _print_state(state)
+        if output:
+            click.echo(f"written to {output}")
+
+
+@states_group.command("diff")
+@click.argument("old")
+@click.argument("new")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--repos",
+    "repos_root",
+    type=click.Path(file_okay=False),
+    help="Resolve commit ranges in the repos of the install at this path.",
+)
+@_with_python_options
+@handle_errors(PROG)
+def states_diff(
+    old: str,
+    new: str,
+    as_json: bool,
+    repos_root: str | None,
+    python: str | None,
+    no_python: bool,
+    timeout_s: float,
+) -> None:
+    """What changed from OLD to NEW (each a state file, a Manager snapshot or an install
+    directory, which is captured now)."""
+    a = _load(old, python, no_python, timeout_s)
+    b = _load(new, python, no_python, timeout_s)
+    repo_states = [s for s in (a, b) if s.root is not None]
+    if repos_root:
+        repo_states.append(capture_install(resolve_comfyui_root(repos_root)))
+    diff = diff_states(a, b, repos=repos_for_state(*repo_states))
+    if as_json:
+        echo_json(diff.to_dict())
+        return
+    click.echo(f"{a.state_id} ({a.source}) -> {b.state_id} ({b.source})")
+    lines = diff.summary_lines()
+    if diff.is_empty:
+        click.echo("no changes")
+    for line in lines:
+        click.echo(f"  {line}")
+
+
+@states_group.command("history")
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors(PROG)
+def states_history(path: str, as_json: bool) -> None:
+    """Earlier states of the install at PATH, reconstructed from the git reflogs of ComfyUI
+    and every node (and the Windows updater's backup branches)."""
+    root = resolve_comfyui_root(path)
+    history = import_install_history(root)
+    last_pull = state_before_last(history, "pull")
+    if as_json:
+        echo_json(
+            {
+                "states": [
+                    {
+                        "state_id": h.state.state_id,
+                        "at": _iso(h.at_epoch_s),
+                        "at_epoch_s": h.at_epoch_s,
+                        "event": h.description,
+                        "comfyui": h.state.comfyui.commit,
+                        "nodes": {
+                            k: {"commit": n.commit, "disabled": n.disabled}
+                            for k, n in h.state.node_table().items()
+                            if n.kind == "git"
+                        },
+                    }
+                    for h in history
+                ],
+                "before_last_pull": None if last_pull is None else last_pull[0].state.state_id,
+            }
+        )
+        return
+    if not history:
+        click.echo("no reflog history found")
+        return
+    previous: InstallState | None = None
+    for h in history:
+        click.echo(f"{_iso(h.at_epoch_s) or '(earliest)':<25} {h.state.state_id}  {h.description}")
+        if previous is not None:
+            for line in diff_states(previous, h.state).summary_lines():
+                if not line.startswith("pip:") and not line.startswith("ComfyUI's commit"):
+                    click.echo(f"{'':<27}{line}")
+        previous = h.state
+    if last_pull is not None:
+        click.echo(f"state before the last pull: {last_pull[0].state.state_id}")
+
+
+@states_group.command("export")
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option(
+    "--manager",
+    is_flag=True,
+    help="Write a ComfyUI-Manager snapshot (<time>_oom-sentinel.json) instead of our format.",
+)
+@click.option(
+    "-d",
+    "--dir",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Folder to write into (default: the current folder). Use the install's "
+    "user/__manager/snapshots to see it in ComfyUI-Manager.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Exact file to write.")
+@_with_python_options
+@handle_errors(PROG)
+def states_export(
+    path: str,
+    manager: bool,
+    out_dir: str | None,
+    output: str | None,
+    python: str | None,
+    no_python: bool,
+    timeout_s: float,
+) -> None:
+    """Capture the install at PATH and write it to a file; prints the file's path."""
+    if out_dir and output:
+        raise InputError("--dir and --output: give one or the other")
+    root = resolve_comfyui_root(path)
+    state = capture_install(
+        root, interpreter=_interpreter_for(root, python, no_python), timeout_s=timeout_s
+    )
+    folder = Path(out_dir) if out_dir else Path.cwd()
+    at = state.captured_at_epoch_s or time.time()
+    if manager:
+        written = write_manager_snapshot(state, folder, path=output, at_epoch_s=at)
+    else:
+        name = manager_snapshot_filename(at, OUR_POSTFIX).replace(".json", ".state.json")
+        written = write_text_atomic(Path(output) if output else folder / name, state.to_json())
+    click.echo(str(written))
