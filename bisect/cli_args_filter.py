@@ -165,7 +165,7 @@ def _scan(text: str) -> dict[str, ArgSpec]:
         options = tuple(s for s in strings if s.startswith("-"))
         if not options:
             continue
-        am = re.search(r"\baction\s*=\s*(?:[\"']([\w-]+)[\"']|[\w.]*?(\w+))", body)
+        am = re.search(r"\baction\s*=\s*(?:[\"']([\w-]+)[\"']|(?:\w+\.)*(\w+))", body)
         action = (am.group(1) or am.group(2)) if am else None
         nm = re.search(r"\bnargs\s*=\s*(?:[\"']([?*+])[\"']|(\d+))", body)
         nargs: str | int | None = None
@@ -286,7 +286,9 @@ def filter_flags(
         elif not any(o in target_spec for o in _aliases(use.option, user_spec)):
             dropped.append((shown, "unknown to this commit"))
         else:
-            target_opt = next(o for o in _aliases(use.option, user_spec) if o in target_spec)
+            # the spelling the user wrote if this commit knows it, else a long alias
+            known = [o for o in _aliases(use.option, user_spec) if o in target_spec]
+            target_opt = use.option if use.option in target_spec else max(known, key=len)
             words = list(use.words)
             _, eq, value = words[0].partition("=")
             words[0] = target_opt + (eq + value if eq else "")

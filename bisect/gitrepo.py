@@ -33,6 +33,7 @@ __all__ = [
     "is_ancestor",
     "is_commit_id",
     "normalize_remote_url",
+    "null_sha",
     "parse_reflog",
     "read_reflog",
     "remote_urls",
@@ -79,9 +80,11 @@ def git(
     env: Mapping[str, str] | None = None,
     what: str | None = None,
     pass_fds: Sequence[int] = (),
+    config: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``git -C repo args``; on failure raise BisectError naming ``what`` (or the repo)."""
-    cmd = ["git", "-C", str(repo), *args]
+    """Run ``git -C repo [-c k=v ...] args``; on failure raise BisectError naming ``what``."""
+    cfg = [w for k, v in (config or {}).items() for w in ("-c", f"{k}={v}")]
+    cmd = ["git", "-C", str(repo), *cfg, *args]
     try:
         proc = subprocess.run(
             cmd,
@@ -245,7 +248,3 @@ def read_reflog(repo: Path) -> list[ReflogEntry]:
 
 def null_sha(value: str) -> bool:
     return value == _ZERO or set(value) == {"0"}
-
-
-def run_lines(repo: Path, args: Sequence[str], what: str) -> list[str]:
-    return git(repo, *args, what=what).stdout.splitlines()

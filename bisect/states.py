@@ -492,7 +492,8 @@ def parse_manager_snapshot(data: Any, origin: str) -> ManagerSnapshot:
         if core is not None and not is_commit_id(core):
             raise InputError(f"{origin}: comfyui: {data.get('comfyui')!r} is not a commit id")
     nodes: dict[str, tuple[str | None, bool]] = {}
-    raw = data.get("git_custom_nodes") or {}
+    raw = data.get("git_custom_nodes")
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise InputError(f"{origin}: git_custom_nodes must be an object")
     for url, entry in raw.items():

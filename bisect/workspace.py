@@ -240,26 +240,21 @@ class Workspace:
     # -- git inside the workspace
 
     def _git(self, repo: Path, *args: str, what: str) -> str:
-        cfg = [
-            "-c",
-            f"core.hooksPath={self.root / '.nohooks'}",
-            "-c",
-            "gc.auto=0",
-            "-c",
-            "maintenance.auto=false",
-            "-c",
-            "core.fsmonitor=false",
-            "-c",
-            "advice.detachedHead=false",
-        ]
+        cfg = {
+            "core.hooksPath": str(self.root / ".nohooks"),
+            "gc.auto": "0",
+            "maintenance.auto": "false",
+            "core.fsmonitor": "false",
+            "advice.detachedHead": "false",
+        }
         fds = (self._lock.fileno(),) if self._lock is not None else ()
         proc = gitrepo.git(
             repo,
-            *cfg,
             *args,
             what=what,
             env={"GIT_LFS_SKIP_SMUDGE": "1"},
             pass_fds=fds,
+            config=cfg,
         )
         return proc.stdout
 

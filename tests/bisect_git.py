@@ -102,7 +102,7 @@ def build_history(
     return [ids[i + 1] for i in range(len(commits))]
 
 
-CLI_ARGS_TEMPLATE = '''import argparse
+CLI_ARGS_TEMPLATE = """import argparse
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--listen", type=str, default="127.0.0.1", metavar="IP", nargs="?", const="0.0.0.0,::")
@@ -117,7 +117,7 @@ vram_group.add_argument("--gpu-only", action="store_true")
 vram_group.add_argument('--lowvram', action='store_true')
 vram_group.add_argument("--novram", action="store_true")
 {extra}
-'''
+"""
 
 
 def cli_args_text(*, reserve_vram: bool, database: bool) -> str:
@@ -160,7 +160,10 @@ def node_history(name: str, n: int) -> list[tuple[str, Change]]:
     return [
         (
             f"{name} change {i}",
-            {"__init__.py": f"NODE_CLASS_MAPPINGS = {{}}  # {name} v{i}\n", "version.txt": f"{i}\n"},
+            {
+                "__init__.py": f"NODE_CLASS_MAPPINGS = {{}}  # {name} v{i}\n",
+                "version.txt": f"{i}\n",
+            },
         )
         for i in range(n)
     ]

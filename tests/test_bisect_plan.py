@@ -112,7 +112,7 @@ def test_without_verification_the_endpoints_are_assumed() -> None:
 def test_endpoints_are_verified_first(
     good_says: Verdict, bad_says: Verdict, message: str, result: str
 ) -> None:
-    plan, ids = one_repo_plan(10)
+    plan, _ids = one_repo_plan(10)
     step = next_step(plan)
     assert isinstance(step, Test) and step.phase == "verify-good" and step.state == plan.good
     plan = plan.observe(plan.good, good_says)
@@ -237,7 +237,7 @@ def test_observations_in_any_order_give_the_same_step() -> None:
 
 
 def test_a_later_verdict_on_the_same_state_wins() -> None:
-    plan, ids = one_repo_plan(8, verify=False)
+    plan, _ids = one_repo_plan(8, verify=False)
     step = next_step(plan)
     assert isinstance(step, Test)
     wrong = plan.observe(step.state, NEW)
@@ -247,7 +247,7 @@ def test_a_later_verdict_on_the_same_state_wins() -> None:
 
 
 def test_inconsistent_verdicts_still_end() -> None:
-    plan, ids = one_repo_plan(50, verify=False)
+    plan, _ids = one_repo_plan(50, verify=False)
     rng = random.Random(3)
     step, tests = run(plan, lambda s: rng.choice([OLD, NEW]))
     assert isinstance(step, Found | OnlySkippedLeft)
@@ -297,19 +297,19 @@ def test_a_node_that_breaks_only_with_the_new_core_needs_both() -> None:
 @settings(max_examples=80, deadline=None)
 @given(needed=st.sets(st.sampled_from(["comfyui", *(f"node:{n}" for n in NODE_NAMES)]), min_size=1))
 def test_property_ddmin_isolates_exactly_the_needed_repos(needed: set[str]) -> None:
-    plan, core, node = multi_repo(8, 4)
+    plan, _core, _node = multi_repo(8, 4)
 
     def switched(s: State, repo: str) -> bool:
         return s.value(repo) == plan.bad.value(repo)
 
     # bad only when every needed repo is at its bad value (each repo flips at its last commit)
-    step, tests = run(plan, lambda s: NEW if all(switched(s, r) for r in needed) else OLD)
+    step, _tests = run(plan, lambda s: NEW if all(switched(s, r) for r in needed) else OLD)
     assert isinstance(step, Found)
     assert sorted(c.repo for c in step.culprits) == sorted(needed)
 
 
 def test_either_of_two_culprits_is_enough_and_ddmin_names_one() -> None:
-    plan, core, node = multi_repo(8, 4)
+    plan, _core, node = multi_repo(8, 4)
 
     def oracle(s: State) -> Verdict:
         return NEW if s.node("n1") == node["n1"][-1] or s.node("n4") == node["n4"][-1] else OLD
@@ -362,8 +362,14 @@ def test_an_ambiguous_repo_and_a_found_repo_are_reported_together() -> None:
     ("kwargs", "message"),
     [
         (dict(repo="comfyui", good="g" * 40, bad="b" * 40, commits=("c" * 40,)), "end with"),
-        (dict(repo="comfyui", good="a" * 40, bad="b" * 40, commits=("a" * 40, "b" * 40)), "good value"),
-        (dict(repo="comfyui", good="a" * 40, bad="b" * 40, commits=("b" * 40, "b" * 40)), "repeats"),
+        (
+            dict(repo="comfyui", good="a" * 40, bad="b" * 40, commits=("a" * 40, "b" * 40)),
+            "good value",
+        ),
+        (
+            dict(repo="comfyui", good="a" * 40, bad="b" * 40, commits=("b" * 40, "b" * 40)),
+            "repeats",
+        ),
     ],
     ids=["not-ending-with-bad", "good-in-list", "duplicate"],
 )
@@ -381,7 +387,7 @@ def test_plan_rejects_spans_that_do_not_match_the_states() -> None:
 
 
 def test_observations_of_unrelated_states_are_ignored() -> None:
-    plan, ids = one_repo_plan(8, verify=False)
+    plan, _ids = one_repo_plan(8, verify=False)
     stray = Observation(State.of(sha("f", 1)), NEW)
     with_stray = Plan(plan.good, plan.bad, plan.spans, (stray,), False)
     assert next_step(with_stray) == next_step(plan)
