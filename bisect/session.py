@@ -45,7 +45,7 @@ import re
 import secrets
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,16 @@ from oom_sentinel.bisect.fsutil import (
     fsync_dir,
     remove_tree,
 )
-from oom_sentinel.bisect.plan import Plan, Progress, RepoSpan, Step, Test, next_step, progress
+from oom_sentinel.bisect.plan import (
+    Observation,
+    Plan,
+    Progress,
+    RepoSpan,
+    Step,
+    Test,
+    next_step,
+    progress,
+)
 from oom_sentinel.bisect.states import (
     CORE,
     Install,
@@ -84,6 +93,7 @@ from oom_sentinel.bisect.verdict import (
     median_peaks,
     threshold_from_good,
 )
+from oom_sentinel.bisect.workspace import remove_workspace
 from oom_sentinel.daemon.errors import BisectError, ConfigError, InputError, NotBisecting
 
 __all__ = [
@@ -103,6 +113,7 @@ __all__ = [
     "parse_log",
     "remove_tree",
     "reset_paths",
+    "session_lock",
     "workflow_sha256",
 ]
 
@@ -158,8 +169,13 @@ _locks: dict[Path, FileLock] = {}
 
 
 @contextlib.contextmanager
-def _session_lock(paths: BisectPaths) -> Iterator[None]:
-    """Exclusive per install, re-entrant within this process."""
+def session_lock(paths: BisectPaths) -> Iterator[None]:
+    """Exclusive per install, re-entrant within this process.
+
+    Every command that changes the session takes it; a front end running a whole bisect
+    holds it for the run, so ``reset`` or ``replay`` from another terminal fail with one
+    line instead of pulling the workspace out from under a measurement.
+    """
     key = paths.lock
     if _held.get(key):
         _held[key] += 1
@@ -600,7 +616,7 @@ class Session:
         if not setup.spans:
             raise BisectError("the good and bad states are the same: there is nothing to bisect")
         paths.root.mkdir(parents=True, exist_ok=True)
-        with _session_lock(paths):
+        with session_lock(paths):
             if cls.exists(paths):
                 raise BisectError(
                     f"a bisect is already in progress for {setup.install} "
@@ -653,8 +669,6 @@ class Session:
 
     def plan(self) -> Plan:
         s = self.setup
-        from oom_sentinel.bisect.plan import Observation
-
         obs = tuple(Observation(r.state, r.verdict) for r in self.records())
         return Plan(s.good, s.bad, s.spans, obs, s.verify_endpoints)
 
@@ -755,7 +769,7 @@ class Session:
 
     def _append(self, rec: LogRecord) -> None:
         self._check_state(rec.state)
-        with _session_lock(self.paths):
+        with session_lock(self.paths):
             if not self.exists(self.paths):
                 raise NotBisecting(f"{self.paths.root}: the session was reset")
             append_line(
@@ -776,7 +790,7 @@ class Session:
         body = _log_header(self.setup) + "".join(
             format_record(r, self.setup.terms, self.setup.repos()) + "\n" for r in recs
         )
-        with _session_lock(self.paths):
+        with session_lock(self.paths):
             if not self.exists(self.paths):
                 raise NotBisecting(f"{self.paths.root}: the session was reset")
             atomic_write_text(self.paths.session / "log", body)
@@ -822,8 +836,6 @@ def _record_from_runs(
 
 
 def _replace_created(setup: SessionSetup) -> SessionSetup:
-    from dataclasses import replace
-
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     return replace(setup, created_at=now)
 
@@ -933,9 +945,9 @@ def reset_paths(paths: BisectPaths) -> None:
     """
     if not paths.root.exists():
         raise NotBisecting(f"{paths.root}: no bisect session")
-    with _session_lock(paths):
+    with session_lock(paths):
         had = paths.session.exists() or paths.workspace.exists()
-        remove_tree(paths.workspace)
+        remove_workspace(paths.workspace)
         if paths.session.exists():
             for child in sorted(paths.session.iterdir()):
                 if child.name != "started":

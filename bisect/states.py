@@ -71,6 +71,7 @@ __all__ = [
     "SnapshotResolver",
     "State",
     "before_last_update",
+    "check_node_name",
     "check_value",
     "differing_repos",
     "node_key",
@@ -115,6 +116,13 @@ def repo_label(repo: str) -> str:
     return "ComfyUI" if repo == CORE else "custom_nodes/" + node_name(repo)
 
 
+def check_node_name(name: str) -> str:
+    """A node is a folder or file directly under ``custom_nodes/``: one path component."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0\n\r"):
+        raise ValueError(f"{name!r} is not a custom node name (one file or folder name)")
+    return name
+
+
 def check_value(value: str, repo: str) -> str:
     """Return ``value`` if it is a valid state value for ``repo``, else raise ValueError."""
     if is_commit_id(value):
@@ -139,6 +147,7 @@ class State:
         check_value(comfyui, CORE)
         items = []
         for name, value in (nodes or {}).items():
+            check_node_name(name)
             check_value(value, node_key(name))
             if value != ABSENT:
                 items.append((name, value))
@@ -326,7 +335,10 @@ def parse_state_tokens(tokens: Sequence[str]) -> dict[str, str]:
         if key in ("comfyui", "core", "ComfyUI"):
             key = CORE
         elif key.startswith(NODE_PREFIX) and len(key) > len(NODE_PREFIX):
-            pass
+            try:
+                check_node_name(key[len(NODE_PREFIX) :])
+            except ValueError as exc:
+                raise BadRef(f"{tok!r}: {exc}") from None
         else:
             raise BadRef(f"{tok!r}: the repo must be 'comfyui' or 'node:NAME'")
         if key in out:
@@ -340,12 +352,17 @@ def resolve_state(
     install: Install,
     *,
     snapshot_resolver: SnapshotResolver | None = None,
+    manager_reader: Callable[[Path], ManagerSnapshot] | None = None,
     window_s: int = DEFAULT_UPDATE_WINDOW_S,
 ) -> State:
     """Turn a STATE argument into a State of ``install`` (see the module docstring).
 
-    Raises BadRef (one line naming the repo and the ref) for anything that does not resolve.
+    ``snapshot_resolver`` turns a word that is nothing else into a State (oom-sentinel
+    snapshot ids); ``manager_reader`` reads a ComfyUI-Manager file (default:
+    ``read_manager_snapshot``). Raises BadRef (one line naming the repo and the ref) for
+    anything that does not resolve, InputError for an unreadable snapshot file.
     """
+    manager_reader = manager_reader or read_manager_snapshot
     tokens = split_state_arg(arg)
     if not tokens:
         raise BadRef("empty state: give REPO=REF pairs, a snapshot, or before-last-update")
@@ -358,8 +375,10 @@ def resolve_state(
             return state_at_reflog(install, _reflogs(install), int(m.group(1)))
         if "=" not in word:
             path = Path(word).expanduser()
-            if path.suffix.lower() in (".json", ".yaml", ".yml") and path.is_file():
-                snap = read_manager_snapshot(path)
+            if path.suffix.lower() in (".json", ".yaml", ".yml"):
+                if not path.is_file():
+                    raise InputError(f"{path}: no such snapshot file")
+                snap = manager_reader(path)
                 return state_from_manager_snapshot(snap, install, _remote_map(install), str(path))
             if snapshot_resolver is not None:
                 return snapshot_resolver(word)

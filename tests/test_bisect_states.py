@@ -43,6 +43,12 @@ def test_absent_nodes_are_omitted_so_both_spellings_compare_equal() -> None:
     )
 
 
+@pytest.mark.parametrize("name", ["..", "a/b", "a\\b", "", "x\ny"], ids=repr)
+def test_node_names_are_single_path_components(name: str) -> None:
+    with pytest.raises(ValueError, match="is not a custom node name"):
+        State.of(H, {name: H2})
+
+
 def test_with_values_switches_repos_and_json_round_trips() -> None:
     s = State.of(H, {"x": H2, "loose": INSTALLED})
     t = s.with_values({"comfyui": H2, "node:x": ABSENT, "node:new": "version:1.2.3"})
@@ -86,8 +92,20 @@ def test_differing_repos_lists_the_core_first_then_nodes_by_name() -> None:
         (["foo=bar"], "must be 'comfyui' or 'node:NAME'"),
         (["node:=x"], "must be 'comfyui' or 'node:NAME'"),
         (["comfyui=a", "comfyui=b"], "given twice"),
+        (["node:../../etc=absent"], "is not a custom node name"),
+        (["node:a/b=HEAD"], "is not a custom node name"),
+        (["node:..=HEAD"], "is not a custom node name"),
     ],
-    ids=["no-equals", "no-ref", "unknown-repo", "empty-node", "twice"],
+    ids=[
+        "no-equals",
+        "no-ref",
+        "unknown-repo",
+        "empty-node",
+        "twice",
+        "traversal",
+        "slash",
+        "dotdot",
+    ],
 )
 def test_malformed_state_words(words: list[str], message: str) -> None:
     with pytest.raises(BadRef, match=message):
@@ -498,3 +516,25 @@ def test_candidates_follow_first_parents_so_a_merged_branch_is_one_step(tmp_path
     assert info.files == ("b",)  # the first-parent diff of the merge
     assert commit_info(repo, c4, "r").files == ("g",) and info.date.startswith("20")
     assert b2 in git(repo, "rev-list", "topic")
+
+
+def test_a_missing_snapshot_file_is_named(inst, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"gone\.json: no such snapshot file"):
+        resolve_state(str(tmp_path / "gone.json"), scan_install(inst.root))
+
+
+def test_another_manager_reader_can_be_plugged_in(inst, tmp_path: Path) -> None:
+    from oom_sentinel.bisect.states import ManagerSnapshot
+
+    path = tmp_path / "any.yaml"
+    path.write_text("ignored by the reader below")
+    read: list[Path] = []
+
+    def reader(p: Path) -> ManagerSnapshot:
+        read.append(p)
+        return ManagerSnapshot(inst.core[1], {"https://github.com/someone/node-a": (None, True)})
+
+    s = resolve_state(str(path), scan_install(inst.root), manager_reader=reader)
+    assert read == [path]
+    assert s.comfyui == inst.core[1] and s.node("node_a") == DISABLED
+    assert s.node("node_b") == ABSENT
