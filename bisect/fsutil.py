@@ -1,0 +1,200 @@
+"""Crash-safe file writes and an exclusive lock for the bisect's own files.
+
+A bisect is interrupted on purpose (Ctrl-C) and by accident (OOM kills, reboots); every file
+it keeps must be whole or absent afterwards, never half-written. Writes go to a temp file in
+the same directory, are fsynced, then renamed over the target (``os.replace`` is atomic on
+POSIX and Windows); the directory is fsynced too so the rename itself survives a power cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from oom_sentinel.daemon.errors import BisectError
+
+__all__ = [
+    "FileLock",
+    "append_line",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "fsync_dir",
+    "locked",
+    "remove_tree",
+]
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink inside ``path`` durable (a no-op where directories can't be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # Windows: directories cannot be opened; NTFS journals the rename itself
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one whole line and fsync it.
+
+    A crash mid-append can leave a torn last line; readers ignore a last line without its
+    newline, and this function cuts such a tail off before appending, so a torn line never
+    glues itself to the next record.
+    """
+    if "\n" in line or "\r" in line:
+        raise ValueError("a log line must not contain a line break")
+    data = (line + "\n").encode("utf-8")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            # Find the end of the last complete line; drop anything after it.
+            keep = _complete_prefix_len(fd, size)
+            if keep != size:
+                os.ftruncate(fd, keep)
+                size = keep
+        os.lseek(fd, size, os.SEEK_SET)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _complete_prefix_len(fd: int, size: int) -> int:
+    block = 4096
+    end = size
+    while end > 0:
+        start = max(0, end - block)
+        os.lseek(fd, start, os.SEEK_SET)
+        chunk = os.read(fd, end - start)
+        idx = chunk.rfind(b"\n")
+        if idx >= 0:
+            return start + idx + 1
+        end = start
+    return 0
+
+
+class FileLock:
+    """An exclusive, non-blocking lock on a file (flock on POSIX, msvcrt on Windows).
+
+    The kernel drops the lock when the holder dies, so a crashed bisect never leaves a stale
+    lock behind; that is also what makes it safe to remove a stale ``index.lock`` inside the
+    workspace once this lock is held.
+    """
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            _lock_fd(fd)
+        except OSError:
+            os.close(fd)
+            raise BisectError(
+                f"{self.path}: {self.what} is in use by another oom-bisect process"
+            ) from None
+        self._fd = fd
+
+    def fileno(self) -> int:
+        """The locked descriptor; pass it to children so the lock lives as long as they do."""
+        if self._fd is None:
+            raise RuntimeError("lock not held")
+        return self._fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                _unlock_fd(fd)
+            os.close(fd)
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+if os.name == "nt":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+
+    def _lock_fd(fd: int) -> None:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+
+    def _unlock_fd(fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def _lock_fd(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def _unlock_fd(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def locked(path: Path, what: str) -> Iterator[None]:
+    with FileLock(path, what):
+        yield
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory tree, including git's read-only object files (Windows)."""
+
+    def retry(func: Any, p: str, _exc: Any) -> None:
+        try:
+            os.chmod(p, 0o700)
+            func(p)
+        except FileNotFoundError:
+            pass
+
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=retry)
+        else:
+            shutil.rmtree(path, onerror=retry)

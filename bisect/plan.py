@@ -1,0 +1,393 @@
+"""The search: which state to measure next, and when the answer is known. Pure — no git, no
+processes, no files — so every rule is tested with tables and properties.
+
+``next_step(plan)`` is recomputed from the recorded verdicts every time (as git's
+``bisect_next_all`` rereads its refs), so a session resumes from its log after Ctrl-C or a
+crash and the same log always leads to the same next state. It returns one of:
+
+``Test(state)``
+    measure this state next;
+``Found(culprits)``
+    the first bad value of every repo whose change is needed;
+``OnlySkippedLeft(candidates)``
+    the first bad commit is one of these, but each was skipped (git's exit status 2);
+``Error(message, result)``
+    an endpoint does not behave: the good state is bad, the bad state is good
+    (``result="not-reproduced"``), or an endpoint cannot be tested.
+
+The search has three phases.
+
+1. **Verify the endpoints** (git's ``verify_good``): the good state must be good and the bad
+   state bad before anything else is measured.
+2. **Minimise across repos** (Zeller & Hildebrandt's *ddmin*, TSE 2002) over the repos whose
+   values differ between good (G) and bad (B). A test of a subset c measures G with the repos
+   in c switched to their B value. The result is a 1-minimal set: switching all of it breaks
+   the workflow and leaving any one repo at G does not. That is how "node X breaks only with
+   the new core" comes out as {comfyui, node:X}. ``absent``/``disabled`` are values like
+   any other, so adding, removing or disabling a node is a change ddmin can blame. A skip
+   counts as "did not fail", as in ddmin's treatment of unresolved tests. With one differing
+   repo this phase costs nothing.
+3. **Bisect inside each needed repo**, over the candidates the caller lists (first-parent
+   commits between G's and B's value, oldest first, ending with B's value), with the other
+   needed repos held at their B value. The first bad candidate lies in (lo, hi] where lo is
+   the newest known-good index (−1: G's value) and hi the oldest known-bad one (B's value at
+   the start). The next test is the untested, unskipped candidate nearest the exact middle of
+   (lo, hi), the older one on a tie, so N candidates need at most ⌈log2 N⌉ tests.
+
+Skips, deterministically. git's ``skip_away`` picks a pseudo-random commit near the middle
+(a PRNG seeded from the count) so a run of broken commits is not probed commit by commit. We
+take the nearest testable commit to the middle instead: a broken range is usually contiguous,
+and probing its edge is what bounds it, and a documented rule makes the same log give the same
+steps everywhere. What can be concluded is the same as git's: when only skipped candidates
+remain between the last good and the first bad, the answer is all of (lo, hi] — the skipped
+ones and the first bad — and nothing smaller can be claimed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from oom_sentinel.bisect.states import State, differing_repos
+from oom_sentinel.bisect.verdict import Verdict
+
+__all__ = [
+    "Culprit",
+    "Error",
+    "Found",
+    "Observation",
+    "OnlySkippedLeft",
+    "Plan",
+    "Progress",
+    "RepoSpan",
+    "Step",
+    "Test",
+    "next_step",
+    "progress",
+]
+
+
+@dataclass(frozen=True)
+class RepoSpan:
+    """One differing repo: its value in G and in B, and the candidates between them.
+
+    ``commits`` is oldest first and ends with ``bad``; empty or omitted means the change is
+    one step (a node added or removed, a downgrade, a registry release).
+    """
+
+    repo: str
+    good: str
+    bad: str
+    commits: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.commits:
+            object.__setattr__(self, "commits", (self.bad,))
+        if self.commits[-1] != self.bad:
+            raise ValueError(f"{self.repo}: the candidate list must end with the bad value")
+        if self.good in self.commits:
+            raise ValueError(f"{self.repo}: the good value cannot be a candidate")
+        if len(set(self.commits)) != len(self.commits):
+            raise ValueError(f"{self.repo}: the candidate list repeats a value")
+
+
+@dataclass(frozen=True)
+class Observation:
+    state: State
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Plan:
+    good: State
+    bad: State
+    spans: tuple[RepoSpan, ...]
+    observations: tuple[Observation, ...] = ()
+    #: measure G and B before searching (False: take them as good and bad, e.g. manual use)
+    verify_endpoints: bool = True
+
+    def __post_init__(self) -> None:
+        repos = [s.repo for s in self.spans]
+        if sorted(repos) != sorted(differing_repos(self.good, self.bad)):
+            raise ValueError("the spans must be exactly the repos that differ between G and B")
+        for s in self.spans:
+            if s.good != self.good.value(s.repo) or s.bad != self.bad.value(s.repo):
+                raise ValueError(f"{s.repo}: span endpoints don't match the states")
+
+    @classmethod
+    def build(
+        cls,
+        good: State,
+        bad: State,
+        commits: Mapping[str, Sequence[str]] | None = None,
+        observations: Sequence[Observation] = (),
+        verify_endpoints: bool = True,
+    ) -> Plan:
+        """Spans for every differing repo (in ``differing_repos`` order) from candidate lists."""
+        lists = commits or {}
+        spans = tuple(
+            RepoSpan(r, good.value(r), bad.value(r), tuple(lists.get(r, ())))
+            for r in differing_repos(good, bad)
+        )
+        return cls(good, bad, spans, tuple(observations), verify_endpoints)
+
+    def observe(self, state: State, verdict: Verdict) -> Plan:
+        return Plan(
+            self.good,
+            self.bad,
+            self.spans,
+            (*self.observations, Observation(state, verdict)),
+            self.verify_endpoints,
+        )
+
+    def span(self, repo: str) -> RepoSpan:
+        for s in self.spans:
+            if s.repo == repo:
+                return s
+        raise KeyError(repo)
+
+
+@dataclass(frozen=True)
+class Test:
+    __test__ = False  # not a pytest test class
+
+    state: State
+    #: "verify-good", "verify-bad", "minimize" or "bisect"
+    phase: str
+    #: the repo being bisected (phase "bisect"), else None
+    repo: str | None = None
+    #: the repos switched to B's value (phase "minimize")
+    switched: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """The first bad ``value`` of ``repo``; ``previous`` is the value just before it."""
+
+    repo: str
+    value: str
+    previous: str
+
+
+@dataclass(frozen=True)
+class Found:
+    culprits: tuple[Culprit, ...]
+
+
+@dataclass(frozen=True)
+class OnlySkippedLeft:
+    """``candidates``: every possible first bad value of an ambiguous repo (skipped ones and
+    the first known bad); ``culprits``: repos that were resolved."""
+
+    candidates: tuple[Culprit, ...]
+    culprits: tuple[Culprit, ...] = ()
+
+
+@dataclass(frozen=True)
+class Error:
+    message: str
+    #: "not-reproduced" (the bad state is good) or "error"
+    result: str = "error"
+
+
+Step = Test | Found | OnlySkippedLeft | Error
+
+
+@dataclass(frozen=True)
+class Progress:
+    #: "verify", "minimize", "bisect" or "done"
+    phase: str
+    #: distinct states with a verdict
+    tested: int
+    #: the minimal set of repos, once known
+    needed: tuple[str, ...] | None = None
+    #: the repo being bisected and its candidates left (hi - lo)
+    repo: str | None = None
+    candidates_left: int | None = None
+    #: rough number of measurements still to make (git's estimate_bisect_steps in spirit)
+    steps_left: int = 0
+    #: repos the minimisation still considers
+    considering: tuple[str, ...] = field(default_factory=tuple)
+
+
+def next_step(plan: Plan) -> Step:
+    """What to do next, from the plan's observations alone."""
+    return _walk(plan)[0]
+
+
+def progress(plan: Plan) -> Progress:
+    return _walk(plan)[1]
+
+
+# --------------------------------------------------------------------------- implementation
+
+
+class _Need(Exception):
+    def __init__(self, test: Test) -> None:
+        self.test = test
+
+
+def _log2(n: int) -> int:
+    return math.ceil(math.log2(n)) if n > 1 else 0
+
+
+def _walk(plan: Plan) -> tuple[Step, Progress]:
+    known: dict[State, Verdict] = {}
+    for obs in plan.observations:
+        known[obs.state] = obs.verdict  # the latest verdict on a state wins (a re-mark)
+    tested = len(known)
+    max_bisect = max(_log2(len(s.commits)) for s in plan.spans) if plan.spans else 0
+
+    # -- phase 1: endpoints
+    if plan.verify_endpoints:
+        for which, state, want in (
+            ("good", plan.good, Verdict.OLD),
+            ("bad", plan.bad, Verdict.NEW),
+        ):
+            v = known.get(state)
+            if v is None:
+                left = (2 if which == "good" else 1) + _minimize_estimate(len(plan.spans))
+                return Test(state, f"verify-{which}"), Progress(
+                    "verify", tested, steps_left=left + max_bisect
+                )
+            if v is Verdict.SKIP:
+                return Error(f"the {which} state cannot be tested (its run was skipped)"), Progress(
+                    "done", tested
+                )
+            if v is not want:
+                if which == "bad":
+                    return Error(
+                        "the bad state does not reproduce: it neither runs out of memory nor "
+                        "crosses the threshold",
+                        "not-reproduced",
+                    ), Progress("done", tested)
+                return Error(
+                    "the good state is bad too: it already runs out of memory or crosses the "
+                    "threshold, so the change came earlier"
+                ), Progress("done", tested)
+    known.setdefault(plan.good, Verdict.OLD)
+    known.setdefault(plan.bad, Verdict.NEW)
+
+    # -- phase 2: minimal set of repos
+    spans = {s.repo: s for s in plan.spans}
+    order = [s.repo for s in plan.spans]
+
+    def switched(subset: Sequence[str]) -> State:
+        return plan.good.with_values({r: spans[r].bad for r in subset})
+
+    considering: list[str] = list(order)
+
+    def oracle(subset: Sequence[str]) -> Verdict:
+        state = switched(subset)
+        v = known.get(state)
+        if v is None:
+            raise _Need(Test(state, "minimize", switched=tuple(subset)))
+        return v
+
+    try:
+        needed = _ddmin(order, oracle, considering)
+    except _Need as need:
+        left = _minimize_estimate(len(considering)) + max(
+            _log2(len(spans[r].commits)) for r in considering
+        )
+        return need.test, Progress(
+            "minimize", tested, steps_left=max(1, left), considering=tuple(considering)
+        )
+
+    # -- phase 3: bisect inside each needed repo
+    culprits: list[Culprit] = []
+    ambiguous: list[Culprit] = []
+    for i, repo in enumerate(needed):
+        span = spans[repo]
+        base = switched([r for r in needed if r != repo])
+        result = _bisect_repo(span, base, known)
+        if isinstance(result, _Probe):
+            later = sum(_log2(len(spans[r].commits)) for r in needed[i + 1 :])
+            return result.test, Progress(
+                "bisect",
+                tested,
+                needed=tuple(needed),
+                repo=repo,
+                candidates_left=result.left,
+                steps_left=_log2(result.left) + later,
+            )
+        if len(result) == 1:
+            culprits.append(result[0])
+        else:
+            ambiguous.extend(result)
+    done = Progress("done", tested, needed=tuple(needed))
+    if ambiguous:
+        return OnlySkippedLeft(tuple(ambiguous), tuple(culprits)), done
+    return Found(tuple(culprits)), done
+
+
+def _minimize_estimate(n: int) -> int:
+    # ddmin needs about 2·log2(n) tests to isolate one repo among n (none for n = 1).
+    return 2 * _log2(n)
+
+
+def _split(items: Sequence[str], n: int) -> list[list[str]]:
+    """``items`` in ``n`` contiguous chunks whose sizes differ by at most one."""
+    out = []
+    start = 0
+    for i in range(n):
+        size = len(items) // n + (1 if i < len(items) % n else 0)
+        out.append(list(items[start : start + size]))
+        start += size
+    return out
+
+
+def _ddmin(
+    repos: Sequence[str], test: Callable[[Sequence[str]], Verdict], current: list[str]
+) -> list[str]:
+    """Zeller's ddmin; ``current`` is kept equal to the configuration under reduction."""
+    c = list(repos)
+    n = 2
+    while len(c) >= 2:
+        current[:] = c
+        n = min(n, len(c))
+        chunks = _split(c, n)
+        reduced = False
+        for chunk in chunks:  # reduce to a subset
+            if test(chunk) is Verdict.NEW:
+                c, n, reduced = chunk, 2, True
+                break
+        if not reduced and n > 2:  # reduce to a complement (with n = 2 these are the chunks)
+            for chunk in chunks:
+                comp = [r for r in c if r not in chunk]
+                if test(comp) is Verdict.NEW:
+                    c, n, reduced = comp, max(n - 1, 2), True
+                    break
+        if not reduced:
+            if n >= len(c):
+                break
+            n = min(len(c), 2 * n)
+    current[:] = c
+    return c
+
+
+@dataclass(frozen=True)
+class _Probe:
+    test: Test
+    left: int
+
+
+def _bisect_repo(
+    span: RepoSpan, base: State, known: Mapping[State, Verdict]
+) -> _Probe | list[Culprit]:
+    values = span.commits
+    states = [base.with_values({span.repo: v}) for v in values]
+    verdicts = [known.get(s) for s in states]
+    hi = next((i for i, v in enumerate(verdicts) if v is Verdict.NEW), len(values) - 1)
+    lo = max((i for i in range(hi) if verdicts[i] is Verdict.OLD), default=-1)
+
+    def previous(i: int) -> str:
+        return values[i - 1] if i > 0 else span.good
+
+    testable = [i for i in range(lo + 1, hi) if verdicts[i] is None]
+    if not testable:
+        return [Culprit(span.repo, values[i], previous(i)) for i in range(lo + 1, hi + 1)]
+    middle2 = lo + hi  # twice the exact middle, to compare without fractions
+    m = min(testable, key=lambda i: (abs(2 * i - middle2), i))
+    return _Probe(Test(states[m], "bisect", repo=span.repo), hi - lo)

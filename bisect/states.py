@@ -1,0 +1,591 @@
+"""What an install state is, and how the user's words for one become a concrete state.
+
+A bisect compares two *states* of one ComfyUI install: the ComfyUI commit plus, for every
+custom node, one value. The values are plain strings so that the search (plan.py) can treat
+them as opaque and the log can write them as they are:
+
+    ============== ==============================================================
+    40/64 hex      a git commit (ComfyUI core or a git-cloned node)
+    ``absent``     the node is not installed
+    ``disabled``   installed but not loaded (``Foo.disabled`` / ``.disabled/Foo``)
+    ``installed``  a non-git node (a copied folder or a single ``.py`` file), as it is on disk
+    ``version:X``  a Comfy Registry release of a non-git node pack
+    ============== ==============================================================
+
+A node missing from a state is ``absent``; the two spellings compare equal. Repos are named
+``comfyui`` (the core) and ``node:NAME`` where NAME is the folder (or file) name under
+``custom_nodes/`` without a ``.disabled`` suffix.
+
+STATE arguments (``--good``/``--bad``) are resolved here, in this order:
+
+``before-last-update``
+    Every repo as it was before the last update. An *update* is a reflog entry of HEAD that
+    moved it to another commit by ``pull``, ``merge``, ``reset``, ``checkout``, ``rebase`` or
+    ``clone`` (a commit made by the user is not an update). The *last update* is the newest
+    such entry in any repo of the install, together with every other update entry made within
+    ``window_s`` (default one hour) before it: one "Update All" touches many repos over a few
+    minutes. Each repo with an update in that window goes back to the ``old`` side of its
+    earliest entry there (``absent`` when that entry is the clone that installed it); repos
+    without one keep their current value.
+``HEAD@{N}``
+    The install as it was when ComfyUI's HEAD was at reflog position N: ComfyUI at
+    ``HEAD@{N}``, and each git node at the HEAD its own reflog had at that moment (``absent``
+    when it was cloned later). Non-git nodes keep their current value.
+``comfyui=REF node:NAME=REF …``
+    Explicit values; REF is any commit-ish of that repo (``v0.3.60``, ``HEAD~3``,
+    ``HEAD@{2}``) or one of the words above. Repos not named keep their current value.
+a ComfyUI-Manager snapshot file (``.json`` / ``.yaml``)
+    ``comfyui`` and ``git_custom_nodes`` {url: {hash, disabled}} matched to the installed
+    nodes by normalised remote URL; git nodes the snapshot doesn't list are ``absent``.
+anything else
+    handed to the caller's snapshot-id resolver (oom-sentinel snapshots carry states).
+
+Nothing here writes to the user's repos: resolution uses ``rev-parse`` and reads
+``logs/HEAD`` as a file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from oom_sentinel.bisect import gitrepo
+from oom_sentinel.bisect.gitrepo import ReflogEntry, is_commit_id
+from oom_sentinel.daemon.errors import BadRef, InputError
+
+__all__ = [
+    "ABSENT",
+    "CORE",
+    "DISABLED",
+    "INSTALLED",
+    "UPDATE_ACTIONS",
+    "VERSION_PREFIX",
+    "Install",
+    "ManagerSnapshot",
+    "NodeInstall",
+    "SnapshotResolver",
+    "State",
+    "before_last_update",
+    "check_node_name",
+    "check_value",
+    "differing_repos",
+    "node_key",
+    "node_name",
+    "parse_manager_snapshot",
+    "parse_state_tokens",
+    "read_manager_snapshot",
+    "repo_label",
+    "resolve_state",
+    "scan_install",
+    "split_state_arg",
+    "state_at_reflog",
+    "state_from_manager_snapshot",
+]
+
+CORE = "comfyui"
+NODE_PREFIX = "node:"
+ABSENT = "absent"
+DISABLED = "disabled"
+INSTALLED = "installed"
+VERSION_PREFIX = "version:"
+#: reflog actions that count as an update (see the module docstring)
+UPDATE_ACTIONS = frozenset({"pull", "merge", "reset", "checkout", "rebase", "clone"})
+DEFAULT_UPDATE_WINDOW_S = 3600
+
+_HEAD_AT_RE = re.compile(r"^HEAD@\{(\d+)\}$")
+_VERSION_RE = re.compile(r"^version:[^\s=#'\"]+$")
+
+
+def node_key(name: str) -> str:
+    return NODE_PREFIX + name
+
+
+def node_name(repo: str) -> str:
+    if not repo.startswith(NODE_PREFIX):
+        raise ValueError(f"{repo!r} is not a custom-node repo key")
+    return repo[len(NODE_PREFIX) :]
+
+
+def repo_label(repo: str) -> str:
+    """How error lines name a repo: ``ComfyUI`` or ``custom_nodes/NAME``."""
+    return "ComfyUI" if repo == CORE else "custom_nodes/" + node_name(repo)
+
+
+def check_node_name(name: str) -> str:
+    """A node is a folder or file directly under ``custom_nodes/``: one path component."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0\n\r"):
+        raise ValueError(f"{name!r} is not a custom node name (one file or folder name)")
+    return name
+
+
+def check_value(value: str, repo: str) -> str:
+    """Return ``value`` if it is a valid state value for ``repo``, else raise ValueError."""
+    if is_commit_id(value):
+        return value
+    if repo != CORE and (value in (ABSENT, DISABLED, INSTALLED) or _VERSION_RE.match(value)):
+        return value
+    raise ValueError(f"{repo_label(repo)}: {value!r} is not a state value")
+
+
+@dataclass(frozen=True, order=True)
+class State:
+    """One install state: the ComfyUI commit and a value per custom node (absent ones omitted).
+
+    Hashable and ordered so it can key caches and dicts; build it with ``State.of``.
+    """
+
+    comfyui: str
+    nodes: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, comfyui: str, nodes: Mapping[str, str] | None = None) -> State:
+        check_value(comfyui, CORE)
+        items = []
+        for name, value in (nodes or {}).items():
+            check_node_name(name)
+            check_value(value, node_key(name))
+            if value != ABSENT:
+                items.append((name, value))
+        return cls(comfyui, tuple(sorted(items)))
+
+    def node(self, name: str) -> str:
+        for n, v in self.nodes:
+            if n == name:
+                return v
+        return ABSENT
+
+    def value(self, repo: str) -> str:
+        return self.comfyui if repo == CORE else self.node(node_name(repo))
+
+    def repos(self) -> list[str]:
+        """Repo keys this state mentions (absent nodes are not mentioned)."""
+        return [CORE, *(node_key(n) for n, _ in self.nodes)]
+
+    def with_values(self, changes: Mapping[str, str]) -> State:
+        core = self.comfyui
+        nodes = dict(self.nodes)
+        for repo, value in changes.items():
+            if repo == CORE:
+                core = value
+            else:
+                nodes[node_name(repo)] = value
+        return State.of(core, nodes)
+
+    def tokens(self, repos: Iterable[str] | None = None) -> list[str]:
+        """``repo=value`` tokens (shell-quoted where needed) for ``repos`` (default: all)."""
+        keys = self.repos() if repos is None else list(repos)
+        return [shlex.quote(f"{repo}={self.value(repo)}") for repo in keys]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"comfyui": self.comfyui, "custom_nodes": dict(self.nodes)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> State:
+        return cls.of(
+            str(data["comfyui"]), {str(k): str(v) for k, v in data["custom_nodes"].items()}
+        )
+
+
+def differing_repos(good: State, bad: State) -> list[str]:
+    """Repos whose value differs between the states: the core first, then nodes by name."""
+    names = sorted({n for n, _ in good.nodes} | {n for n, _ in bad.nodes})
+    keys = [CORE, *(node_key(n) for n in names)]
+    return [k for k in keys if good.value(k) != bad.value(k)]
+
+
+# --------------------------------------------------------------------------- the install
+
+
+@dataclass(frozen=True)
+class NodeInstall:
+    """One custom node as it sits in the user's ``custom_nodes/``."""
+
+    name: str
+    path: Path
+    kind: Literal["git", "dir", "file"]
+    disabled: bool
+    head: str | None = None  # git nodes: HEAD's commit
+    version: str | None = None  # Comfy Registry packs: the installed release
+
+    def value(self) -> str:
+        if self.disabled:
+            return DISABLED
+        if self.kind == "git" and self.head:
+            return self.head
+        if self.version:
+            return VERSION_PREFIX + self.version
+        return INSTALLED
+
+
+@dataclass(frozen=True)
+class Install:
+    """The user's ComfyUI install, read once (nothing in it is ever written)."""
+
+    comfyui: Path
+    head: str
+    nodes: tuple[NodeInstall, ...] = field(default_factory=tuple)
+
+    @property
+    def custom_nodes(self) -> Path:
+        return self.comfyui / "custom_nodes"
+
+    def node(self, name: str) -> NodeInstall | None:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        return None
+
+    def repo_path(self, repo: str) -> Path:
+        if repo == CORE:
+            return self.comfyui
+        node = self.node(node_name(repo))
+        if node is None:
+            raise BadRef(f"{repo_label(repo)}: no such custom node in {self.custom_nodes}")
+        return node.path
+
+    def current_state(self) -> State:
+        return State.of(self.head, {n.name: n.value() for n in self.nodes})
+
+
+def scan_install(comfyui: Path) -> Install:
+    """Read the install's core commit and custom nodes (git, folders, single files)."""
+    comfyui = comfyui.resolve()
+    if not (comfyui / "main.py").is_file():
+        raise InputError(f"{comfyui}: not a ComfyUI install (no main.py)")
+    head = gitrepo.resolve_commit(comfyui, "HEAD", f"ComfyUI ({comfyui})")
+    tracked = gitrepo.tracked_top_level(comfyui, "custom_nodes")
+    found: dict[str, NodeInstall] = {}
+    cn = comfyui / "custom_nodes"
+    entries: list[tuple[Path, bool]] = []
+    if cn.is_dir():
+        for p in sorted(cn.iterdir()):
+            if p.name == ".disabled" and p.is_dir():
+                entries.extend((q, True) for q in sorted(p.iterdir()))
+            elif not p.name.startswith(".") and p.name != "__pycache__" and p.name not in tracked:
+                entries.append((p, False))
+    for path, in_disabled_dir in entries:
+        name = path.name
+        disabled = in_disabled_dir
+        if name.endswith(".disabled"):
+            name, disabled = name[: -len(".disabled")], True
+        if in_disabled_dir and "@" in name:
+            name = name.split("@", 1)[0]  # Manager v4: .disabled/<id>@<version>
+        node = _scan_node(name, path, disabled)
+        if node is None:
+            continue
+        prev = found.get(name)
+        if prev is None or (prev.disabled and not node.disabled):
+            found[name] = node  # an enabled copy wins over a disabled one
+    return Install(comfyui, head, tuple(found[k] for k in sorted(found)))
+
+
+def _scan_node(name: str, path: Path, disabled: bool) -> NodeInstall | None:
+    if path.is_dir():
+        if (path / ".git").exists():
+            head = gitrepo.resolve_commit(path, "HEAD", f"custom_nodes/{name}")
+            return NodeInstall(name, path, "git", disabled, head=head)
+        return NodeInstall(name, path, "dir", disabled, version=_registry_version(path))
+    if path.is_file() and name.endswith(".py"):
+        return NodeInstall(name, path, "file", disabled)
+    return None
+
+
+def _registry_version(path: Path) -> str | None:
+    """The release of a Comfy Registry pack (marked by Manager's ``.tracking`` file)."""
+    if not (path / ".tracking").exists():
+        return None
+    try:
+        import tomllib
+
+        data = tomllib.loads((path / "pyproject.toml").read_text("utf-8"))
+        version = data.get("project", {}).get("version")
+    except (OSError, ValueError):
+        return None
+    return str(version) if version and re.match(r"^[^\s=#'\"]+$", str(version)) else None
+
+
+# --------------------------------------------------------------------------- STATE parsing
+
+
+SnapshotResolver = Callable[[str], State]
+
+
+def split_state_arg(arg: str | Sequence[str]) -> list[str]:
+    """A STATE given as one string (``"comfyui=v1 node:foo=abc"``) or as several argv words."""
+    if isinstance(arg, str):
+        try:
+            return shlex.split(arg)
+        except ValueError as exc:
+            raise BadRef(f"cannot parse state {arg!r}: {exc}") from None
+    return [w for a in arg for w in shlex.split(a)] if arg else []
+
+
+def parse_state_tokens(tokens: Sequence[str]) -> dict[str, str]:
+    """``comfyui=REF node:NAME=REF …`` → {repo key: REF}. Pure; REFs are not resolved."""
+    out: dict[str, str] = {}
+    for tok in tokens:
+        key, eq, ref = tok.partition("=")
+        if not eq or not ref:
+            raise BadRef(f"{tok!r} is not REPO=REF (e.g. comfyui=v0.3.60 or node:NAME=abc123)")
+        if key in ("comfyui", "core", "ComfyUI"):
+            key = CORE
+        elif key.startswith(NODE_PREFIX) and len(key) > len(NODE_PREFIX):
+            try:
+                check_node_name(key[len(NODE_PREFIX) :])
+            except ValueError as exc:
+                raise BadRef(f"{tok!r}: {exc}") from None
+        else:
+            raise BadRef(f"{tok!r}: the repo must be 'comfyui' or 'node:NAME'")
+        if key in out:
+            raise BadRef(f"{repo_label(key)} is given twice in one state")
+        out[key] = ref
+    return out
+
+
+def resolve_state(
+    arg: str | Sequence[str],
+    install: Install,
+    *,
+    snapshot_resolver: SnapshotResolver | None = None,
+    manager_reader: Callable[[Path], ManagerSnapshot] | None = None,
+    window_s: int = DEFAULT_UPDATE_WINDOW_S,
+) -> State:
+    """Turn a STATE argument into a State of ``install`` (see the module docstring).
+
+    ``snapshot_resolver`` turns a word that is nothing else into a State (oom-sentinel
+    snapshot ids); ``manager_reader`` reads a ComfyUI-Manager file (default:
+    ``read_manager_snapshot``). Raises BadRef (one line naming the repo and the ref) for
+    anything that does not resolve, InputError for an unreadable snapshot file.
+    """
+    manager_reader = manager_reader or read_manager_snapshot
+    tokens = split_state_arg(arg)
+    if not tokens:
+        raise BadRef("empty state: give REPO=REF pairs, a snapshot, or before-last-update")
+    if len(tokens) == 1:
+        word = tokens[0]
+        if word == "before-last-update":
+            return before_last_update(install, _reflogs(install), window_s)
+        m = _HEAD_AT_RE.match(word)
+        if m:
+            return state_at_reflog(install, _reflogs(install), int(m.group(1)))
+        if "=" not in word:
+            path = Path(word).expanduser()
+            if path.suffix.lower() in (".json", ".yaml", ".yml"):
+                if not path.is_file():
+                    raise InputError(f"{path}: no such snapshot file")
+                snap = manager_reader(path)
+                return state_from_manager_snapshot(snap, install, _remote_map(install), str(path))
+            if snapshot_resolver is not None:
+                return snapshot_resolver(word)
+            raise BadRef(
+                f"{word!r} is not a state: expected REPO=REF pairs, a ComfyUI-Manager snapshot "
+                "file, HEAD@{N}, before-last-update or a snapshot id"
+            )
+    refs = parse_state_tokens(tokens)
+    changes = {repo: _resolve_value(install, repo, ref) for repo, ref in refs.items()}
+    return install.current_state().with_values(changes)
+
+
+def _resolve_value(install: Install, repo: str, ref: str) -> str:
+    what = repo_label(repo)
+    if repo != CORE:
+        node = install.node(node_name(repo))
+        if ref == ABSENT:
+            return ABSENT
+        if node is None:
+            raise BadRef(f"{what}: no such custom node in {install.custom_nodes}")
+        if ref == DISABLED:
+            return DISABLED
+        if node.kind != "git":
+            copy = VERSION_PREFIX + node.version if node.version else INSTALLED
+            if ref in (INSTALLED, copy):
+                return copy
+            raise BadRef(
+                f"{what}: {ref!r} is not available: not a git repo, only the installed copy "
+                f"({copy}) can be tested"
+            )
+        return gitrepo.resolve_commit(node.path, ref, what)
+    return gitrepo.resolve_commit(install.comfyui, ref, f"{what} ({install.comfyui})")
+
+
+# --------------------------------------------------------------------------- reflog states
+
+
+def _reflogs(install: Install) -> dict[str, list[ReflogEntry]]:
+    logs = {CORE: gitrepo.read_reflog(install.comfyui)}
+    for node in install.nodes:
+        if node.kind == "git":
+            logs[node_key(node.name)] = gitrepo.read_reflog(node.path)
+    return logs
+
+
+def _is_update(entry: ReflogEntry) -> bool:
+    if entry.old == entry.new:
+        return False
+    action = entry.action.split(" ", 1)[0]
+    return action in UPDATE_ACTIONS
+
+
+def before_last_update(
+    install: Install, reflogs: Mapping[str, Sequence[ReflogEntry]], window_s: int
+) -> State:
+    """The install before its last update (pure given the reflogs; see the module docstring)."""
+    updates = {repo: [e for e in log if _is_update(e)] for repo, log in reflogs.items()}
+    times = [e.time_s for log in updates.values() for e in log]
+    if not times:
+        raise BadRef(
+            "before-last-update: no pull, reset, checkout or merge in the reflogs of ComfyUI "
+            f"({install.comfyui}) or its git custom nodes"
+        )
+    newest = max(times)
+    changes: dict[str, str] = {}
+    for repo, log in updates.items():
+        batch = [e for e in log if newest - window_s <= e.time_s <= newest]
+        if not batch:
+            continue
+        first = batch[0]
+        if first.action.startswith("clone") or gitrepo.null_sha(first.old):
+            if repo == CORE:
+                raise BadRef(f"before-last-update: ComfyUI ({install.comfyui}) was cloned then")
+            changes[repo] = ABSENT
+        else:
+            changes[repo] = first.old
+    return install.current_state().with_values(changes)
+
+
+def state_at_reflog(
+    install: Install, reflogs: Mapping[str, Sequence[ReflogEntry]], n: int
+) -> State:
+    """The install when ComfyUI's HEAD was at ``HEAD@{n}`` (pure given the reflogs)."""
+    core_log = list(reflogs.get(CORE, ()))
+    if n >= len(core_log):
+        raise BadRef(
+            f"ComfyUI ({install.comfyui}): HEAD@{{{n}}}: the reflog has only {len(core_log)} entries"
+        )
+    at = core_log[len(core_log) - 1 - n]
+    changes = {CORE: at.new}
+    for repo, log in reflogs.items():
+        if repo == CORE or not log:
+            continue
+        before = [e for e in log if e.time_s <= at.time_s]
+        if before:
+            changes[repo] = before[-1].new
+        elif log[0].action.startswith("clone") or gitrepo.null_sha(log[0].old):
+            changes[repo] = ABSENT
+        else:
+            changes[repo] = log[0].old
+    return install.current_state().with_values(changes)
+
+
+# --------------------------------------------------------------------------- Manager snapshots
+
+
+@dataclass(frozen=True)
+class ManagerSnapshot:
+    """The keys of a ComfyUI-Manager snapshot file that a state needs.
+
+    ``git_custom_nodes`` maps the raw remote URL to (hash or None when "unknown", disabled).
+    A fuller reader (daemon/manager_snapshots.py) can produce this record instead.
+    """
+
+    comfyui: str | None
+    git_custom_nodes: Mapping[str, tuple[str | None, bool]]
+    cnr_custom_nodes: Mapping[str, str] = field(default_factory=dict)
+    file_custom_nodes: Mapping[str, bool] = field(default_factory=dict)
+
+
+def parse_manager_snapshot(data: Any, origin: str) -> ManagerSnapshot:
+    """Validate a decoded snapshot (JSON object, or YAML wrapped in ``custom_nodes:``)."""
+    if isinstance(data, dict) and "custom_nodes" in data and "git_custom_nodes" not in data:
+        data = data["custom_nodes"]  # the .yaml layout
+    if not isinstance(data, dict) or "git_custom_nodes" not in data:
+        raise InputError(f"{origin}: not a ComfyUI-Manager snapshot (no git_custom_nodes)")
+    core = data.get("comfyui")
+    if core is not None:
+        core = str(core).strip().lower() or None
+        if core is not None and not is_commit_id(core):
+            raise InputError(f"{origin}: comfyui: {data.get('comfyui')!r} is not a commit id")
+    nodes: dict[str, tuple[str | None, bool]] = {}
+    raw = data.get("git_custom_nodes")
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise InputError(f"{origin}: git_custom_nodes must be an object")
+    for url, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise InputError(f"{origin}: git_custom_nodes[{url!r}] must be an object")
+        h = str(entry.get("hash") or "").strip().lower()
+        nodes[str(url)] = (h if is_commit_id(h) else None, bool(entry.get("disabled", False)))
+    cnr = {str(k): str(v) for k, v in (data.get("cnr_custom_nodes") or {}).items()}
+    files: dict[str, bool] = {}
+    for item in data.get("file_custom_nodes") or []:
+        if isinstance(item, dict) and item.get("filename"):
+            files[str(item["filename"])] = bool(item.get("disabled", False))
+    return ManagerSnapshot(core, nodes, cnr, files)
+
+
+def read_manager_snapshot(path: Path) -> ManagerSnapshot:
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read snapshot: {exc}") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # json/yaml errors: one line naming the file
+        raise InputError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from None
+    return parse_manager_snapshot(data, str(path))
+
+
+def _remote_map(install: Install) -> dict[str, str]:
+    """Normalised remote URL → node name, for every git node."""
+    out: dict[str, str] = {}
+    for node in install.nodes:
+        if node.kind == "git":
+            for url in gitrepo.remote_urls(node.path):
+                out.setdefault(gitrepo.normalize_remote_url(url), node.name)
+    return out
+
+
+def state_from_manager_snapshot(
+    snap: ManagerSnapshot, install: Install, remotes: Mapping[str, str], origin: str
+) -> State:
+    """The state a Manager snapshot describes, in terms of this install (pure given remotes)."""
+    current = install.current_state()
+    changes: dict[str, str] = {}
+    if snap.comfyui:
+        changes[CORE] = gitrepo.resolve_commit(
+            install.comfyui, snap.comfyui, f"{origin}: ComfyUI ({install.comfyui})"
+        )
+    listed: set[str] = set()
+    for url, (sha, disabled) in snap.git_custom_nodes.items():
+        name = remotes.get(gitrepo.normalize_remote_url(url))
+        if name is None:
+            raise BadRef(f"{origin}: custom node {url} is not installed, so it cannot be tested")
+        listed.add(name)
+        if disabled:
+            changes[node_key(name)] = DISABLED
+        elif sha is None:
+            changes[node_key(name)] = current.node(name)  # "unknown": keep what is installed
+        else:
+            node = install.node(name)
+            assert node is not None
+            changes[node_key(name)] = gitrepo.resolve_commit(
+                node.path, sha, f"{origin}: custom_nodes/{name}"
+            )
+    for node in install.nodes:
+        if node.kind == "git" and node.name not in listed:
+            changes[node_key(node.name)] = ABSENT
+        elif node.kind == "file" and node.name in snap.file_custom_nodes:
+            changes[node_key(node.name)] = (
+                DISABLED if snap.file_custom_nodes[node.name] else INSTALLED
+            )
+    return current.with_values(changes)

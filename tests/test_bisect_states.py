@@ -1,0 +1,540 @@
+"""Install states and STATE arguments (states.py), resolved against real git repos."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from bisect_git import BASE_TS, build_history, git, install_snapshot, make_install, node_history
+
+from oom_sentinel.bisect.gitrepo import ReflogEntry, normalize_remote_url, parse_reflog
+from oom_sentinel.bisect.states import (
+    ABSENT,
+    DISABLED,
+    INSTALLED,
+    State,
+    before_last_update,
+    check_value,
+    differing_repos,
+    parse_manager_snapshot,
+    parse_state_tokens,
+    resolve_state,
+    scan_install,
+    split_state_arg,
+    state_at_reflog,
+)
+from oom_sentinel.daemon.errors import BadRef, InputError
+
+H = "a" * 40
+H2 = "b" * 40
+
+
+# ---------------------------------------------------------------------- the State record
+
+
+def test_absent_nodes_are_omitted_so_both_spellings_compare_equal() -> None:
+    assert State.of(H, {"x": ABSENT}) == State.of(H)
+    assert State.of(H, {"x": H2}).node("y") == ABSENT
+    assert hash(State.of(H, {"b": H2, "a": DISABLED})) == hash(
+        State.of(H, {"a": DISABLED, "b": H2})
+    )
+
+
+@pytest.mark.parametrize("name", ["..", "a/b", "a\\b", "", "x\ny"], ids=repr)
+def test_node_names_are_single_path_components(name: str) -> None:
+    with pytest.raises(ValueError, match="is not a custom node name"):
+        State.of(H, {name: H2})
+
+
+def test_with_values_switches_repos_and_json_round_trips() -> None:
+    s = State.of(H, {"x": H2, "loose": INSTALLED})
+    t = s.with_values({"comfyui": H2, "node:x": ABSENT, "node:new": "version:1.2.3"})
+    assert t == State.of(H2, {"loose": INSTALLED, "new": "version:1.2.3"})
+    assert State.from_json(json.loads(json.dumps(t.to_json()))) == t
+
+
+def test_tokens_quote_odd_node_names_and_parse_back() -> None:
+    s = State.of(H, {"my node's pack": H2})
+    words = split_state_arg(" ".join(s.tokens()))
+    assert parse_state_tokens(words) == {"comfyui": H, "node:my node's pack": H2}
+
+
+@pytest.mark.parametrize(
+    ("value", "repo"),
+    [
+        ("absent", "comfyui"),
+        ("HEAD", "comfyui"),
+        ("abc", "node:x"),
+        ("version:", "node:x"),
+        ("A" * 40, "comfyui"),
+    ],
+    ids=["core-absent", "symbolic", "short", "empty-version", "upper-hex"],
+)
+def test_invalid_state_values_are_rejected(value: str, repo: str) -> None:
+    with pytest.raises(ValueError, match="is not a state value"):
+        check_value(value, repo)
+
+
+def test_differing_repos_lists_the_core_first_then_nodes_by_name() -> None:
+    g = State.of(H, {"zeta": H, "alpha": H, "same": H})
+    b = State.of(H2, {"zeta": H2, "same": H, "beta": DISABLED})
+    assert differing_repos(g, b) == ["comfyui", "node:alpha", "node:beta", "node:zeta"]
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["comfyui"], "is not REPO=REF"),
+        (["comfyui="], "is not REPO=REF"),
+        (["foo=bar"], "must be 'comfyui' or 'node:NAME'"),
+        (["node:=x"], "must be 'comfyui' or 'node:NAME'"),
+        (["comfyui=a", "comfyui=b"], "given twice"),
+        (["node:../../etc=absent"], "is not a custom node name"),
+        (["node:a/b=HEAD"], "is not a custom node name"),
+        (["node:..=HEAD"], "is not a custom node name"),
+    ],
+    ids=[
+        "no-equals",
+        "no-ref",
+        "unknown-repo",
+        "empty-node",
+        "twice",
+        "traversal",
+        "slash",
+        "dotdot",
+    ],
+)
+def test_malformed_state_words(words: list[str], message: str) -> None:
+    with pytest.raises(BadRef, match=message):
+        parse_state_tokens(words)
+
+
+# ---------------------------------------------------------------------- a real install
+
+
+@pytest.fixture(scope="module")
+def inst(tmp_path_factory: pytest.TempPathFactory):
+    inst = make_install(tmp_path_factory.mktemp("states"))
+    before = install_snapshot(inst)
+    yield inst
+    assert install_snapshot(inst) == before, "resolving states changed the user's install"
+
+
+def test_scan_finds_every_kind_of_node(inst) -> None:
+    install = scan_install(inst.root)
+    assert install.head == inst.core[-1]
+    kinds = {n.name: (n.kind, n.disabled, n.value()) for n in install.nodes}
+    assert kinds == {
+        "node_a": ("git", False, inst.nodes["node_a"][-1]),
+        "node_b": ("git", False, inst.nodes["node_b"][-1]),
+        "old_pack": ("git", True, DISABLED),
+        "loose_pack": ("dir", False, INSTALLED),
+        "single.py": ("file", False, INSTALLED),
+    }  # the tracked websocket_image_save.py is part of the core, not a node
+
+
+def test_scan_understands_manager_disabled_folder_and_registry_packs(tmp_path: Path) -> None:
+    root = tmp_path / "ComfyUI"
+    build_history(root, [("init", {"main.py": "", "custom_nodes/keep.txt": ""})])
+    cn = root / "custom_nodes"
+    (cn / ".disabled" / "reg-pack@1_2_3").mkdir(parents=True)
+    (cn / "cnr-pack").mkdir()
+    (cn / "cnr-pack" / ".tracking").write_text("")
+    (cn / "cnr-pack" / "pyproject.toml").write_text('[project]\nname="x"\nversion = "2.0.1"\n')
+    (cn / "both").mkdir()
+    (cn / "both.disabled").mkdir()
+    (cn / "__pycache__").mkdir()
+    (cn / "notes.txt").write_text("not a node")
+    (cn / "off.py.disabled").write_text("")
+    nodes = {n.name: n.value() for n in scan_install(root).nodes}
+    assert nodes == {
+        "reg-pack": DISABLED,
+        "cnr-pack": "version:2.0.1",
+        "both": INSTALLED,
+        "off.py": DISABLED,
+    }
+
+
+def test_scan_refuses_a_folder_that_is_not_comfyui(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a ComfyUI install"):
+        scan_install(tmp_path)
+
+
+def test_explicit_refs_resolve_and_unnamed_repos_keep_their_current_value(inst) -> None:
+    install = scan_install(inst.root)
+    s = resolve_state("comfyui=v-mid node:node_a=HEAD~3", install)
+    assert s.comfyui == inst.core[15]
+    assert s.node("node_a") == inst.nodes["node_a"][-4]
+    assert s.node("node_b") == inst.nodes["node_b"][-1]
+    assert s.node("old_pack") == DISABLED and s.node("single.py") == INSTALLED
+
+
+def test_words_for_absent_disabled_and_copies(inst) -> None:
+    install = scan_install(inst.root)
+    s = resolve_state(
+        [
+            "comfyui=v-first",
+            "node:node_b=absent",
+            "node:node_a=disabled",
+            "node:loose_pack=installed",
+        ],
+        install,
+    )
+    assert s.comfyui == inst.core[0]
+    assert s.node("node_b") == ABSENT and s.node("node_a") == DISABLED
+    assert s.node("loose_pack") == INSTALLED
+    assert resolve_state("node:never_installed=absent", install) == install.current_state()
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("node:node_a=v9", "custom_nodes/node_a: 'v9' is not a commit"),
+        ("comfyui=v9", "ComfyUI ({root}): 'v9' is not a commit"),
+        ("comfyui=--output=/tmp/x", "ComfyUI ({root}): '--output=/tmp/x' is not a commit"),
+        ("node:nosuch=HEAD", "custom_nodes/nosuch: no such custom node in {root}/custom_nodes"),
+        ("node:loose_pack=abc123", "custom_nodes/loose_pack: 'abc123' is not available"),
+        ("yesterday", "'yesterday' is not a state"),
+        ("", "empty state"),
+        ("comfyui='unclosed", "cannot parse state"),
+    ],
+    ids=[
+        "node-junk",
+        "core-junk",
+        "option-injection",
+        "unknown-node",
+        "non-git-ref",
+        "word",
+        "empty",
+        "quote",
+    ],
+)
+def test_junk_refs_give_one_line_naming_repo_and_ref(inst, arg: str, message: str) -> None:
+    install = scan_install(inst.root)
+    with pytest.raises(BadRef) as err:
+        resolve_state(arg, install)
+    assert str(err.value).startswith(message.format(root=inst.root))
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_words_go_to_the_snapshot_resolver(inst) -> None:
+    install = scan_install(inst.root)
+    wanted = State.of(inst.core[2])
+    seen: list[str] = []
+
+    def resolver(word: str) -> State:
+        seen.append(word)
+        if word != "2026-01-02_gpu_KSampler":
+            raise BadRef(f"no snapshot {word!r}")
+        return wanted
+
+    assert resolve_state("2026-01-02_gpu_KSampler", install, snapshot_resolver=resolver) == wanted
+    with pytest.raises(BadRef, match="no snapshot 'other'"):
+        resolve_state("other", install, snapshot_resolver=resolver)
+    assert seen == ["2026-01-02_gpu_KSampler", "other"]
+
+
+# ---------------------------------------------------------------------- Manager snapshots
+
+
+def test_remote_urls_compare_like_the_manager_does() -> None:
+    forms = [
+        "https://github.com/Someone/Node-A.git",
+        "https://github.com/someone/node-a",
+        "git@github.com:Someone/Node-A.git",
+        "ssh://git@github.com/Someone/Node-A",
+        "https://github.com/Someone/Node-A/",
+    ]
+    assert len({normalize_remote_url(u) for u in forms}) == 1
+    assert normalize_remote_url("https://user:tok@github.com/a/b") == "https://github.com/a/b"
+
+
+def _manager_snapshot(inst) -> dict:
+    return {
+        "comfyui": inst.core[5],
+        "git_custom_nodes": {
+            "git@github.com:someone/node-a.git": {
+                "hash": inst.nodes["node_a"][4] + "\n",
+                "disabled": False,
+            },
+            "https://github.com/other/node_b": {"hash": "unknown", "disabled": False},
+        },
+        "cnr_custom_nodes": {},
+        "file_custom_nodes": [{"filename": "single.py", "disabled": True}],
+        "pips": {"torch==2.5.1": ""},
+    }
+
+
+def test_manager_snapshot_json_becomes_a_state(inst, tmp_path: Path) -> None:
+    path = tmp_path / "2026-01-02_10-11-12_snapshot.json"
+    path.write_text(json.dumps(_manager_snapshot(inst), indent=4))
+    s = resolve_state(str(path), scan_install(inst.root))
+    assert s.comfyui == inst.core[5]
+    assert s.node("node_a") == inst.nodes["node_a"][4]  # newline quirk stripped, ssh URL matched
+    assert s.node("node_b") == inst.nodes["node_b"][-1]  # "unknown": what is installed
+    assert s.node("old_pack") == ABSENT  # a git node the snapshot doesn't list
+    assert s.node("single.py") == DISABLED
+    assert s.node("loose_pack") == INSTALLED
+
+
+def test_manager_snapshot_yaml_is_wrapped_in_custom_nodes(inst, tmp_path: Path) -> None:
+    path = tmp_path / "snap.yaml"
+    path.write_text(yaml.safe_dump({"custom_nodes": _manager_snapshot(inst)}))
+    s = resolve_state(str(path), scan_install(inst.root))
+    assert s.comfyui == inst.core[5] and s.node("node_a") == inst.nodes["node_a"][4]
+
+
+def test_manager_snapshot_naming_an_uninstalled_node_is_a_bad_ref(inst, tmp_path: Path) -> None:
+    data = _manager_snapshot(inst)
+    data["git_custom_nodes"]["https://github.com/nobody/gone"] = {"hash": H, "disabled": False}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(
+        BadRef, match=r"s\.json: custom node https://github.com/nobody/gone is not installed"
+    ):
+        resolve_state(str(path), scan_install(inst.root))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"comfyui": null}', "not a ComfyUI-Manager snapshot"),
+        ('{"comfyui": "zz", "git_custom_nodes": {}}', "is not a commit id"),
+        ('{"git_custom_nodes": []}', "must be an object"),
+    ],
+    ids=["syntax", "foreign", "bad-core-hash", "bad-shape"],
+)
+def test_broken_manager_snapshots_are_input_errors(
+    inst, tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text(content)
+    with pytest.raises(InputError, match=message):
+        resolve_state(str(path), scan_install(inst.root))
+
+
+def test_a_custom_nodes_only_snapshot_keeps_the_core() -> None:
+    snap = parse_manager_snapshot({"comfyui": None, "git_custom_nodes": {}}, "x")
+    assert snap.comfyui is None
+
+
+# ---------------------------------------------------------------------- reflog states
+
+
+def entry(old: str, new: str, t: int, msg: str) -> ReflogEntry:
+    return ReflogEntry(old, new, t, msg)
+
+
+def test_parse_reflog_reads_git_lines_and_skips_garbage() -> None:
+    text = (
+        f"{'0' * 40} {H} A U <a@x> 1700000000 +0000\tclone: from /src\n"
+        "garbage line\n"
+        f"{H} {H2} A U <a@x> 1700000600 -0130\tpull: Fast-forward\n"
+    )
+    assert parse_reflog(text) == [
+        entry("0" * 40, H, 1_700_000_000, "clone: from /src"),
+        entry(H, H2, 1_700_000_600, "pull: Fast-forward"),
+    ]
+    assert parse_reflog(text)[1].action == "pull"
+
+
+def _fake_install(tmp_path: Path):
+    from oom_sentinel.bisect.states import Install, NodeInstall
+
+    nodes = tuple(
+        NodeInstall(n, tmp_path / n, "git", False, head=h)
+        for n, h in (("a", "1" * 40), ("b", "2" * 40), ("c", "3" * 40))
+    )
+    return Install(tmp_path, "9" * 40, nodes)
+
+
+def test_before_last_update_rolls_back_the_last_batch_only(tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    t = 2_000_000
+    logs = {
+        "comfyui": [
+            entry("0" * 40, "7" * 40, t - 90_000, "clone: from https://x"),
+            entry("7" * 40, "8" * 40, t - 300, "pull: Fast-forward"),
+            entry("8" * 40, "9" * 40, t, "reset: moving to origin/master"),
+        ],
+        "node:a": [entry("5" * 40, "1" * 40, t - 100_000, "pull: Fast-forward")],  # long ago
+        "node:b": [
+            entry("0" * 40, "2" * 40, t - 200, "clone: from https://y"),  # installed in the batch
+        ],
+        "node:c": [
+            entry("4" * 40, "6" * 40, t - 50, "checkout: moving from main to 6666"),
+            entry("6" * 40, "3" * 40, t - 10, "commit: my local fix"),  # not an update
+        ],
+    }
+    s = before_last_update(install, logs, window_s=3600)
+    assert s.comfyui == "7" * 40  # before the earliest update of the batch
+    assert s.node("a") == "1" * 40
+    assert s.node("b") == ABSENT
+    assert s.node("c") == "4" * 40
+
+
+def test_before_last_update_without_any_update_is_a_bad_ref(tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    logs = {
+        "comfyui": [entry(H, H, 5, "checkout: moving from a to a"), entry(H, H2, 6, "commit: x")]
+    }
+    with pytest.raises(BadRef, match="before-last-update: no pull"):
+        before_last_update(install, logs, 3600)
+
+
+def test_head_at_n_is_the_whole_install_at_that_moment(tmp_path: Path) -> None:
+    install = _fake_install(tmp_path)
+    logs = {
+        "comfyui": [
+            entry("0" * 40, "7" * 40, 100, "clone: from x"),
+            entry("7" * 40, "8" * 40, 200, "pull: Fast-forward"),
+            entry("8" * 40, "9" * 40, 300, "pull: Fast-forward"),
+        ],
+        "node:a": [
+            entry("0" * 40, "5" * 40, 150, "clone: from y"),
+            entry("5" * 40, "1" * 40, 250, "pull"),
+        ],
+        "node:b": [entry("0" * 40, "2" * 40, 260, "clone: from z")],
+        "node:c": [],
+    }
+    s = state_at_reflog(install, logs, 1)
+    assert (s.comfyui, s.node("a"), s.node("b"), s.node("c")) == (
+        "8" * 40,
+        "5" * 40,
+        ABSENT,
+        "3" * 40,
+    )
+    assert state_at_reflog(install, logs, 0) == install.current_state().with_values(
+        {"node:a": "1" * 40}
+    )
+    with pytest.raises(BadRef, match=r"HEAD@\{3\}: the reflog has only 3 entries"):
+        state_at_reflog(install, logs, 3)
+
+
+@pytest.fixture
+def updated_install(tmp_path: Path):
+    """A real install updated twice, with reflogs written by git itself:
+
+    T0        core reset to c3, node_a to a2, node_b to b1        (install)
+    T1        core merge c7, node_b merge b7                      (an old update)
+    T2        core merge c9                                       (the last update ...)
+    T2+300    node_c cloned                                       (... same batch)
+    T2+600    node_a merge a11                                    (... same batch)
+    T2+900    node_b: a local commit                              (not an update)
+    """
+    inst = make_install(tmp_path, core_commits=10, dirty=False)
+    core, a, b = inst.core, inst.nodes["node_a"], inst.nodes["node_b"]
+    t0, t1, t2 = BASE_TS + 10_000, BASE_TS + 900_000, BASE_TS + 1_800_000
+    git(inst.root, "reset", "-q", "--hard", core[3], ts=t0)
+    git(inst.custom_nodes / "node_a", "reset", "-q", "--hard", a[2], ts=t0)
+    git(inst.custom_nodes / "node_b", "reset", "-q", "--hard", b[1], ts=t0)
+    git(inst.root, "merge", "-q", "--ff-only", core[7], ts=t1)
+    git(inst.custom_nodes / "node_b", "merge", "-q", "--ff-only", b[7], ts=t1)
+    git(inst.root, "merge", "-q", "--ff-only", core[9], ts=t2)
+    src = tmp_path / "node_c_src"
+    c = build_history(src, node_history("node_c", 4))
+    git(inst.custom_nodes, "clone", "-q", str(src), "node_c", ts=t2 + 300)
+    git(inst.custom_nodes / "node_a", "merge", "-q", "--ff-only", a[11], ts=t2 + 600)
+    (inst.custom_nodes / "node_b" / "local.txt").write_text("x")
+    git(inst.custom_nodes / "node_b", "add", "local.txt")
+    git(inst.custom_nodes / "node_b", "commit", "-q", "-m", "local", ts=t2 + 900)
+    return inst, c
+
+
+def test_before_last_update_from_real_reflogs(updated_install) -> None:
+    inst, _ = updated_install
+    install = scan_install(inst.root)
+    s = resolve_state("before-last-update", install)
+    assert s.comfyui == inst.core[7]
+    assert s.node("node_a") == inst.nodes["node_a"][2]
+    assert s.node("node_b") == install.node("node_b").head  # the local commit stays
+    assert s.node("node_c") == ABSENT
+
+
+def test_head_at_1_from_real_reflogs(updated_install) -> None:
+    inst, c = updated_install
+    install = scan_install(inst.root)
+    s = resolve_state("HEAD@{1}", install)  # core's entry at T1
+    assert s.comfyui == inst.core[7]
+    assert s.node("node_a") == inst.nodes["node_a"][2]
+    assert s.node("node_b") == inst.nodes["node_b"][7]
+    assert s.node("node_c") == ABSENT
+    # a reflog position is also a plain REF for one repo
+    assert resolve_state("comfyui=HEAD@{2}", install).comfyui == inst.core[3]
+    assert resolve_state("node:node_c=HEAD", install).node("node_c") == c[-1]
+
+
+def test_resolving_a_state_of_a_worktree_free_copy_needs_no_write_access(
+    inst, tmp_path: Path
+) -> None:
+    """Resolution only reads: it works on a read-only copy of the install."""
+    copy = tmp_path / "ro" / "ComfyUI"
+    shutil.copytree(inst.root, copy, symlinks=True)
+    for p in [copy, *copy.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(p.stat().st_mode & ~0o222)
+    try:
+        s = resolve_state("comfyui=v-mid node:node_a=HEAD~1", scan_install(copy))
+        assert s.comfyui == inst.core[15]
+    finally:
+        for p in [copy, *copy.rglob("*")]:
+            if not p.is_symlink():
+                p.chmod(p.stat().st_mode | 0o200)
+
+
+# ---------------------------------------------------------------------- git plumbing
+
+
+def test_candidates_follow_first_parents_so_a_merged_branch_is_one_step(tmp_path: Path) -> None:
+    """
+    c0 - c1 - c2 - M - c4        master (first parents)
+           \\      /
+            b1 - b2              topic, merged at M
+    """
+    from oom_sentinel.bisect.gitrepo import commit_info, first_parent_range, is_ancestor
+
+    repo = tmp_path / "r"
+    c0, c1 = build_history(repo, [("c0", {"f": "0"}), ("c1", {"f": "1"})])
+    git(repo, "checkout", "-q", "-b", "topic")
+    b1, b2 = build_history(repo, [("b1", {"b": "1"}), ("b2", {"b": "2"})], branch="topic")
+    git(repo, "checkout", "-q", "master")
+    (c2,) = build_history(repo, [("c2", {"f": "2"})])
+    git(repo, "merge", "-q", "--no-ff", "-m", "M merge topic", "topic")
+    m = git(repo, "rev-parse", "HEAD").strip()
+    (c4,) = build_history(repo, [("c4 last", {"g": "4"})])
+    assert first_parent_range(repo, c0, c4, "r") == (c1, c2, m, c4)
+    assert b1 not in first_parent_range(repo, c0, c4, "r")
+    assert first_parent_range(repo, c4, c0, "r") == ()  # a downgrade: one step
+    assert is_ancestor(repo, c0, c4) and not is_ancestor(repo, c4, c0)
+    info = commit_info(repo, m, "r")
+    assert info.sha == m and info.subject == "M merge topic"
+    assert info.author == "Test Author <author@example.com>"
+    assert info.files == ("b",)  # the first-parent diff of the merge
+    assert commit_info(repo, c4, "r").files == ("g",) and info.date.startswith("20")
+    assert b2 in git(repo, "rev-list", "topic")
+
+
+def test_a_missing_snapshot_file_is_named(inst, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"gone\.json: no such snapshot file"):
+        resolve_state(str(tmp_path / "gone.json"), scan_install(inst.root))
+
+
+def test_another_manager_reader_can_be_plugged_in(inst, tmp_path: Path) -> None:
+    from oom_sentinel.bisect.states import ManagerSnapshot
+
+    path = tmp_path / "any.yaml"
+    path.write_text("ignored by the reader below")
+    read: list[Path] = []
+
+    def reader(p: Path) -> ManagerSnapshot:
+        read.append(p)
+        return ManagerSnapshot(inst.core[1], {"https://github.com/someone/node-a": (None, True)})
+
+    s = resolve_state(str(path), scan_install(inst.root), manager_reader=reader)
+    assert read == [path]
+    assert s.comfyui == inst.core[1] and s.node("node_a") == DISABLED
+    assert s.node("node_b") == ABSENT
