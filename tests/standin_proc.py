@@ -2,7 +2,10 @@
 
 ``start_standin(base_dir)`` runs ``python main.py --listen 127.0.0.1 --port <free> --base-directory
 <base_dir> --database-url sqlite:///:memory: --disable-auto-launch`` (plus ``--cpu`` unless a fake
-GPU is given), waits until ``GET /system_stats`` answers, and returns a handle. Console output goes
+GPU is given), waits until ``GET /system_stats`` answers, and returns a handle. With
+``base_directory=False`` the install keeps its own ``custom_nodes/`` and ``models/`` (as ComfyUI
+re-roots both under ``--base-directory``) and only output, input, temp and user move to
+``base_dir``. Console output goes
 to files in ``base_dir`` (a pipe could fill and block the server). Any install can be started the
 same way with ``code_dir=`` (e.g. a checkout of a repo built by ``standin_repos``).
 """
@@ -129,6 +132,7 @@ def start_standin(
     rlimit_as_headroom_mib: int | None = None,
     port: int | None = None,
     default_args: bool = True,
+    base_directory: bool = True,
     wait_ready: bool = True,
     ready_timeout_s: float = 30.0,
 ) -> StandinProcess:
@@ -137,7 +141,19 @@ def start_standin(
     chosen = port if port is not None else free_port()
     argv = [python, str(code_dir / "main.py")]
     if default_args:
-        argv += ["--listen", "127.0.0.1", "--port", str(chosen), "--base-directory", str(base_dir)]
+        argv += ["--listen", "127.0.0.1", "--port", str(chosen)]
+        if base_directory:
+            argv += ["--base-directory", str(base_dir)]
+        else:
+            # Keep the install's own custom_nodes/ and models/, move everything that is written.
+            (base_dir / "user").mkdir(exist_ok=True)
+            argv += [
+                "--output-directory",
+                str(base_dir / "output"),
+                "--input-directory",
+                str(base_dir / "input"),
+            ]
+            argv += ["--temp-directory", str(base_dir), "--user-directory", str(base_dir / "user")]
         argv += ["--database-url", "sqlite:///:memory:", "--disable-auto-launch"]
         if cpu if cpu is not None else fake_gpu is None:
             argv.append("--cpu")

@@ -196,28 +196,60 @@ def test_second_instance_on_the_same_port_dies_after_node_import(
     assert err.index("ComfyUI version:") < err.index("Starting server")
 
 
-def test_dont_print_server_and_log_stdout(tmp_path: Path) -> None:
-    proc = start_standin(
-        tmp_path, "--dont-print-server", "--log-stdout", "--temp-directory", str(tmp_path / "t")
+def test_dont_print_server_log_stdout_and_verbose(standin: Any, tmp_path: Path) -> None:
+    proc = standin(
+        "--dont-print-server", "--log-stdout", "--verbose", "--temp-directory", str(tmp_path / "t")
     )
-    try:
-        assert "To see the GUI" not in proc.stdout_text() + proc.stderr_text()
-        assert "Set vram state to: DISABLED" in proc.stdout_text()
-        assert "Set vram state to" not in proc.stderr_text()
-        assert f"Setting temp directory to: {tmp_path / 't' / 'temp'}" in proc.stdout_text()
-    finally:
-        proc.stop()
+    assert "To see the GUI" not in proc.stdout_text() + proc.stderr_text()
+    assert "Set vram state to: DISABLED" in proc.stdout_text()
+    assert "Set vram state to" not in proc.stderr_text()
+    assert f"Setting temp directory to: {tmp_path / 't' / 'temp'}" in proc.stdout_text()
+    assert "Database URL: sqlite:///:memory:" in proc.stdout_text()  # a DEBUG line
 
 
-def test_temp_directory_is_wiped_at_start(tmp_path: Path) -> None:
-    stale = tmp_path / "temp" / "stale.png"
+def test_temp_directory_is_wiped_at_start(standin: Any, tmp_path: Path) -> None:
+    stale = tmp_path / "base" / "temp" / "stale.png"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"x")
-    proc = start_standin(tmp_path)
-    try:
-        assert not stale.exists()
-    finally:
-        proc.stop()
+    standin(base_dir=tmp_path / "base")
+    assert not stale.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "state"),
+    [
+        (["--cpu"], "DISABLED"),
+        ([], "NORMAL_VRAM"),
+        (["--normalvram"], "NORMAL_VRAM"),
+        (["--lowvram"], "LOW_VRAM"),
+        (["--novram"], "NO_VRAM"),
+        (["--highvram"], "HIGH_VRAM"),
+        (["--gpu-only"], "HIGH_VRAM"),
+    ],
+    ids=["cpu", "default", "normalvram", "lowvram", "novram", "highvram", "gpu-only"],
+)
+def test_vram_flags_set_the_vram_state(
+    tmp_path: Path, gpu_dir: Path, flags: list[str], state: str
+) -> None:
+    proc = start_standin(
+        tmp_path,
+        "--quick-test-for-ci",
+        "--disable-smart-memory",
+        *flags,
+        fake_gpu=gpu_dir,
+        cpu=False,
+        wait_ready=False,
+    )
+    assert proc.proc.wait(timeout=30) == 0
+    err = proc.stderr_text()
+    assert f"Set vram state to: {state}\n" in err
+    assert err.index(f"Set vram state to: {state}") < err.index("Disabling smart memory management")
+
+
+def test_vram_flags_are_mutually_exclusive(tmp_path: Path) -> None:
+    proc = start_standin(tmp_path, "--lowvram", wait_ready=False)  # plus --cpu
+    assert proc.proc.wait(timeout=30) == 2
+    assert "error: argument --lowvram: not allowed with argument --cpu" in proc.stderr_text()
 
 
 def test_sigint_prints_stopped_server(tmp_path: Path) -> None:
@@ -278,6 +310,20 @@ def test_internal_logs_ring_and_no_api_alias(srv: StandinProcess) -> None:
     assert 0 < len(raw["entries"]) <= 300 and set(raw["entries"][0]) == {"t", "m"}
     with pytest.raises(Exception, match="404"):
         srv.get_json("/api/internal/logs")
+
+
+def test_log_ring_keeps_the_last_300_writes(standin: Any) -> None:
+    proc = standin()
+    record(
+        proc,
+        {"prompt": one_node("SoftOOM", kind="softmax", count=400), "client_id": "r"},
+        owner="r",
+    )
+    proc.wait_for_stderr("Prompt executed in")
+    entries = proc.get_json("/internal/logs/raw")["entries"]
+    assert len(entries) == 300
+    assert entries[-1]["m"].startswith("Prompt executed in")
+    assert not any("Set vram state to" in e["m"] for e in entries)
 
 
 def test_features_shape(srv: StandinProcess) -> None:
@@ -859,19 +905,12 @@ def test_allocate_ram_really_grows_rss(srv: StandinProcess) -> None:
     assert proc.memory_info().rss - before >= 90 * MIB
 
 
-def test_cache_none_runs_every_node_again(tmp_path: Path) -> None:
-    proc = start_standin(tmp_path, "--cache-none")
-    try:
-        body = {"prompt": blur_prompt(color=5), "client_id": "n"}
-        record(proc, body, owner="n")
-        _, _, sinks = record(proc, body, owner="n")
-        assert [m["data"]["node"] for m in sinks["n"] if m["type"] == "executing"] == [
-            "1",
-            "2",
-            None,
-        ]
-    finally:
-        proc.stop()
+def test_cache_none_runs_every_node_again(standin: Any) -> None:
+    proc = standin("--cache-none")
+    body = {"prompt": blur_prompt(color=5), "client_id": "n"}
+    record(proc, body, owner="n")
+    _, _, sinks = record(proc, body, owner="n")
+    assert [m["data"]["node"] for m in sinks["n"] if m["type"] == "executing"] == ["1", "2", None]
 
 
 @pytest.mark.parametrize(
@@ -1009,42 +1048,99 @@ def test_fake_gpu_oom_reads_like_torch(gpu_srv: StandinProcess, gpu_dir: Path) -
     assert gpu_srv.alive()
 
 
-def test_cuda_device_flag_picks_the_device(tmp_path: Path, gpu_dir: Path) -> None:
-    proc = start_standin(tmp_path, "--cuda-device", "1", "--lowvram", fake_gpu=gpu_dir)
-    try:
-        err = proc.stderr_text()
-        assert "Set cuda device to: 1\n" in err and "Set vram state to: LOW_VRAM\n" in err
-        assert "Device: cuda:0 NVIDIA GeForce RTX 3090 : native\n" in err
-        assert {p.pid: p for p in FakeGpuDir(gpu_dir).processes()}[proc.pid].device_index == 1
-    finally:
-        proc.stop()
+def test_cuda_device_flag_picks_the_device(standin: Any, gpu_dir: Path) -> None:
+    proc = standin("--cuda-device", "1", "--lowvram", fake_gpu=gpu_dir)
+    err = proc.stderr_text()
+    assert "Set cuda device to: 1\n" in err and "Set vram state to: LOW_VRAM\n" in err
+    assert "Device: cuda:0 NVIDIA GeForce RTX 3090 : native\n" in err
+    assert {p.pid: p for p in FakeGpuDir(gpu_dir).processes()}[proc.pid].device_index == 1
 
 
-def test_image_blur_works_on_the_device_and_runs_out_of_it(tmp_path: Path, gpu_dir: Path) -> None:
+def test_cuda_malloc_changes_the_backend_and_the_oom_text(standin: Any, gpu_dir: Path) -> None:
+    proc = standin("--cuda-malloc", fake_gpu=gpu_dir)
+    assert "Device: cuda:0 NVIDIA GeForce RTX 4060 : cudaMallocAsync\n" in proc.stderr_text()
+    _, _, sinks = record(
+        proc, {"prompt": one_node("AllocateVRAM", mib=64 * 1024), "client_id": "a"}, owner="a"
+    )
+    error = next(m for m in sinks["a"] if m["type"] == "execution_error")["data"]
+    assert error["exception_type"] == "torch.OutOfMemoryError"
+    assert error["exception_message"].startswith(
+        "Allocation on device \nThis error means you ran out of memory on your GPU."
+    )
+
+
+def test_image_blur_works_on_the_device_and_runs_out_of_it(
+    standin: Any, tmp_path: Path, gpu_dir: Path
+) -> None:
     # 64 images of 2048x2048 are 3 GiB; the install keeps host RAM at 1/64 of that and VRAM whole.
     install = _tuned_install(tmp_path / "install", memory_factor=1 / 64, vram_factor=64.0)
-    proc = start_standin(tmp_path / "run", code_dir=install, fake_gpu=gpu_dir)
-    try:
-        prompt = {
-            "1": {
-                "class_type": "EmptyImage",
-                "inputs": {"width": 2048, "height": 2048, "batch_size": 64, "color": 0},
+    proc = standin(code_dir=install, fake_gpu=gpu_dir)
+    prompt = {
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 2048, "height": 2048, "batch_size": 64, "color": 0},
+        },
+        "2": {
+            "class_type": "ImageBlur",
+            "inputs": {"image": ["1", 0], "blur_radius": 31, "sigma": 1.0},
+        },
+        "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
+    }
+    _, _, sinks = record(proc, {"prompt": prompt, "client_id": "blur"}, owner="blur")
+    error = next(m for m in sinks["blur"] if m["type"] == "execution_error")["data"]
+    assert error["node_type"] == "ImageBlur" and error["executed"] == ["1"]
+    assert error["exception_type"] == "torch.OutOfMemoryError"
+    assert error["exception_message"].startswith(
+        "CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 8.00 GiB"
+    )
+
+
+def test_model_workflow_loads_samples_and_retries_vae_tiled(standin: Any, tmp_path: Path) -> None:
+    small = tmp_path / "small-gpu"
+    FakeGpuDir(small).create([FakeDevice(0, "NVIDIA GeForce GTX 1650", 2048 * MIB)])
+    install = _tuned_install(tmp_path / "install", ram_factor=1 / 16)
+    models = tmp_path / "base" / "models" / "checkpoints"
+    models.mkdir(parents=True)
+    with (models / "tiny.safetensors").open("wb") as fh:
+        fh.truncate(32 * MIB)
+    proc = standin(code_dir=install, fake_gpu=small, base_dir=tmp_path / "base")
+    # A 2048x1536 batch of 16: the sampler fits (64 x latent), the regular VAE decode does not
+    # (192 x latent), the tiled retry does (24 x latent).
+    prompt = {
+        "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "tiny.safetensors"}},
+        "2": {
+            "class_type": "EmptyLatentImage",
+            "inputs": {"width": 2048, "height": 1536, "batch_size": 16},
+        },
+        "3": {
+            "class_type": "StandinSampler",
+            "inputs": {
+                "model": ["1", 0],
+                "seed": 7,
+                "steps": 3,
+                "cfg": 7.0,
+                "latent_image": ["2", 0],
+                "denoise": 1.0,
             },
-            "2": {
-                "class_type": "ImageBlur",
-                "inputs": {"image": ["1", 0], "blur_radius": 31, "sigma": 1.0},
-            },
-            "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
-        }
-        _, _, sinks = record(proc, {"prompt": prompt, "client_id": "blur"}, owner="blur")
-        error = next(m for m in sinks["blur"] if m["type"] == "execution_error")["data"]
-        assert error["node_type"] == "ImageBlur" and error["executed"] == ["1"]
-        assert error["exception_type"] == "torch.OutOfMemoryError"
-        assert error["exception_message"].startswith(
-            "CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 8.00 GiB"
-        )
-    finally:
-        proc.stop()
+        },
+        "4": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["1", 2]}},
+        "5": {"class_type": "SaveImage", "inputs": {"images": ["4", 0], "filename_prefix": "wf"}},
+    }
+    _, answer, sinks = record(proc, {"prompt": prompt, "client_id": "wf"}, owner="wf")
+    msgs = sinks["wf"]
+    assert [m["data"]["value"] for m in msgs if m["type"] == "progress"] == [1, 2, 3]
+    assert all(m["data"]["node"] == "3" for m in msgs if m["type"] == "progress")
+    entry = proc.get_json(f"/history/{answer['prompt_id']}")[answer["prompt_id"]]
+    assert entry["status"]["status_str"] == "success" and len(entry["outputs"]["5"]["images"]) == 16
+    err = proc.stderr_text()
+    assert "Requested to load BaseModel\n" in err and "Requested to load AutoencoderKL\n" in err
+    assert re.search(
+        r"^loaded completely; \d+\.\d\d MB usable, 32\.00 MB loaded, full load: True$", err, re.M
+    )
+    assert (
+        "Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.\n"
+        in err
+    )
 
 
 def _tuned_install(dest: Path, **tuning: Any) -> Path:
@@ -1057,15 +1153,28 @@ def _tuned_install(dest: Path, **tuning: Any) -> Path:
     return dest
 
 
-def test_memory_factor_in_the_install_scales_allocations(tmp_path: Path, gpu_dir: Path) -> None:
+def test_memory_factor_in_the_install_scales_allocations(
+    standin: Any, tmp_path: Path, gpu_dir: Path
+) -> None:
     install = _tuned_install(tmp_path / "install", memory_factor=1.5)
-    proc = start_standin(tmp_path / "run", code_dir=install, fake_gpu=gpu_dir)
-    try:
-        record(proc, {"prompt": one_node("AllocateVRAM", mib=200), "client_id": "f"}, owner="f")
-        usage = {p.pid: p for p in FakeGpuDir(gpu_dir).processes()}[proc.pid]
-        assert usage.used_bytes == (312 + 300) * MIB
-    finally:
-        proc.stop()
+    proc = standin(code_dir=install, fake_gpu=gpu_dir)
+    record(proc, {"prompt": one_node("AllocateVRAM", mib=200), "client_id": "f"}, owner="f")
+    usage = {p.pid: p for p in FakeGpuDir(gpu_dir).processes()}[proc.pid]
+    assert usage.used_bytes == (312 + 300) * MIB
+
+
+def test_old_torch_names_the_oom_class_torch_cuda(
+    standin: Any, tmp_path: Path, gpu_dir: Path
+) -> None:
+    install = _tuned_install(tmp_path / "install", torch_version="2.3.1+cu121")
+    proc = standin(code_dir=install, fake_gpu=gpu_dir)
+    assert "pytorch version: 2.3.1+cu121\n" in proc.stderr_text()
+    _, _, sinks = record(
+        proc, {"prompt": one_node("AllocateVRAM", mib=64 * 1024), "client_id": "t"}, owner="t"
+    )
+    error = next(m for m in sinks["t"] if m["type"] == "execution_error")["data"]
+    assert error["exception_type"] == "torch.cuda.OutOfMemoryError"
+    assert "torch.cuda.OutOfMemoryError: CUDA out of memory." in proc.stderr_text()
 
 
 def test_no_gpu_and_no_cpu_flag_fails_like_a_cuda_torch(tmp_path: Path) -> None:

@@ -61,7 +61,10 @@ class LoadedModel:
     name: str
     size_bytes: int
     loaded_bytes: int = 0
+    #: device memory while loaded; dropped by unload_all_models
     blocks: list[Any] = field(default_factory=list)
+    #: the weights in host RAM, kept while the model object lives (a cached loader output)
+    host_blocks: list[Any] = field(default_factory=list)
 
 
 @dataclass

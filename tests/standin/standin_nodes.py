@@ -211,9 +211,13 @@ class CheckpointLoaderSimple(Node):
             raise FileNotFoundError(
                 f"Model in folder 'checkpoints' with filename '{ckpt_name}' not found."
             )
-        size = mem.scaled_bytes(path.stat().st_size, "CheckpointLoaderSimple", vram=False)
+        file_bytes = path.stat().st_size
+        size = mem.scaled_bytes(file_bytes, "CheckpointLoaderSimple", vram=True)
         model = api.LoadedModel("BaseModel", size)
-        model.blocks.append(mem.torch_cpu_alloc(size))  # the weights in RAM before moving
+        # the weights in RAM before they move to the device
+        model.host_blocks.append(
+            mem.torch_cpu_alloc(mem.scaled_bytes(file_bytes, "CheckpointLoaderSimple", vram=False))
+        )
         clip = api.LoadedModel("SDXLClipModel", max(1, size // 8))
         vae = api.LoadedModel("AutoencoderKL", max(1, size // 16))
         return (model, clip, vae)
@@ -225,7 +229,7 @@ class StandinSampler(Node):
     CATEGORY = "sampling"
     RETURN_TYPES = ("LATENT",)
     #: working memory per latent element (activations, attention), a rough SD-like ratio
-    WORK_BYTES_PER_LATENT_BYTE = 1024
+    WORK_BYTES_PER_LATENT_BYTE = 64
 
     @classmethod
     def INPUT_TYPES(cls) -> dict[str, Any]:
