@@ -606,6 +606,21 @@ SUCCESS_ORDER = [
 ]
 
 
+#: as observed on a real ComfyUI v0.8.0 for a failing first node (comfyui-facts.md 11)
+ERROR_ORDER = [
+    "status",
+    "status",
+    "status",
+    "execution_start",
+    "execution_cached",
+    "progress_state",
+    "executing",
+    "execution_error",
+    "status",
+    "executing",
+]
+
+
 def test_success_messages_go_only_to_the_owner_in_comfyui_order(srv: StandinProcess) -> None:
     owner = uuid.uuid4().hex
     status, answer, sinks = record(
@@ -708,18 +723,7 @@ def test_error_message_order_payload_and_console(srv: StandinProcess) -> None:
     prompt = one_node("Fail", message="standin boom", exception="ValueError")
     status, answer, sinks = record(srv, {"prompt": prompt, "client_id": "err"}, owner="err")
     assert status == 200
-    assert types(sinks["err"]) == [
-        "status",
-        "status",
-        "status",
-        "execution_start",
-        "execution_cached",
-        "progress_state",
-        "executing",
-        "execution_error",
-        "status",
-        "executing",
-    ]
+    assert types(sinks["err"]) == ERROR_ORDER
     error = next(m for m in sinks["err"] if m["type"] == "execution_error")["data"]
     assert set(error) == {
         "prompt_id",
@@ -761,6 +765,7 @@ def test_interrupt_stops_the_running_prompt(srv: StandinProcess) -> None:
         srv, {"prompt": prompt, "client_id": "intr"}, owner="intr", during=interrupt
     )
     msgs = sinks["intr"]
+    assert types(msgs) == [*ERROR_ORDER[:7], "execution_interrupted", *ERROR_ORDER[8:]]
     interrupted = next(m for m in msgs if m["type"] == "execution_interrupted")["data"]
     assert set(interrupted) == {"prompt_id", "node_id", "node_type", "executed", "timestamp"}
     assert interrupted["node_id"] == "1" and interrupted["node_type"] == "Sleep"
@@ -1024,6 +1029,7 @@ def test_fake_gpu_oom_reads_like_torch(gpu_srv: StandinProcess, gpu_dir: Path) -
         )
     finally:
         (gpu_dir / f"proc-{os.getpid()}.json").unlink()
+    assert types(sinks["oom"]) == ERROR_ORDER
     error = next(m for m in sinks["oom"] if m["type"] == "execution_error")["data"]
     assert error["exception_type"] == "torch.OutOfMemoryError"
     message = error["exception_message"]

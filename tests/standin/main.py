@@ -432,6 +432,8 @@ def main() -> None:
     worker.start()
 
     if arg(args, "quick_test_for_ci", False):
+        if rt.device.cuda is not None:
+            rt.device.cuda.remove_file()
         sys.exit(0)
     mem.apply_rlimit_as_headroom_from_env()
 
