@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,3 +43,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def python_exe() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Start stand-in ComfyUI processes (``tests/standin_proc.py``); all are stopped afterwards.
+
+    ``proc = standin("--lowvram", fake_gpu=gpu_dir)`` returns a ready ``StandinProcess`` with a
+    free port on 127.0.0.1 and its own base directory under ``tmp_path``.
+    """
+    from standin_proc import StandinProcess, start_standin
+
+    started: list[StandinProcess] = []
+
+    def start(*args: str, base_dir: Path | None = None, **kw: Any) -> StandinProcess:
+        proc = start_standin(base_dir or tmp_path / f"standin-{len(started)}", *args, **kw)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
