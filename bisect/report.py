@@ -22,6 +22,7 @@ import html
 import io
 import json
 import os
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -80,12 +81,18 @@ def result_of(step: Step) -> str:
     return RESULT_IN_PROGRESS
 
 
+_GITHUB_RE = re.compile(
+    r"^(?:(?:https?|git|ssh)://)?(?:[^@/\s]+@)?github\.com[:/]([\w.-]+)/([\w.-]+?)(?:\.git)?/?$"
+)
+
+
 def github_commit_url(remote_urls: Sequence[str], sha: str) -> str | None:
-    """``https://github.com/OWNER/REPO/commit/SHA`` for the first GitHub remote, else None."""
+    """``https://github.com/OWNER/REPO/commit/SHA`` for the first GitHub remote (HTTPS, SSH or
+    git://, with or without ``.git``; credentials in the URL are dropped), else None."""
     for url in remote_urls:
-        norm = gitrepo.normalize_remote_url(url)
-        if norm.startswith("https://github.com/") and norm.count("/") == 4:
-            return f"{norm}/commit/{sha}"
+        m = _GITHUB_RE.match(url.strip())
+        if m:
+            return f"https://github.com/{m.group(1)}/{m.group(2)}/commit/{sha}"
     return None
 
 
@@ -366,10 +373,10 @@ def _chart_svg(report: Mapping[str, Any]) -> str:
         ax.set_ylabel("MiB")
         ax.set_title("Peak memory per tested state")
         if has_vram or has_ram:
-            ax.legend(fontsize=7, loc="upper left")
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         buf = io.StringIO()
-        fig.savefig(buf, format="svg")
+        fig.savefig(buf, format="svg", metadata={"Date": None})
     finally:
         plt.close(fig)
     svg = buf.getvalue()
@@ -435,6 +442,10 @@ def render_html(report: Mapping[str, Any]) -> str:
     )
     if report["steps"]:
         out.append(_chart_svg(report))
+        out.append(
+            f"<p><small>Green: {e(report['terms']['old'])}, red: {e(report['terms']['new'])}, "
+            "grey: skipped; hatched bars are RAM. Numbers match the table below.</small></p>"
+        )
     out.append(
         "<h2>Tested states</h2><table><tr><th>#</th><th>verdict</th><th>state</th>"
         "<th>peak VRAM</th><th>peak RAM</th><th>runs</th><th>outcome</th><th>note</th></tr>"
@@ -549,7 +560,12 @@ def attach_to_snapshot(snapshot_dir: Path, files: Mapping[str, bytes]) -> Path:
                 target.mkdir(mode=0o700)
             except FileExistsError:
                 continue
-            os.rename(tmp, target)
+            try:
+                os.rename(tmp, target)  # replaces the empty folder that claimed the name
+            except OSError:
+                with contextlib.suppress(OSError):
+                    target.rmdir()
+                raise
             fsync_dir(snapshot_dir)
             return target
         raise OSError(f"{snapshot_dir}: too many bisect reports attached")

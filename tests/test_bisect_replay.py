@@ -50,7 +50,9 @@ PEAKS = Peaks(nvml_vram_bytes=3 * GIB, tree_rss_bytes=500 * MIB, hwm_bytes=600 *
 ACCEPTED = PostResult(200, "p1", 1.0, {}, None)
 
 
-def _run(kind: str, *, error: dict[str, Any] | None = None, post: PostResult = ACCEPTED) -> RunOutcome:
+def _run(
+    kind: str, *, error: dict[str, Any] | None = None, post: PostResult = ACCEPTED
+) -> RunOutcome:
     return RunOutcome(kind, "p1", post, None, error, (), (), (), None, 2.5)  # type: ignore[arg-type]
 
 
@@ -130,10 +132,19 @@ PARTIAL = PostResult(200, "p1", 1.0, MISSING_MODEL.node_errors, None)
             Oom,
             "MemoryError",
         ),
-        (_run("crashed"), {"exit_code": 3, "console_tail": ("boom",)}, Skip, "crashed (exit status 3): boom"),
+        (
+            _run("crashed"),
+            {"exit_code": 3, "console_tail": ("boom",)},
+            Skip,
+            "crashed (exit status 3): boom",
+        ),
         (
             None,
-            {"exit_code": 1, "start_failure": "exited with status 1", "console_tail": ("SyntaxError: x",)},
+            {
+                "exit_code": 1,
+                "start_failure": "exited with status 1",
+                "console_tail": ("SyntaxError: x",),
+            },
             Skip,
             "won't start: exited with status 1: SyntaxError: x",
         ),
@@ -319,7 +330,10 @@ def test_a_run_stops_once_its_peak_crosses_the_threshold(bench, gpu_dir) -> None
         (
             1,
             {
-                "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "x.safetensors"}},
+                "1": {
+                    "class_type": "CheckpointLoaderSimple",
+                    "inputs": {"ckpt_name": "x.safetensors"},
+                },
                 "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
             },
             "missing model or input file",
@@ -327,7 +341,10 @@ def test_a_run_stops_once_its_peak_crosses_the_threshold(bench, gpu_dir) -> None
         (
             1,
             {
-                "1": {"class_type": "Fail", "inputs": {"message": "nope", "exception": "ValueError"}},
+                "1": {
+                    "class_type": "Fail",
+                    "inputs": {"message": "nope", "exception": "ValueError"},
+                },
                 "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
             },
             "unrelated exception in Fail (node 1): ValueError: nope",
@@ -429,7 +446,7 @@ import sys
 __version__ = "2.9.1+fake"
 from . import cuda, _C  # noqa
 '''
-FAKE_CUDA = '''
+FAKE_CUDA = """
 import pickle
 TOTAL = 8 * 1024 ** 3
 _queued = []
@@ -482,8 +499,8 @@ def max_memory_reserved(i):
 def memory_reserved(i):
     return reserved
 from . import memory  # noqa
-'''
-FAKE_MEMORY = '''
+"""
+FAKE_MEMORY = """
 import pickle
 from . import history
 def _record_memory_history(max_entries=0):
@@ -492,13 +509,13 @@ def _record_memory_history(max_entries=0):
 def _dump_snapshot(path):
     with open(path, "wb") as fh:
         pickle.dump({"segments": [], "device_traces": [["alloc"]]}, fh)
-'''
-FAKE_C = '''
+"""
+FAKE_C = """
 from . import cuda
 def _cuda_attach_out_of_memory_observer(cb):
     cuda.observers.append(cb)
-'''
-MAIN = '''
+"""
+MAIN = """
 import json, os, sys
 seen = {"torch_before_main": "torch" in sys.modules, "path0": sys.path[0],
         "argv": sys.argv[1:], "file": __file__}
@@ -512,7 +529,7 @@ try:
 except torch.cuda.OutOfMemoryError as exc:
     seen["oom"] = str(exc)
 json.dump(seen, open(os.environ["SEEN"], "w"))
-'''
+"""
 
 
 def _fake_torch(root: Path) -> Path:
@@ -535,7 +552,9 @@ def test_bootstrap_caps_vram_records_peaks_and_keeps_the_history_on_oom(tmp_path
     harness.mkdir()
     boot = harness / "oom_bisect_bootstrap.py"
     boot.write_text(BOOTSTRAP.read_text())
-    (harness / "helper_next_to_main.py").write_text("raise SystemExit('the wrong folder is on sys.path')")
+    (harness / "helper_next_to_main.py").write_text(
+        "raise SystemExit('the wrong folder is on sys.path')"
+    )
     result = harness / "report.json"
     seen = tmp_path / "seen.json"
     env = dict(os.environ, PYTHONPATH=str(site), SEEN=str(seen))
