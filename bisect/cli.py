@@ -29,7 +29,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from oom_sentinel.bisect.fsutil import remove_tree
 from oom_sentinel.bisect.plan import Error, Found, OnlySkippedLeft, Step, Test
 from oom_sentinel.bisect.session import (
     BisectPaths,
@@ -61,6 +62,7 @@ from oom_sentinel.bisect.verdict import DEFAULT_MARGIN, Terms, Threshold
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
 from oom_sentinel.daemon.errors import (
     EXIT_ERROR,
+    BadRef,
     BisectError,
     ConfigError,
     InputError,
@@ -465,48 +467,76 @@ def _snapshot_resolver(data_dir: str | None = None) -> Callable[[str], State]:
 
     def resolve(word: str) -> State:
         from oom_sentinel.bisect.from_snapshot import snapshot_state
-        from oom_sentinel.daemon.snapshot import find_snapshot, load_snapshot
+        from oom_sentinel.daemon.snapshot import SnapshotNotFound, find_snapshot, load_snapshot
 
         ref, _, which = word.rpartition(":") if word.endswith((":good", ":bad")) else (word, "", "")
-        snap = load_snapshot(find_snapshot(_snapshots_dir(data_dir, None), ref))
-        return snapshot_state(snap, which or "crash")
+        where = _snapshots_dir(data_dir, None)
+        try:
+            found = find_snapshot(where, ref)
+        except SnapshotNotFound as exc:
+            raise BadRef(
+                f"{word!r} is neither a state (comfyui=REF node:NAME=REF …, a ComfyUI-Manager "
+                f"snapshot file, HEAD@{{N}}, before-last-update) nor a snapshot ({exc})"
+            ) from None
+        return snapshot_state(load_snapshot(found), which or "crash")
 
     return resolve
 
 
-def _interrupt_on_sigterm() -> None:
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (systemd, ``kill``) takes the Ctrl-C path, so ComfyUI is killed on the way out."""
+
     def raise_interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    with contextlib.suppress(ValueError):  # not the main thread (tests through CliRunner)
-        signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(args: _RunArgs) -> int:
+    with _sigterm_interrupts():
+        return _run_inner(args)
+
+
+def _run_inner(args: _RunArgs) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = err if args.as_json else Console(highlight=False, soft_wrap=True)
     comfyui, discovered = _resolve_comfyui(args.comfyui)
     paths = BisectPaths.for_install(comfyui)
     install = scan_install(comfyui)
-    _interrupt_on_sigterm()
+    created = not paths.root.exists()
     paths.root.mkdir(parents=True, exist_ok=True)
-    with session_lock(paths):
-        if Session.exists(paths):
-            sess = Session.open(paths)
-            _check_resume(sess, args, install)
-            err.print(f"resuming the bisect of {sess.setup.install}", highlight=False)
-        else:
-            sess = _start(paths, install, args, discovered, err)
-        try:
-            step, stats = _drive(sess, install, args, err)
-        except KeyboardInterrupt:
-            err.print(
-                f"{PROG}: interrupted; the session is kept: `{PROG} run` resumes it "
-                "(at most the measurement in progress is repeated)",
-                highlight=False,
-            )
-            return EXIT_INTERRUPTED
-        return _finish(sess, step, args, out, err, stats)
+    try:
+        with session_lock(paths):
+            if Session.exists(paths):
+                sess = Session.open(paths)
+                _check_resume(sess, args, install)
+                err.print(f"resuming the bisect of {sess.setup.install}", highlight=False)
+            else:
+                sess = _start(paths, install, args, discovered, err)
+            try:
+                step, stats = _drive(sess, install, args, err)
+            except KeyboardInterrupt:
+                err.print(
+                    f"{PROG}: interrupted; the session is kept: `{PROG} run` resumes it "
+                    "(at most the measurement in progress is repeated)",
+                    highlight=False,
+                )
+                return EXIT_INTERRUPTED
+            return _finish(sess, step, args, out, err, stats)
+    except BaseException:
+        if created and not Session.exists(paths):
+            # bad input leaves nothing behind (git: no BISECT_* files after a junk ref)
+            remove_tree(paths.root)
+        raise
 
 
 def _start(
@@ -905,6 +935,11 @@ def _manual_state(sess: Session, tokens: Sequence[str]) -> State:
         base = step.state if isinstance(step, Test) else sess.setup.bad
     values = {}
     for repo, ref in refs.items():
+        if repo not in sess.setup.repos():
+            raise BisectError(
+                f"{repo_label(repo)} is not one of the repos this bisect changes "
+                f"({', '.join(map(repo_label, sess.setup.repos()))})"
+            )
         path = sess.setup.repo_paths.get(repo)
         if path and not ref.startswith(("absent", "disabled", "installed", "version:")):
             values[repo] = gitrepo.resolve_commit(Path(path), ref, repo_label(repo))
