@@ -77,6 +77,8 @@ DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_START_TIMEOUT_S = 600.0
 #: between SIGTERM and SIGKILL; the bootstrap answers SIGTERM at once
 STOP_GRACE_S = 5.0
+#: how often /system_stats is asked while ComfyUI starts (its latency is pure overhead)
+READY_POLL_S = 0.05
 BOOTSTRAP_NAME = "oom_bisect_bootstrap.py"
 BOOTSTRAP_SOURCE = Path(__file__).parent / "bootstrap.py"
 #: console lines kept for a skip reason / the report
@@ -637,7 +639,9 @@ class Replayer:
         try:
             alive = lambda: proc.poll() is None  # noqa: E731
             try:
-                await client.wait_ready(self.settings.start_timeout_s, alive=alive)
+                await client.wait_ready(
+                    self.settings.start_timeout_s, alive=alive, poll_interval_s=READY_POLL_S
+                )
             except ComfyError:
                 if proc.poll() is not None:
                     start_failure = f"exited with status {proc.returncode}"
