@@ -259,7 +259,12 @@ class Reporter:
 
 
 class _TorchHook:
-    """A meta-path finder that lets ComfyUI import torch, then calls ``on_import`` once."""
+    """A meta-path finder that lets ComfyUI import torch, then calls ``on_import`` once.
+
+    It hands out the normal spec with the loader's ``exec_module`` wrapped. ``done`` is set
+    only when torch really ran: ``importlib.util.find_spec("torch")`` (an availability check
+    some code does before importing) also gets a wrapped spec, which is simply never used.
+    """
 
     def __init__(self, on_import: Any) -> None:
         self.on_import = on_import
@@ -280,7 +285,6 @@ class _TorchHook:
             self.busy = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return None
-        self.done = True
         loader = spec.loader
         original = loader.exec_module
         hook = self
@@ -289,7 +293,9 @@ class _TorchHook:
             original(module)
             with contextlib.suppress(Exception):
                 loader.exec_module = original  # type: ignore[method-assign]
-            hook.on_import(module)
+            if not hook.done:
+                hook.done = True
+                hook.on_import(module)
 
         try:
             loader.exec_module = exec_module  # type: ignore[method-assign]

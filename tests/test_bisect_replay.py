@@ -520,6 +520,8 @@ import json, os, sys
 seen = {"torch_before_main": "torch" in sys.modules, "path0": sys.path[0],
         "argv": sys.argv[1:], "file": __file__}
 import helper_next_to_main  # found because main.py's folder is sys.path[0]
+import importlib.util
+assert importlib.util.find_spec("torch") is not None  # an availability check comes first
 import torch
 torch.cuda.init()
 torch.cuda.alloc(3 * 1024 ** 3)
