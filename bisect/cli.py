@@ -66,6 +66,7 @@ from oom_sentinel.daemon.errors import (
     BisectError,
     ConfigError,
     InputError,
+    SentinelError,
 )
 from oom_sentinel.daemon.units import format_bytes
 
@@ -339,6 +340,8 @@ class _RunArgs:
     snapshot_flags: tuple[str, ...] | None = None
     snapshot_budget: Threshold | None = None
     snapshot_cap: int | None = None
+    snapshot_pool: str | None = None
+    pool: str | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -395,6 +398,13 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--timeout-is-bad", is_flag=True, help="Count a timeout as bad, not as a skip."
         ),
+        click.option(
+            "--pool",
+            type=click.Choice(["any", "vram", "ram"]),
+            default=None,
+            help="Which peak crossing the threshold is bad (default: any; from a snapshot: "
+            "the pool that ran out). An OOM is bad in any case.",
+        ),
         click.option("--no-history", is_flag=True, help="Don't record torch's allocator history."),
         click.option("--models-dir", metavar="PATH", help="The models folder (default: found)."),
         click.option("--max-steps", type=int, default=None, hidden=True),
@@ -445,6 +455,7 @@ def snapshot_command(
     args.snapshot_flags = start.flags
     args.snapshot_budget = start.budget
     args.snapshot_cap = start.vram_cap_bytes
+    args.snapshot_pool = start.pool
     if args.comfyui is None and start.comfyui is not None:
         args.comfyui = str(start.comfyui)
     if args.python is None and start.python is not None and Path(start.python).exists():
@@ -503,7 +514,32 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 def _run(args: _RunArgs) -> int:
     with _sigterm_interrupts():
-        return _run_inner(args)
+        try:
+            return _run_inner(args)
+        except SentinelError as exc:
+            if args.as_json:  # --json always ends with one object, errors included
+                echo_json(_error_doc(args, exc))
+            raise
+
+
+def _error_doc(args: _RunArgs, exc: SentinelError) -> dict[str, Any]:
+    """The --json object for a run that failed with ``exc`` (with the session's counts, when
+    one exists)."""
+    doc: dict[str, Any] = {
+        "result": "error",
+        "culprits": [],
+        "measurements": 0,
+        "steps": [],
+        "message": str(exc),
+    }
+    with contextlib.suppress(Exception):
+        from oom_sentinel.bisect.report import build_report
+
+        sess = Session.open(_paths(args.comfyui))
+        report = build_report(sess, sess.next_step())
+        doc["measurements"] = report["measurements"]
+        doc["steps"] = report["steps"]
+    return doc
 
 
 def _run_inner(args: _RunArgs) -> int:
@@ -592,6 +628,7 @@ def _start(
         "record_history": not args.no_history,
         "models_dir": args.models_dir,
         "snapshot_dir": str(args.snapshot.path) if args.snapshot is not None else None,
+        "pool": args.pool or args.snapshot_pool or "any",
     }
     if prompt is None:
         from oom_sentinel.bisect.workflow import load_workflow

@@ -29,6 +29,8 @@ issues, so several spellings are read and the first present wins):
 * ``regression.budget`` {``vram_bytes``, ``ram_bytes``}: an explicit threshold; the GPU's
   total memory (``event.total_bytes``, else the snapshot's ``memory.gpus``) becomes the VRAM
   cap, so a bisect on a bigger card still runs out where the user's card did.
+* ``event.pool``: which peaks the verdict watches (a VRAM OOM: VRAM; RAM, page file or an
+  OOM kill: RAM).
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class SnapshotStart:
     python: str | None
     budget: Threshold | None
     vram_cap_bytes: int | None
+    #: the pool that ran out: "vram" or "ram" (None: unknown, watch both)
+    pool: str | None = None
 
 
 def state_from_install_state(state: InstallState, where: str) -> State:
@@ -200,4 +204,15 @@ def read_snapshot_start(snapshot: Snapshot) -> SnapshotStart:
                 cap = _int(g.get("total_bytes"))
     if prompt is None and good is None and bad is None:
         raise InputError(f"{where}: holds neither a prompt nor install states to bisect")
-    return SnapshotStart(snapshot, good, bad, prompt, flags, comfyui, python, budget, cap)
+    pool = _POOLS.get(str(event.get("pool")))
+    return SnapshotStart(snapshot, good, bad, prompt, flags, comfyui, python, budget, cap, pool)
+
+
+#: the snapshot's pool → the peaks a bisect of it watches
+_POOLS = {
+    "gpu": "vram",
+    "gpu-fragmentation": "vram",
+    "ram": "ram",
+    "swap-pagefile": "ram",
+    "killed-by-os": "ram",
+}

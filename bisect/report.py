@@ -37,7 +37,7 @@ from rich.text import Text
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.fsutil import atomic_write_bytes, fsync_dir, remove_tree
 from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
-from oom_sentinel.bisect.runner import read_measurements
+from oom_sentinel.bisect.runner import effective_threshold, read_measurements
 from oom_sentinel.bisect.session import LogRecord, Session
 from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, repo_label
 from oom_sentinel.bisect.verdict import Verdict
@@ -194,7 +194,7 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
                 "notes": d.get("notes") or [],
             }
         )
-    thr = status.threshold
+    thr = effective_threshold(session)
     return {
         "format": REPORT_FORMAT,
         "tool": "oom-bisect",
@@ -208,6 +208,7 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         if thr is None
         else {"vram_bytes": thr.vram_bytes, "ram_bytes": thr.ram_bytes},
         "explicit_budget": s.budget is not None,
+        "pool": s.extra.get("pool") or "any",
         "repeat": s.repeat,
         "workflow_sha256": s.workflow_sha256,
         "flags": list(s.flags),

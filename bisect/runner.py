@@ -37,14 +37,33 @@ from oom_sentinel.daemon.errors import SentinelError
 
 __all__ = [
     "MEASUREMENTS_FILE",
+    "POOLS",
     "Events",
     "MeasurementRecord",
     "Runner",
     "describe_test",
+    "effective_threshold",
     "read_measurements",
 ]
 
 MEASUREMENTS_FILE = "measurements.jsonl"
+#: which peaks a verdict looks at (``--pool``; kept in ``session.json``'s ``extra.pool``)
+POOLS = ("any", "vram", "ram")
+
+
+def effective_threshold(session: Session) -> Threshold | None:
+    """The session's threshold limited to the pool it watches (an OOM is bad in any case).
+
+    A VRAM regression hunt must not call a state bad because ComfyUI's RSS moved 10 % between
+    commits months apart (new imports do that), and a RAM hunt must not trip over VRAM.
+    """
+    thr = session.threshold()
+    pool = session.setup.extra.get("pool") or "any"
+    if thr is None or pool == "any":
+        return thr
+    return Threshold(
+        thr.vram_bytes if pool == "vram" else None, thr.ram_bytes if pool == "ram" else None
+    )
 
 
 class Events(Protocol):
@@ -183,7 +202,7 @@ class Runner:
         s = self.session.setup
         state = test.state
         self.session.set_expected(state)
-        threshold = self.session.threshold()
+        threshold = effective_threshold(self.session)
         judge = threshold or Threshold.oom_only()
         runs: list[Outcome] = list(self.session.cached_runs(state, self.environment))
         verdict = decide(runs, judge, s.repeat, timeout_is_bad=s.timeout_is_bad)

@@ -484,3 +484,68 @@ def test_snapshot_words_resolve_as_states(inst, tmp_path) -> None:
     assert resolve(path.name + ":bad") == State.of(inst.core[-1])
     assert resolve(path.name[:12]) == State.of(inst.core[-1])  # a unique prefix: the crash state
     assert snapshot_state(load_snapshot(path), "crash") == State.of(inst.core[-1])
+
+
+def test_json_ends_with_an_error_object_when_the_run_fails(inst, cache, tmp_path) -> None:
+    res = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--comfyui",
+            str(inst.root),
+            "--python",
+            sys.executable,
+            "--json",
+            "--workflow",
+            _wf(tmp_path),
+            "--good",
+            "comfyui=nope",
+            "--bad",
+            "comfyui=HEAD",
+        ],
+    )
+    assert res.exit_code == EXIT_CONFIG
+    doc = json.loads(res.stdout)
+    assert doc["result"] == "error" and "'nope' is not a commit" in doc["message"]
+    assert doc["culprits"] == [] and doc["measurements"] == 0
+
+
+def test_run_with_other_endpoints_than_the_session_is_refused(inst, cache, tmp_path) -> None:
+    sess = _session(inst, cache)
+    log = sess.log_text()
+    res = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--comfyui",
+            str(inst.root),
+            "--python",
+            sys.executable,
+            "--workflow",
+            _wf(tmp_path),
+            "--good",
+            "comfyui=HEAD~2",
+            "--bad",
+            "comfyui=HEAD",
+        ],
+    )
+    assert res.exit_code == EXIT_ERROR
+    assert "a bisect with another good state is in progress" in res.output
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"9": {"class_type": "Sleep", "inputs": {"seconds": 1}}}))
+    res = CliRunner().invoke(
+        main,
+        ["run", "--comfyui", str(inst.root), "--python", sys.executable, "--workflow", str(other)],
+    )
+    assert res.exit_code == EXIT_ERROR and "another workflow" in res.output
+    assert Session.open(sess.paths).log_text() == log
+
+
+def test_a_snapshot_of_a_vram_oom_watches_vram_only(tmp_path) -> None:
+    from oom_sentinel.daemon.snapshot import load_snapshot
+
+    path = _write_snapshot(
+        tmp_path,
+        {"regression": {"good": _ist(SHA_A).to_dict(), "bad": _ist(SHA_B).to_dict()}},
+    )
+    assert read_snapshot_start(load_snapshot(path)).pool == "vram"

@@ -486,3 +486,67 @@ def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -
     ]
     say("a_crash_snapshot_bisects_and_gets_the_report_attached", doc)
     inst.assert_untouched()
+
+
+UI_WORKFLOW = {
+    "last_node_id": 3,
+    "last_link_id": 2,
+    "version": 0.4,
+    "nodes": [
+        {
+            "id": 1,
+            "type": "AllocateVRAM",
+            "mode": 0,
+            "inputs": [{"name": "value", "type": "*", "link": None}],
+            "outputs": [{"name": "MEMORY", "type": "MEMORY", "links": [1]}],
+            "widgets_values": [1000, 1, 0],
+        },
+        {
+            "id": 2,
+            "type": "Sleep",
+            "mode": 0,
+            "inputs": [{"name": "value", "type": "*", "link": 1}],
+            "outputs": [{"name": "*", "type": "*", "links": [2]}],
+            "widgets_values": [0.25],
+        },
+        {
+            "id": 4,
+            "type": "Fail",
+            "mode": 4,  # muted in the editor: not part of the replay
+            "inputs": [],
+            "outputs": [],
+            "widgets_values": ["should never run", "ValueError"],
+        },
+        {
+            "id": 3,
+            "type": "PreviewAny",
+            "mode": 0,
+            "inputs": [{"name": "source", "type": "*", "link": 2}],
+            "outputs": [],
+            "widgets_values": [],
+        },
+    ],
+    "links": [[1, 1, 0, 2, 0, "MEMORY"], [2, 2, 0, 3, 0, "*"]],
+}
+
+
+def test_a_ui_workflow_is_converted_through_the_copys_object_info(tmp_path: Path) -> None:
+    inst = make_install(tmp_path)
+    core = inst.core
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(UI_WORKFLOW, "ui.json"),
+        "--good",
+        f"comfyui={core.commits[190]}",
+        "--bad",
+        f"comfyui={core.commits[210]}",
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    assert "converting the UI workflow" in err
+    assert doc["measurements"] <= log2(20) + 3
+    (root,) = (tmp_path / "cache" / "bisect").glob("ComfyUI-*")
+    prompt = json.loads((root / "session" / "prompt.json").read_text())
+    assert {n["class_type"] for n in prompt.values()} == {"AllocateVRAM", "Sleep", "PreviewAny"}
+    say("a_ui_workflow_is_converted", doc)
+    inst.assert_untouched()

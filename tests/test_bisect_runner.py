@@ -135,3 +135,14 @@ def test_runs_that_prove_nothing_end_as_a_skip_not_a_loop(paths, inst) -> None:
     step = Runner(sess, void, PROMPT).run()
     assert isinstance(step, Error) and "good state cannot be tested" in step.message
     assert sess.records()[0].verdict is Verdict.SKIP and len(calls) == 4  # 2 x repeat + 2
+
+
+def test_a_pool_limits_the_threshold_but_an_oom_stays_bad(paths, inst) -> None:
+    from oom_sentinel.bisect.runner import effective_threshold
+
+    sess = start(paths, inst, extra={"pool": "vram"})
+    Runner(sess, core_oracle(inst), PROMPT).run(max_steps=1)  # the good endpoint
+    assert sess.threshold() is not None and sess.threshold().ram_bytes is not None
+    thr = effective_threshold(sess)
+    assert thr is not None and thr.ram_bytes is None
+    assert thr.vram_bytes == int(1000 * 1024 * 1024 * 1.1)
