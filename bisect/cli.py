@@ -895,7 +895,11 @@ def status_command(comfyui: str | None, as_json: bool) -> None:
             }
         )
         return
-    for line in st.lines():
+    from dataclasses import replace
+
+    from oom_sentinel.bisect.runner import effective_threshold
+
+    for line in replace(st, threshold=effective_threshold(sess)).lines():
         click.echo(line)
     click.echo(_answer_line(sess, st.step))
 
