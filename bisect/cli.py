@@ -25,6 +25,7 @@ from "the answer is a list", so ambiguity gets its own status.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -187,8 +188,6 @@ def _session_installs(home: Path) -> list[Path]:
         if not (root / "session" / "started").is_file():
             continue
         try:
-            import json
-
             data = json.loads((root / "session" / "session.json").read_text("utf-8"))
             out.append(Path(data["install"]))
         except (OSError, ValueError, KeyError, TypeError):
