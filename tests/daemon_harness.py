@@ -104,13 +104,24 @@ class Daemon:
         self.config.write_text(
             config or "[discovery]\nenabled = false\n[logs]\npoll_interval_ms = 500\n"
         )
-        self.args = [sys.executable, "-m", "oom_sentinel.daemon", "run", "--config", str(self.config)]
+        self.args = [
+            sys.executable,
+            "-m",
+            "oom_sentinel.daemon",
+            "run",
+            "--config",
+            str(self.config),
+        ]
         self.args += ["--data-dir", str(self.data_dir)]
         for log in logs:
             self.args += ["--watch-log", str(log)]
         for target in comfyui:
             self.args += ["--comfyui", target]
-        self.env = {**os.environ, "HOME": str(self.home), "XDG_CONFIG_HOME": str(self.home / ".config")}
+        self.env = {
+            **os.environ,
+            "HOME": str(self.home),
+            "XDG_CONFIG_HOME": str(self.home / ".config"),
+        }
         self.env.pop("NOTIFY_SOCKET", None)
         if env:
             self.env.update(env)

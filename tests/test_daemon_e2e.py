@@ -27,11 +27,14 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _wait_snapshots(daemon: Daemon, n: int, timeout_s: float = 20.0) -> list[Path]:
-    return wait_for(
-        lambda: (s := snapshot_dirs(daemon.data_dir)) if len(s) >= n else None,
-        timeout_s,
-        f"{n} snapshot(s); daemon said:\n{daemon.stderr()}",
-    )
+    def enough() -> list[Path] | None:
+        found = snapshot_dirs(daemon.data_dir)
+        return found if len(found) >= n else None
+
+    try:
+        return wait_for(enough, timeout_s, f"{n} snapshot(s)")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; daemon said:\n{daemon.stderr()}") from None
 
 
 def test_an_oom_record_becomes_one_complete_private_snapshot(tmp_path: Path) -> None:
