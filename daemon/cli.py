@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from oom_sentinel.config.settings import default_toml_text, load_settings
+from oom_sentinel.daemon.cli_diagnose import diagnose
 from oom_sentinel.daemon.cli_run import run_command, status_command
 from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.cli_states import states_group
@@ -26,6 +27,9 @@ PROG = "oom-sentinel"
 def main(ctx: click.Context, verbose: bool) -> None:
     """Watch ComfyUI for out-of-memory failures and record what caused them."""
     ctx.obj = {"verbose": verbose}
+
+
+main.add_command(diagnose)
 
 
 @main.group("config")
