@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from oom_sentinel.config.settings import LoadedSettings, Settings
-from oom_sentinel.daemon.advice import AdviceContext, advise
+from oom_sentinel.daemon.advice import AdviceContext, ComfyInstance, GpuProcess, advise
 from oom_sentinel.daemon.atomic import write_json_atomic
 from oom_sentinel.daemon.classify import classify_record
 from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, discover_instances
@@ -61,6 +61,7 @@ from oom_sentinel.daemon.incidents import (
     WriteSnapshot,
 )
 from oom_sentinel.daemon.logtail import LogLine, LogTailManager
+from oom_sentinel.daemon.probes import MemorySample
 from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes
 from oom_sentinel.daemon.records import Record, RecordAssembler
 from oom_sentinel.daemon.retention import prune_snapshots
@@ -622,7 +623,7 @@ class Service:
         timeline_csv = to_csv(self.timeline.snapshot()) if self.timeline is not None else ""
         if self._host_facts is None:
             self._host_facts = collect_host_facts()
-        advice = advise(incident.event, self._advice_context(inst))
+        advice = advise(incident.event, self._advice_context(inst, memory))
         content = SnapshotContent(
             incident=incident,
             instance=inst.info(),
@@ -653,8 +654,40 @@ class Service:
             except Exception:
                 log.exception("incident callback failed for %s", ref.id)
 
-    def _advice_context(self, inst: WatchedInstance) -> AdviceContext | None:
-        return None
+    def _advice_context(
+        self, inst: WatchedInstance, memory: MemorySample | None
+    ) -> AdviceContext:
+        """The evidence beyond the message: who else holds the GPU, the card, the flags."""
+        own = {inst.pid} if inst.pid else set()
+        if memory is not None:
+            own |= {t.root_pid for t in memory.process_trees if t.root_pid == inst.pid}
+        others: list[GpuProcess] = []
+        total_vram: int | None = None
+        total_ram: int | None = None
+        if memory is not None:
+            others = [
+                GpuProcess(pid=p.pid, name=p.name, bytes=p.used_bytes)
+                for p in memory.gpu_processes
+                if p.pid not in own
+            ]
+            totals = [g.total_bytes for g in memory.gpus if g.total_bytes]
+            total_vram = max(totals) if totals else None
+            total_ram = memory.host.ram_total_bytes if memory.host else None
+        siblings = [
+            ComfyInstance(pid=i.pid, port=None)
+            for i in self.instances.values()
+            if i.pid and i.name != inst.name
+        ]
+        proc = inst.process
+        return AdviceContext(
+            other_gpu_processes=tuple(others),
+            other_instances=tuple(siblings),
+            launch_flags=tuple(proc.argv[2:]) if proc is not None else (),
+            total_vram_bytes=total_vram,
+            total_ram_bytes=total_ram,
+            platform=sys.platform,
+            alloc_conf=proc.pytorch_cuda_alloc_conf if proc is not None else None,
+        )
 
     def _log_text(self, incident: Incident) -> str:
         chunks: list[str] = []
