@@ -41,3 +41,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def python_exe() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def torch_python() -> Path:
+    """A venv with the CPU build of torch, cached between sessions (see ``torch_venv.py``)."""
+    from torch_venv import torch_venv_python
+
+    return torch_venv_python()
