@@ -84,7 +84,8 @@ def doctor_command(
     """Diagnose an out-of-memory-prone ComfyUI: GPU users, a second instance, CUDA in
     ComfyUI's own interpreter, free VRAM, RAM and swap, launch flags, the last incidents.
 
-    INSTANCE is a name from discovery or the config (`oom-sentinel status` lists them);
+    INSTANCE is a name from discovery (the folder name, with :PORT when two share it) or the
+    config;
     without one, the running ComfyUI (or the first configured or found install) is diagnosed.
     Exit status: 0 no problem found, 1 a problem found, 2 bad usage.
     """

@@ -464,6 +464,10 @@ def _comfy_label(p: ComfyProcess) -> str:
     return f"pid {p.pid} ({p.install_dir}, port {p.flags.effective_port})"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _sentence(text: str) -> str:
     """``text`` as a sentence: capitalised, ending in a full stop."""
     text = text.strip()
@@ -565,7 +569,8 @@ def check_other_gpu_processes(facts: DoctorFacts) -> Finding:
     else:
         verdict = "ok"
     amount = format_bytes(known) + (" and an unknown amount" if unsure else "")
-    title = f"{len(ours)} other process(es) hold {amount} on {where}, the one ComfyUI uses"
+    holds = "processes hold" if len(ours) > 1 else "process holds"
+    title = f"{len(ours)} other {holds} {amount} on {where}, the one ComfyUI uses"
     if unsure:
         lines.append(
             "The driver does not report per-process memory here (Windows WDDM, WSL2): "
@@ -651,18 +656,19 @@ def check_second_instance(facts: DoctorFacts) -> Finding:
             clashes.append(f"pid {other.pid} already runs from {other.install_dir}")
     clashes = list(dict.fromkeys(clashes))
     if not shared_gpu and not clashes:
-        title = f"{len(others)} other ComfyUI instance(s) running, on other GPUs"
+        title = f"{_count(len(others), 'other ComfyUI instance')} running, on other GPUs"
         return Finding(key, title, "ok", "\n".join(lines))
     verdict: Verdict = "problem" if target is not None or clashes else "warning"
     parts = []
     if shared_gpu:
-        pids = ", ".join(str(p.pid) for p in shared_gpu)
-        parts.append(
-            f"on ComfyUI's {_gpu_label(_device(facts, dev.index), dev.index)} (pid {pids})"
-        )
+        parts.append(f"on ComfyUI's {_gpu_label(_device(facts, dev.index), dev.index)}")
     if clashes:
         parts.append("sharing its install or port")
-    title = "A second ComfyUI instance is running " + " and ".join(parts)
+    involved = [p.pid for p in shared_gpu] + [
+        p.pid for p in others if any(c.startswith(f"pid {p.pid}") for c in clashes)
+    ]
+    pids = ", ".join(str(pid) for pid in dict.fromkeys(involved))
+    title = f"A second ComfyUI instance (pid {pids}) is running " + " and ".join(parts)
     lines += clashes
     action_parts = []
     if shared_gpu:
@@ -751,7 +757,8 @@ def check_cuda(facts: DoctorFacts) -> Finding:
     if torch.cuda_available:
         names = ", ".join(f"cuda:{d.index} {d.name}" for d in torch.devices) or "no names"
         detail = (
-            f"{build} {where} sees {torch.device_count or len(torch.devices)} device(s): {names}."
+            f"{build} {where} sees {_count(torch.device_count or len(torch.devices), 'device')}: "
+            f"{names}."
         )
         if cpu_mode:
             return Finding(
@@ -1223,9 +1230,11 @@ def check_incidents(facts: DoctorFacts) -> Finding:
         actions.append("By pool — " + "; ".join(hints) + ".")
     shown = f" (newest {len(facts.incidents)} shown)" if total > len(facts.incidents) else ""
     if recent:
-        title = f"{len(recent)} out-of-memory incident(s){who} in the last 7 days: {pool_text}"
+        title = (
+            f"{_count(len(recent), 'out-of-memory incident')}{who} in the last 7 days: {pool_text}"
+        )
         return Finding(key, title, "warning", "\n".join(lines) + shown, " ".join(actions))
-    title = f"{total} older out-of-memory incident(s){who}, none in the last 7 days"
+    title = f"{_count(total, 'older out-of-memory incident')}{who}, none in the last 7 days"
     return Finding(key, title, "ok", "\n".join(lines) + shown, " ".join(actions))
 
 

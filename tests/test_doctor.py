@@ -228,7 +228,7 @@ OTHER_GPU_ROWS = {
     "blender holding 3 GiB of a 24 GiB card is a problem": Row(
         running(A, gpu=gpu(dev(0, 24, 9), procs=[gp(100, 0, 6), gp(999, 0, 3, "blender")])),
         "problem",
-        title=("1 other process(es) hold 3.00 GiB on GPU 0",),
+        title=("1 other process holds 3.00 GiB on GPU 0",),
         says=("blender (pid 999): 3.00 GiB on GPU 0", "Close", "blender (pid 999)"),
     ),
     "a desktop compositor's share is fine": Row(
@@ -835,7 +835,7 @@ INCIDENT_ROWS = {
             incident_total=2,
         ),
         "warning",
-        title=("2 out-of-memory incident(s) for ComfyUI in the last 7 days: gpu ×3, ram ×1",),
+        title=("2 out-of-memory incidents for ComfyUI in the last 7 days: gpu ×3, ram ×1",),
         says=(
             "s2  gpu in KSampler ×3: gpu OOM",
             "oom-sentinel snapshots show s2",
@@ -856,7 +856,7 @@ INCIDENT_ROWS = {
     "only old ones": Row(
         running(A, incidents=(inc("s0", 30 * DAY),), incident_total=12),
         "ok",
-        title=("12 older out-of-memory incident(s)",),
+        title=("12 older out-of-memory incidents",),
         says=("newest 1 shown",),
     ),
 }
