@@ -913,6 +913,12 @@ def check_gpu(facts: DoctorFacts) -> Finding:
         note = _memory_summary_note(torch)
         if note:
             lines.append(note)
+    if len({d.name for d in devices}) > 1 and "torch's cuda:0" not in dev.how:
+        lines.append(
+            "These GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER="
+            "PCI_BUS_ID, so CUDA's device N may not be NVML's (and nvidia-smi's) GPU N. The "
+            "torch probe settles it on a machine where CUDA works."
+        )
     if device is None:
         free = torch.mem_free_bytes if torch is not None else None
         total = torch.mem_total_bytes if torch is not None else None
@@ -1271,10 +1277,8 @@ def diagnose(facts: DoctorFacts) -> tuple[Finding, ...]:
 def overall_verdict(findings: Sequence[Finding]) -> Verdict:
     """``problem`` if any, else ``warning`` if any, else ``unknown`` if any, else ``ok``."""
     verdicts = {f.verdict for f in findings}
-    for verdict in ("problem", "warning", "unknown"):
-        if verdict in verdicts:
-            return verdict  # type: ignore[return-value]
-    return "ok"
+    order: tuple[Verdict, ...] = ("problem", "warning", "unknown")
+    return next((v for v in order if v in verdicts), "ok")
 
 
 def exit_status(findings: Sequence[Finding]) -> int:

@@ -220,7 +220,7 @@ def parse_torch_probe(stdout: str, executable: str) -> tuple[TorchProbe | None, 
             break
     if not isinstance(payload, dict):
         return None, None
-    devices = []
+    devices: list[TorchDevice] = []
     for raw in payload.get("devices") or ():
         if isinstance(raw, Mapping):
             devices.append(

@@ -542,6 +542,17 @@ GPU_ROWS = {
         "problem",
         says=("torch.cuda.mem_get_info()", "1.00 GiB free of 24.00 GiB"),
     ),
+    "mixed cards: CUDA's order is named": Row(
+        running(A1, gpu=gpu(*TWO_GPUS)),
+        "ok",
+        says=("fastest first", "CUDA_DEVICE_ORDER=PCI_BUS_ID"),
+    ),
+    "mixed cards matched by torch's UUID need no caveat": Row(
+        running(A, gpu=gpu(*TWO_GPUS), torch=CUDA_TORCH),
+        "ok",
+        says=("torch's cuda:0 is this GPU",),
+        never=("fastest first",),
+    ),
     "no numbers at all": Row(
         running(A, gpu=GpuState("none", "NVML library not found")),
         "unknown",
