@@ -10,8 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-from tests.daemon_harness import (
+from daemon_harness import (
     Daemon,
     append,
     cuda_oom_record,
