@@ -43,7 +43,7 @@ class Receiver:
 
 
 @contextmanager
-def serve(statuses: Iterable[int] = ()) -> Iterator[Receiver]:
+def serve(statuses: Iterable[int] = (), port: int = 0) -> Iterator[Receiver]:
     receiver = Receiver(statuses)
 
     class Handler(BaseHTTPRequestHandler):
@@ -61,7 +61,7 @@ def serve(statuses: Iterable[int] = ()) -> Iterator[Receiver]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     receiver.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
