@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from oom_sentinel.config.settings import default_toml_text, load_settings
+from oom_sentinel.daemon.cli_alert import alert_group
 from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
 
@@ -88,3 +89,4 @@ def _toml_value(value: Any) -> str:
 
 
 main.add_command(snapshots_group)
+main.add_command(alert_group)
