@@ -12,6 +12,7 @@ import click
 
 from oom_sentinel.config.settings import default_toml_text, load_settings
 from oom_sentinel.daemon.cli_alert import alert_group
+from oom_sentinel.daemon.cli_notify_agent import notify_agent_command
 from oom_sentinel.daemon.cli_service import service_group
 from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
@@ -92,3 +93,4 @@ def _toml_value(value: Any) -> str:
 main.add_command(snapshots_group)
 main.add_command(alert_group)
 main.add_command(service_group)
+main.add_command(notify_agent_command)
