@@ -41,6 +41,8 @@ SENT = "sent"
 GIVEN_UP = "given_up"
 #: finished rows are kept this long (``alert test`` and debugging read them), then pruned
 KEEP_DONE_S = 30 * 86400.0
+#: how often the sender thread prunes finished rows
+PRUNE_EVERY_S = 6 * 3600.0
 #: rows one delivery pass handles at most (the rest wait for the next pass)
 BATCH = 100
 
@@ -308,6 +310,7 @@ class OutboxSender:
         self._lock = threading.Lock()
         self.passes = 0
         self.last_error: str | None = None
+        self._pruned_s: float | None = None
 
     def set_channels(self, channels: Mapping[str, AlertChannel]) -> None:
         with self._lock:
@@ -340,7 +343,11 @@ class OutboxSender:
     def run_once(self) -> list[SendResult]:
         with self._lock:
             channels = dict(self._channels)
-        results = self.outbox.deliver_due(channels, self._clock(), self._on_result)
+        now = self._clock()
+        results = self.outbox.deliver_due(channels, now, self._on_result)
+        if self._pruned_s is None or now - self._pruned_s >= PRUNE_EVERY_S:
+            self.outbox.prune(now)
+            self._pruned_s = now
         self.passes += 1
         return results
 
