@@ -23,12 +23,14 @@ from oom_sentinel.daemon.errors import ConfigError
 __all__ = [
     "ENV_CONFIG",
     "SYSTEM_CONFIG",
+    "AlertSettings",
     "DiscoverySettings",
     "GpuSettings",
     "IncidentSettings",
     "InstanceSettings",
     "LoadedSettings",
     "LogSettings",
+    "MetricsSettings",
     "SamplingSettings",
     "Settings",
     "SnapshotSettings",
@@ -110,6 +112,56 @@ class SnapshotSettings(_Section):
     max_age_days: NonNegative = 90
 
 
+class AlertSettings(_Section):
+    """Where alerts go and how often (``daemon/alerts.py`` decides, ``alert_outbox.py`` sends)."""
+
+    #: apprise URLs (Discord, Slack, Telegram, ntfy, mailto, json://...); secrets stay in them
+    urls: tuple[str, ...] = ()
+    #: log every alert to the daemon's log (the journal under systemd)
+    log: bool = True
+    #: write the Windows Event Log entry for every alert (Windows only)
+    event_log: bool = True
+    #: write the small feed file the per-user desktop companion (`notify-agent`) reads
+    desktop_feed: bool = True
+    #: where that feed lives; "" = $RUNTIME_DIRECTORY/feed.json, else <data_dir>/feed.json
+    desktop_feed_path: str = ""
+    group_window_s: NonNegative = 300
+    repeat_interval_s: NonNegative = 14400
+    max_per_hour: NonNegative = 20
+    retry_initial_s: PositiveMs = 30
+    retry_max_interval_s: PositiveMs = 1800
+    retry_max_age_s: PositiveMs = 86400
+    soft_oom_warning_count: NonNegative = 5
+    soft_oom_warning_window_s: PositiveMs = 600
+    send_recovered: bool = False
+
+
+def _loopback_listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be HOST:PORT (e.g. 127.0.0.1:9866), got {value!r}")
+    if host != "localhost":
+        import ipaddress
+
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(
+                f"must be a loopback address (127.0.0.1, ::1 or localhost), got {host!r}"
+            )
+    return value
+
+
+class MetricsSettings(_Section):
+    """The optional Prometheus exporter (``daemon/metrics.py``); loopback only."""
+
+    enabled: bool = False
+    listen: Annotated[str, AfterValidator(_loopback_listen)] = "127.0.0.1:9866"
+
+
 class Settings(_Section):
     """Everything configurable, parsed once and passed explicitly (never read from globals)."""
 
@@ -122,6 +174,8 @@ class Settings(_Section):
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     def resolved_data_dir(self) -> Path:
         """The data dir: configured, else systemd's $STATE_DIRECTORY, else the platform's."""
