@@ -221,12 +221,20 @@ class _Probe:
         self.marks: list[tuple[int, int]] = []
         self.next_mark = size // 4
 
-    def read(self, n: int = -1) -> bytes:
-        data = self.stream.read(n)
+    def _mark(self) -> None:
         while self.next_mark and self.stream.tell() >= self.next_mark:
             self.marks.append((self.next_mark, _rss_kib()))
             self.next_mark = self.next_mark + self.size // 4 if len(self.marks) < 4 else 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        self._mark()
         return data
+
+    def readinto(self, buffer: bytearray) -> int:
+        got = self.stream.readinto(buffer)
+        self._mark()
+        return got
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ every K/M/G here is 1024-based.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -1033,7 +1034,9 @@ class _StreamScanner:
     def __init__(self, stream: BinaryIO, chunk_size: int) -> None:
         self.stream = stream
         self.chunk_size = max(4096, chunk_size)
-        self.buf = b""
+        self.buf = bytearray()
+        self.spare = bytearray(self.chunk_size)
+        self.spare_view = memoryview(self.spare)
         self.buf_off = 0
         self.limit = 0
         self.cnt_pos = 0  # a line start in buf ...
@@ -1056,6 +1059,19 @@ class _StreamScanner:
             self.cnt_line -= self.buf.count(b"\n", pos, self.cnt_pos)
         self.cnt_pos = pos
         return self.cnt_line
+
+    def _readinto(self, target: bytearray) -> int:
+        readinto = getattr(self.stream, "readinto", None)
+        if readinto is not None:
+            try:
+                got = readinto(target)
+            except (AttributeError, NotImplementedError, io.UnsupportedOperation):
+                got = None
+            if got is not None:
+                return int(got)
+        data = self.stream.read(len(target))
+        target[: len(data)] = data
+        return len(data)
 
     def needle_at_or_after(self, start: int) -> int:
         best = -1
@@ -1090,10 +1106,14 @@ class _StreamScanner:
             keep = max(lo, min(self.floor, keep))
         keep = max(0, min(keep, self.limit))
         self.line_at(keep)
-        data = self.stream.read(self.chunk_size)
-        if not data:
+        # One bytearray, trimmed at the front and refilled with readinto from one reused
+        # buffer: no fresh multi-megabyte allocation (and its page faults) per chunk.
+        del self.buf[:keep]
+        got = self._readinto(self.spare)
+        if got:
+            self.buf += self.spare_view[:got]
+        else:
             self.eof = True
-        self.buf = self.buf[keep:] + data
         self.buf_off += keep
         for name in ("limit", "cnt_pos", "scan_pos", "floor", "fed_pos"):
             setattr(self, name, max(0, getattr(self, name) - keep))
