@@ -15,6 +15,7 @@ suite never times anything.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import random
 import resource
@@ -215,7 +216,7 @@ def _rss_kib() -> int:
 class _Probe:
     """A binary file that records RSS each time a quarter of it has been read."""
 
-    def __init__(self, stream: BinaryIO, size: int) -> None:
+    def __init__(self, stream: io.BufferedReader, size: int) -> None:
         self.stream = stream
         self.size = size
         self.marks: list[tuple[int, int]] = []

@@ -31,12 +31,14 @@ from oom_sentinel.daemon.logformat import split_prefix, strip_ansi
 from oom_sentinel.daemon.records import Record, RecordAssembler
 
 __all__ = [
+    "LOOKBEHIND_LINES",
     "MERGE_GAP_LINES",
     "NEEDLES",
     "Finding",
     "classify_execution_error",
     "classify_record",
     "has_needle",
+    "iter_findings",
     "parse_size",
     "scan_lines",
     "scan_stream",
@@ -254,8 +256,6 @@ class _Found:
     line_index: int
     #: the record is ComfyUI's one-line ``!!! Exception during processing !!!`` header only
     header_only: bool = False
-    #: the record is a bare node-type line (a toast's first line), for the next record's hint
-    node_hint: str | None = None
 
 
 def _normalize(text: str) -> list[str]:
@@ -299,7 +299,7 @@ def classify_record(text: str) -> OomEvent | None:
 
 def _classify(text: str) -> _Found | None:
     if not isinstance(text, str) or not has_needle(text):
-        return _node_hint_only(text) if isinstance(text, str) else None
+        return None
     if "\x1b" in text:
         text = strip_ansi(text)
     lines = _normalize(text)
@@ -371,10 +371,6 @@ def _classify(text: str) -> _Found | None:
     )
     header_only = lines[0].startswith(_HEADER) and len([ln for ln in lines if ln.strip()]) == 1
     return _Found(event, idx, header_only)
-
-
-def _node_hint_only(text: str) -> _Found | None:
-    return None
 
 
 def _find(rx: re.Pattern[str], body: str, *gates: str) -> re.Match[str] | None:

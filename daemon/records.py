@@ -97,6 +97,24 @@ class Record:
 class RecordAssembler:
     """Incremental record assembly with bounded memory. Not thread-safe; one per file."""
 
+    # state of the pending record (reset by _reset_pending)
+    _head: list[str]
+    _head_bytes: int
+    _tail: deque[str]
+    _tail_bytes: int
+    _count: int
+    _dropped: int
+    _start: int
+    _end: int
+    _timestamp: str | None
+    _first_line_no: int
+    _in_traceback: bool
+    _after_exception: bool
+    _report: bool
+    _dialog_lines: int
+    _table: bool
+    _header: bool
+
     def __init__(
         self,
         *,
@@ -209,15 +227,15 @@ class RecordAssembler:
     # -- internals --------------------------------------------------------------------------
 
     def _reset_pending(self) -> None:
-        self._head: list[str] = []
+        self._head = []
         self._head_bytes = 0
-        self._tail: deque[str] = deque()
+        self._tail = deque()
         self._tail_bytes = 0
         self._count = 0
         self._dropped = 0
         self._start = 0
         self._end = 0
-        self._timestamp: str | None = None
+        self._timestamp = None
         self._first_line_no = 0
         # state of a bare-stream record
         self._in_traceback = False
