@@ -799,6 +799,8 @@ class _Folder:
 
     def __init__(self) -> None:
         self._cand: Finding | None = None
+        #: the candidate is ComfyUI's bare exception header (its traceback may follow)
+        self._header_only = False
         self._boundary = False
         self._prev: Record | None = None
         self._prev_hint: str | None = None
