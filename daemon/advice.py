@@ -20,7 +20,7 @@ Pure: the caller (diagnose, the snapshot writer) passes what it knows in ``Advic
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from oom_sentinel.daemon.events import Backend, OomEvent, Pool
 
@@ -84,7 +84,6 @@ class AdviceContext:
     platform: str | None = None
     #: ``PYTORCH_CUDA_ALLOC_CONF`` in ComfyUI's environment
     alloc_conf: str | None = None
-    extra: tuple[tuple[str, str], ...] = field(default=())
 
 
 def human_bytes(n: int | None) -> str:

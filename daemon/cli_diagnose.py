@@ -82,6 +82,14 @@ def _json_dump_text(data: bytes) -> str | None:
     return None
 
 
+def _looks_like_json(head: bytes) -> bool:
+    """A JSON object, string, or array of objects; not ``[2026-01-02 ...`` (Manager's prefix)."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] in (b"{", b'"'):
+        return True
+    return text[:1] == b"[" and text[1:].lstrip(b" \t\r\n")[:1] in (b"{", b"]")
+
+
 def _read_up_to(stream: BinaryIO, size: int) -> bytes:
     parts: list[bytes] = []
     while size > 0:
@@ -112,7 +120,7 @@ def open_log(path: str) -> Iterator[BinaryIO]:
             base = gzip.GzipFile(fileobj=_Prepend(head, raw), mode="rb")  # type: ignore[assignment]
             head = _read_up_to(base, 65536)
         stream: BinaryIO = _Prepend(head, base)  # type: ignore[assignment]
-        if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b'"', b"["):
+        if _looks_like_json(head):
             data = head + _read_up_to(base, JSON_MAX_BYTES + 1 - len(head))
             text = _json_dump_text(data) if len(data) <= JSON_MAX_BYTES else None
             stream = io.BytesIO(text.encode("utf-8")) if text is not None else _Prepend(data, base)  # type: ignore[assignment]

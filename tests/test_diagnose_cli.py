@@ -248,3 +248,26 @@ def test_a_large_generated_log_is_streamed(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert [e["recovered"] for e in events].count(True) == 300
     assert events[-1]["line"] == 300_001 and events[-1]["pool"] == "gpu"
+
+
+def test_a_manager_log_starting_with_a_bracket_is_scanned_as_text(tmp_path: Path) -> None:
+    path = tmp_path / "comfyui.log"
+    path.write_text(
+        "[2026-01-02 10:11:12.345] got prompt\n"
+        "[2026-01-02 10:11:13.000] !!! Exception during processing !!! Allocation on device \n"
+        "[2026-01-02 10:11:13.001] Traceback (most recent call last):\n"
+        '  File "/c/execution.py", line 327, in execute\n'
+        "torch.OutOfMemoryError: Allocation on device \n"
+        "\n"
+        "[2026-01-02 10:11:13.003] Got an OOM, unloading all loaded models.\n"
+        "[2026-01-02 10:11:13.004] Prompt executed in 3.14 seconds\n",
+        encoding="utf-8",
+    )
+    proc = _run("--json", str(path))
+    (event,) = _json(proc)
+    assert (event["line"], event["timestamp"], event["exception_type"]) == (
+        2,
+        "2026-01-02 10:11:13.000",
+        "torch.OutOfMemoryError",
+    )
+    assert event["extra"] == {"comfy_unloaded_models": True}
