@@ -79,6 +79,7 @@ class InstanceSettings(_Section):
 class DiscoverySettings(_Section):
     enabled: bool = True
     interval_s: PositiveMs = 30
+    processes: bool = True
 
 
 class LogSettings(_Section):

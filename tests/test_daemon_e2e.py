@@ -141,9 +141,11 @@ def test_sigterm_and_sigint_stop_it_cleanly(tmp_path: Path) -> None:
 
 
 def test_without_any_install_it_keeps_running_and_says_what_it_waits_for(tmp_path: Path) -> None:
-    daemon = Daemon(tmp_path, config="[logs]\npoll_interval_ms = 500\n").start()
+    # processes off: stand-ins of other tests on this machine must not count as found
+    config = "[discovery]\nprocesses = false\n[logs]\npoll_interval_ms = 500\n"
+    daemon = Daemon(tmp_path, config=config).start()
     try:
-        assert "no ComfyUI install found yet" in daemon.stderr()
+        wait_for(lambda: "no ComfyUI install found yet" in daemon.stderr(), what="waiting line")
         # an install that appears later is picked up by discovery: see test_daemon_discovery
     finally:
         assert daemon.stop() == 0
