@@ -43,6 +43,8 @@ __all__ = [
 APP_NAME = "oom-sentinel"
 ENV_CONFIG = "OOM_SENTINEL_CONFIG"
 SYSTEM_CONFIG = Path("/etc/oom-sentinel/config.toml")
+#: the system unit's StateDirectory=
+SYSTEM_DATA_DIR = Path("/var/lib/oom-sentinel")
 
 
 def _range(lo: float, hi: float | None = None) -> Callable[[Any], Any]:
@@ -179,12 +181,16 @@ class Settings(_Section):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     def resolved_data_dir(self) -> Path:
-        """The data dir: configured, else systemd's $STATE_DIRECTORY, else the platform's."""
+        """The data dir: configured, else systemd's $STATE_DIRECTORY, else -- for root, once
+        the system service has created it -- /var/lib/oom-sentinel (so `sudo oom-sentinel
+        snapshots list` reads what the system unit wrote), else the platform's user dir."""
         if self.data_dir:
             return Path(os.path.expanduser(self.data_dir))
         state_dir = os.environ.get("STATE_DIRECTORY")
         if state_dir:
             return Path(state_dir.split(":")[0])
+        if hasattr(os, "geteuid") and os.geteuid() == 0 and SYSTEM_DATA_DIR.is_dir():
+            return SYSTEM_DATA_DIR
         return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
 
 
