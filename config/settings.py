@@ -23,12 +23,14 @@ from oom_sentinel.daemon.errors import ConfigError
 __all__ = [
     "ENV_CONFIG",
     "SYSTEM_CONFIG",
+    "AlertSettings",
     "DiscoverySettings",
     "GpuSettings",
     "IncidentSettings",
     "InstanceSettings",
     "LoadedSettings",
     "LogSettings",
+    "MetricsSettings",
     "SamplingSettings",
     "Settings",
     "SnapshotSettings",
@@ -41,6 +43,8 @@ __all__ = [
 APP_NAME = "oom-sentinel"
 ENV_CONFIG = "OOM_SENTINEL_CONFIG"
 SYSTEM_CONFIG = Path("/etc/oom-sentinel/config.toml")
+#: the system unit's StateDirectory=
+SYSTEM_DATA_DIR = Path("/var/lib/oom-sentinel")
 
 
 def _range(lo: float, hi: float | None = None) -> Callable[[Any], Any]:
@@ -77,6 +81,7 @@ class InstanceSettings(_Section):
 class DiscoverySettings(_Section):
     enabled: bool = True
     interval_s: PositiveMs = 30
+    processes: bool = True
 
 
 class LogSettings(_Section):
@@ -110,6 +115,56 @@ class SnapshotSettings(_Section):
     max_age_days: NonNegative = 90
 
 
+class AlertSettings(_Section):
+    """Where alerts go and how often (``daemon/alerts.py`` decides, ``alert_outbox.py`` sends)."""
+
+    #: apprise URLs (Discord, Slack, Telegram, ntfy, mailto, json://...); secrets stay in them
+    urls: tuple[str, ...] = ()
+    #: log every alert to the daemon's log (the journal under systemd)
+    log: bool = True
+    #: write the Windows Event Log entry for every alert (Windows only)
+    event_log: bool = True
+    #: write the small feed file the per-user desktop companion (`notify-agent`) reads
+    desktop_feed: bool = True
+    #: where that feed lives; "" = $RUNTIME_DIRECTORY/feed.json, else <data_dir>/feed.json
+    desktop_feed_path: str = ""
+    group_window_s: NonNegative = 300
+    repeat_interval_s: NonNegative = 14400
+    max_per_hour: NonNegative = 20
+    retry_initial_s: PositiveMs = 30
+    retry_max_interval_s: PositiveMs = 1800
+    retry_max_age_s: PositiveMs = 86400
+    soft_oom_warning_count: NonNegative = 5
+    soft_oom_warning_window_s: PositiveMs = 600
+    send_recovered: bool = False
+
+
+def _loopback_listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be HOST:PORT (e.g. 127.0.0.1:9866), got {value!r}")
+    if host != "localhost":
+        import ipaddress
+
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(
+                f"must be a loopback address (127.0.0.1, ::1 or localhost), got {host!r}"
+            )
+    return value
+
+
+class MetricsSettings(_Section):
+    """The optional Prometheus exporter (``daemon/metrics.py``); loopback only."""
+
+    enabled: bool = False
+    listen: Annotated[str, AfterValidator(_loopback_listen)] = "127.0.0.1:9866"
+
+
 class Settings(_Section):
     """Everything configurable, parsed once and passed explicitly (never read from globals)."""
 
@@ -122,14 +177,20 @@ class Settings(_Section):
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     def resolved_data_dir(self) -> Path:
-        """The data dir: configured, else systemd's $STATE_DIRECTORY, else the platform's."""
+        """The data dir: configured, else systemd's $STATE_DIRECTORY, else -- for root, once
+        the system service has created it -- /var/lib/oom-sentinel (so `sudo oom-sentinel
+        snapshots list` reads what the system unit wrote), else the platform's user dir."""
         if self.data_dir:
             return Path(os.path.expanduser(self.data_dir))
         state_dir = os.environ.get("STATE_DIRECTORY")
         if state_dir:
             return Path(state_dir.split(":")[0])
+        if hasattr(os, "geteuid") and os.geteuid() == 0 and SYSTEM_DATA_DIR.is_dir():
+            return SYSTEM_DATA_DIR
         return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
 
 

@@ -11,7 +11,12 @@ from typing import Any
 import click
 
 from oom_sentinel.config.settings import default_toml_text, load_settings
+from oom_sentinel.daemon.cli_alert import alert_group
+from oom_sentinel.daemon.cli_diagnose import diagnose
+from oom_sentinel.daemon.cli_doctor import doctor_command
+from oom_sentinel.daemon.cli_notify_agent import notify_agent_command
 from oom_sentinel.daemon.cli_run import run_command, status_command
+from oom_sentinel.daemon.cli_service import service_group
 from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.cli_states import states_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
@@ -26,6 +31,9 @@ PROG = "oom-sentinel"
 def main(ctx: click.Context, verbose: bool) -> None:
     """Watch ComfyUI for out-of-memory failures and record what caused them."""
     ctx.obj = {"verbose": verbose}
+
+
+main.add_command(diagnose)
 
 
 @main.group("config")
@@ -93,3 +101,7 @@ main.add_command(run_command)
 main.add_command(status_command)
 main.add_command(snapshots_group)
 main.add_command(states_group)
+main.add_command(doctor_command)
+main.add_command(alert_group)
+main.add_command(service_group)
+main.add_command(notify_agent_command)

@@ -47,16 +47,14 @@ def run_command(
     from oom_sentinel.daemon.service import (
         RunOptions,
         configure_logging,
-        install_signal_handlers,
         run_service,
     )
 
     loaded = load_settings(config_path)
     configure_logging(loaded.settings.log_level)
     stop = threading.Event()
-    install_signal_handlers(stop)
     options = RunOptions(data_dir=data_dir, watch_logs=watch_logs, comfyui=comfyui)
-    raise SystemExit(run_service(loaded, stop=stop, options=options))
+    raise SystemExit(run_service(loaded, stop=stop, options=options, install_signals=True))
 
 
 def _pid_alive(pid: int) -> bool:

@@ -16,16 +16,14 @@ per-line prefix says nothing about record boundaries.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Split", "split_prefix", "strip_ansi", "strip_prefix"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 # Wrapper prefixes: each one starts a new record. Order matters: electron-log before Manager.
-_ELECTRON = re.compile(
-    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] \[(?:error|warn|info|verbose|debug|silly)\] ?\s?"
-)
+_ELECTRON_LEVEL = re.compile(r"\[(?:error|warn|info|verbose|debug|silly)\] ?\s?")
 _MANAGER = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d(?:\.\d+)?)?)\] ?")
 _INTERNAL = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?) - ")
 _PYLOGGING = re.compile(
@@ -33,6 +31,7 @@ _PYLOGGING = re.compile(
 )
 _LEVEL_COLON = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.\-]*:")
 _LEVEL_TAG = re.compile(r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\] ")
+_LEVEL_TAGS = ("[DEBUG] ", "[INFO] ", "[WARNING] ", "[WARN] ", "[ERROR] ", "[CRITICAL] ")
 
 # Per-line prefixes: they wrap every line, so they do not mark record starts.
 _SYSLOG = re.compile(
@@ -41,9 +40,12 @@ _SYSLOG = re.compile(
 _COMPOSE = re.compile(r"[a-z0-9][a-z0-9_.\-]*\s+\| ")
 
 
-@dataclass(frozen=True, slots=True)
-class Split:
-    """A line cut into its prefix facts and its message."""
+class Split(NamedTuple):
+    """A line cut into its prefix facts and its message.
+
+    (A named tuple rather than a frozen dataclass: it is built for every line the scanners
+    assemble, and a tuple is several times cheaper to create.)
+    """
 
     timestamp: str | None
     message: str
@@ -51,10 +53,6 @@ class Split:
     starts_record: bool
     #: True when a per-line prefix (journal, compose) was removed
     per_line: bool = False
-    #: True for wrappers that prefix every write (Manager, /internal/logs, electron-log,
-    #: logging launchers): in such a stream a bare line is always a continuation line.
-    #: Level tags (``ERROR:root:``, ``[INFO] ``) are not: ``print()`` output stays bare.
-    wrapper: bool = False
 
 
 def strip_ansi(line: str) -> str:
@@ -79,7 +77,7 @@ def split_prefix(line: str) -> Split:
             if not line:
                 return Split(line_time, line, False, True)
             first = line[0]
-    elif first.islower() or first.isdigit():
+    elif "| " in line and (first.islower() or first.isdigit()):
         m = _COMPOSE.match(line)
         if m:
             line = line[m.end() :]
@@ -88,35 +86,30 @@ def split_prefix(line: str) -> Split:
                 return Split(None, line, False, True)
             first = line[0]
     timestamp: str | None = None
-    starts = wrapper = False
+    starts = False
     if first == "[":
-        m = _ELECTRON.match(line) or _MANAGER.match(line)
+        m = _MANAGER.match(line)
         if m:
-            timestamp, line, starts, wrapper = m.group(1), line[m.end() :], True, True
-        elif line.startswith(
-            ("[DEBUG] ", "[INFO] ", "[WARNING] ", "[WARN] ", "[ERROR] ", "[CRITICAL] ")
-        ):
+            timestamp, line, starts = m.group(1), line[m.end() :], True
+            if line[:1] == "[":
+                # electron-log adds a level after the time: ``[2025-..] [info]  text``;
+                # a Manager prefix may be followed by ComfyUI's own ``[INFO] `` tag
+                m = _ELECTRON_LEVEL.match(line) or _LEVEL_TAG.match(line)
+                if m:
+                    line = line[m.end() :]
+        elif line.startswith(_LEVEL_TAGS):
             m = _LEVEL_TAG.match(line)
             if m:
                 line, starts = line[m.end() :], True
     elif first.isdigit():
         m = _INTERNAL.match(line) or _PYLOGGING.match(line)
         if m:
-            timestamp, line, starts, wrapper = m.group(1), line[m.end() :], True, True
+            timestamp, line, starts = m.group(1), line[m.end() :], True
     elif first in "DIWEC":
         m = _LEVEL_COLON.match(line)
         if m:
             line, starts = line[m.end() :], True
-    if (
-        starts
-        and line.startswith("[")
-        and line.startswith(("[DEBUG] ", "[INFO] ", "[WARNING] ", "[ERROR] "))
-    ):
-        # Manager prefix followed by a level tag: ``[2026-..] [INFO] text``
-        m = _LEVEL_TAG.match(line)
-        if m:
-            line = line[m.end() :]
-    return Split(timestamp or line_time, line, starts, per_line, wrapper)
+    return Split(timestamp or line_time, line, starts, per_line)
 
 
 def strip_prefix(line: str) -> tuple[str | None, str]:

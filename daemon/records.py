@@ -97,6 +97,24 @@ class Record:
 class RecordAssembler:
     """Incremental record assembly with bounded memory. Not thread-safe; one per file."""
 
+    # state of the pending record (reset by _reset_pending)
+    _head: list[str]
+    _head_bytes: int
+    _tail: deque[str]
+    _tail_bytes: int
+    _count: int
+    _dropped: int
+    _start: int
+    _end: int
+    _timestamp: str | None
+    _first_line_no: int
+    _in_traceback: bool
+    _after_exception: bool
+    _report: bool
+    _dialog_lines: int
+    _table: bool
+    _header: bool
+
     def __init__(
         self,
         *,
@@ -148,6 +166,58 @@ class RecordAssembler:
             pos = end
         return out
 
+    def feed_line(self, line: str, start_offset: int = 0, end_offset: int = 0) -> list[Record]:
+        """``feed`` for text known to hold one line without its newline (the scanners' path)."""
+        return self._feed_line(
+            line.rstrip("\r") if line.endswith("\r") else line,
+            start_offset,
+            max(end_offset, start_offset),
+        )
+
+    def extend_indented(self, block: str, end_offset: int) -> bool:
+        """Append ``block`` — lines joined by ``\\n``, each starting with a space or a tab — to
+        the pending record, exactly as feeding them one by one would. The byte scanner's fast
+        path for traceback bodies. Returns False (and changes nothing) when it cannot take the
+        block: no pending record, or a line over ``MAX_LINE_CHARS``.
+        """
+        if not self._count:
+            return False
+        lines = block.split("\n")
+        if "\r" in block:
+            lines = [line.rstrip("\r") for line in lines]
+        if max(map(len, lines)) > MAX_LINE_CHARS:
+            return False
+        n = len(lines)
+        self._count += n
+        self._next_line_no += n
+        i = 0
+        half = self._max_bytes // 2
+        while i < n and len(self._head) < self._head_cap and self._head_bytes < half:
+            self._head.append(lines[i])
+            self._head_bytes += len(lines[i]) + 1
+            i += 1
+        if i < n:
+            rest = lines[i:] if i else lines
+            self._tail.extend(rest)
+            self._tail_bytes += sum(map(len, rest)) + len(rest)
+            tail = self._tail
+            while len(tail) > 1 and (
+                len(self._head) + len(tail) > self._max_lines
+                or self._head_bytes + self._tail_bytes > self._max_bytes
+            ):
+                self._tail_bytes -= len(tail.popleft()) + 1
+                self._dropped += 1
+        if (
+            "summary:" in block
+            or "status:" in block
+            or any(line.lstrip().startswith("|") for line in lines)
+        ):
+            self._table = True
+        if self._dialog_lines:
+            self._dialog_lines += sum(1 for line in lines if line.strip())
+        self._end = max(self._end, end_offset)
+        return True
+
     def flush(self) -> list[Record]:
         """End the pending record (end of file, or the file went idle)."""
         if not self._count:
@@ -157,15 +227,15 @@ class RecordAssembler:
     # -- internals --------------------------------------------------------------------------
 
     def _reset_pending(self) -> None:
-        self._head: list[str] = []
+        self._head = []
         self._head_bytes = 0
-        self._tail: deque[str] = deque()
+        self._tail = deque()
         self._tail_bytes = 0
         self._count = 0
         self._dropped = 0
         self._start = 0
         self._end = 0
-        self._timestamp: str | None = None
+        self._timestamp = None
         self._first_line_no = 0
         # state of a bare-stream record
         self._in_traceback = False
@@ -292,7 +362,10 @@ class RecordAssembler:
         lines = self._head
         if self._dropped:
             lines = [*lines, f"[... {self._dropped} lines dropped ...]"]
-        text = "\n".join([*lines, *self._tail]) if self._tail or self._dropped else "\n".join(lines)
+        if self._tail or self._dropped:
+            text = "\n".join([*lines, *self._tail])
+        else:
+            text = lines[0] if len(lines) == 1 else "\n".join(lines)
         record = Record(
             text=text,
             start_offset=self._start,

@@ -42,8 +42,9 @@ from urllib.parse import urlsplit
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from oom_sentinel.config.settings import LoadedSettings, Settings
-from oom_sentinel.daemon.advice import AdviceContext, advise
+from oom_sentinel.config.settings import LoadedSettings, Settings, load_settings
+from oom_sentinel.daemon.advice import AdviceContext, ComfyInstance, GpuProcess, advise
+from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
 from oom_sentinel.daemon.atomic import write_json_atomic
 from oom_sentinel.daemon.classify import classify_record
 from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, discover_instances
@@ -61,6 +62,9 @@ from oom_sentinel.daemon.incidents import (
     WriteSnapshot,
 )
 from oom_sentinel.daemon.logtail import LogLine, LogTailManager
+from oom_sentinel.daemon.metrics import MetricsExporter
+from oom_sentinel.daemon.notifiers import build_channels
+from oom_sentinel.daemon.probes import MemorySample
 from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes
 from oom_sentinel.daemon.records import Record, RecordAssembler
 from oom_sentinel.daemon.retention import prune_snapshots
@@ -234,6 +238,9 @@ class Service:
         self.timeline: Timeline | None = None
         self.tracker = IncidentTracker(TrackerConfig.from_settings(self.settings.incidents))
         self.gpu_line = ""
+        self.alerts: AlertDispatcher | None = None
+        self.metrics: MetricsExporter | None = None
+        self._reload_requested = threading.Event()
         self.incidents_written = 0
         self.last_incident: str | None = None
         self.started_s = clock()
@@ -250,12 +257,29 @@ class Service:
             log.info("removed an unfinished snapshot left by a crash: %s", leftover)
         self._recover()
 
+        self.alerts = AlertDispatcher(
+            self.store,
+            self.settings,
+            build_channels(self.settings, environ=self.environ),
+            clock=self.clock,
+        )
+        if self.settings.metrics.enabled:
+            self.metrics = MetricsExporter(self.settings.metrics, clock=self.clock)
+            host, port = self.metrics.start()
+            log.info("metrics on http://%s:%d/metrics", host, port)
+
         choice = select_gpu_probe(self.settings.gpu, self.environ)
         self.gpu_line = choice.line
         log.info("%s", choice.line)
         host = PsutilHostProbe()
         self.timeline = Timeline.from_settings(self.settings.sampling)
-        self.sampler = Sampler(self.timeline, choice.probe, host, self.settings.sampling)
+        self.sampler = Sampler(
+            self.timeline,
+            choice.probe,
+            host,
+            self.settings.sampling,
+            on_sample=self._on_sample if self.metrics is not None else None,
+        )
 
         self.tails = LogTailManager(
             self.store, poll_interval_ms=self.settings.logs.poll_interval_ms
@@ -267,6 +291,10 @@ class Service:
         for path in (*self.settings.logs.extra, *self.options.watch_logs):
             self._follow(path, instance=self._instance_for_extra_log(path))
         self.tails.start()
+        # The first poll fixes where each file is read from (its end, for a file never seen
+        # before), so everything written after the ready line is read, even a record that
+        # lands just before ComfyUI-Manager rotates the file.
+        self._handle_lines(self.tails.poll(), self.clock())
 
         self.scheduler = BackgroundScheduler(timezone="UTC", daemon=True)
         self.sampler.start(self.scheduler)
@@ -283,6 +311,7 @@ class Service:
             self._retention_job, "interval", hours=1, id="retention", coalesce=True
         )
         self.scheduler.start()
+        self.alerts.start()
         self._retention_job()
         summary = self.summary()
         log.info("%s", summary)
@@ -362,8 +391,10 @@ class Service:
 
     def _discover(self) -> tuple[DiscoveredInstance, ...]:
         """Runs in the scheduler thread (and once at start): every process is walked."""
+        procs: list[ComfyProcess] = []
         try:
-            procs = find_comfy_processes()
+            if self.settings.discovery.processes:
+                procs = list(find_comfy_processes())
         except Exception:  # psutil may fail on exotic systems; discovery is best effort
             log.exception("could not list processes; discovery continues with locations only")
             procs = []
@@ -479,10 +510,15 @@ class Service:
         self.notifier.ready(self.summary())
         while not stop.is_set():
             now = self.clock()
+            if self._reload_requested.is_set():
+                self._reload_requested.clear()
+                self.reload()
             self._drain_inbox()
             self._handle_lines(self.tails.poll(), now)
             self._flush_idle_records(now)
             self._apply(self.tracker.tick(self.clock()))
+            if self.alerts is not None:
+                self.alerts.tick()
             self._commit_offsets()
             self._ping_watchdog(now)
             if now - self._last_status >= STATUS_INTERVAL_S:
@@ -595,7 +631,8 @@ class Service:
         for action in actions:
             if isinstance(action, WriteSnapshot):
                 self._write(action.incident)
-            elif isinstance(action, UpdateIncident):
+                continue  # _write alerts with the snapshot it wrote
+            if isinstance(action, UpdateIncident):
                 self.store.save_incident(IncidentRow.from_incident(action.incident))
             elif isinstance(action, CountSoftOom):
                 log.info(
@@ -604,12 +641,18 @@ class Service:
                     action.count,
                     action.observation.event.message[:200],
                 )
+                if self.metrics is not None:
+                    self.metrics.observe_soft_oom(action.instance)
             elif isinstance(action, CloseIncident):
                 log.debug(
                     "incident %s closed after %d failure(s)",
                     action.incident.id,
                     action.incident.count,
                 )
+            if self.metrics is not None and isinstance(action, (UpdateIncident, CloseIncident)):
+                self.metrics.observe_incident(action.incident)
+            if self.alerts is not None:
+                self.alerts.handle(action)
 
     def _write(self, incident: Incident) -> None:
         assert self.store is not None
@@ -622,7 +665,7 @@ class Service:
         timeline_csv = to_csv(self.timeline.snapshot()) if self.timeline is not None else ""
         if self._host_facts is None:
             self._host_facts = collect_host_facts()
-        advice = advise(incident.event, self._advice_context(inst))
+        advice = advise(incident.event, self._advice_context(inst, memory))
         content = SnapshotContent(
             incident=incident,
             instance=inst.info(),
@@ -646,6 +689,10 @@ class Service:
                 self._contexts.pop(rid, None)
         self.incidents_written += 1
         self.last_incident = ref.id
+        if self.metrics is not None:
+            self.metrics.observe_incident(incident)
+        if self.alerts is not None:
+            self.alerts.on_incident_written(incident, ref)
         log.warning("OOM on %s: %s -- snapshot %s", incident.instance, incident.summary, ref.path)
         if self.on_incident is not None:
             try:
@@ -653,8 +700,38 @@ class Service:
             except Exception:
                 log.exception("incident callback failed for %s", ref.id)
 
-    def _advice_context(self, inst: WatchedInstance) -> AdviceContext | None:
-        return None
+    def _advice_context(self, inst: WatchedInstance, memory: MemorySample | None) -> AdviceContext:
+        """The evidence beyond the message: who else holds the GPU, the card, the flags."""
+        own = {inst.pid} if inst.pid else set()
+        if memory is not None:
+            own |= {t.root_pid for t in memory.process_trees if t.root_pid == inst.pid}
+        others: list[GpuProcess] = []
+        total_vram: int | None = None
+        total_ram: int | None = None
+        if memory is not None:
+            others = [
+                GpuProcess(pid=p.pid, name=p.name, bytes=p.used_bytes)
+                for p in memory.gpu_processes
+                if p.pid not in own
+            ]
+            totals = [g.total_bytes for g in memory.gpus if g.total_bytes]
+            total_vram = max(totals) if totals else None
+            total_ram = memory.host.ram_total_bytes if memory.host else None
+        siblings = [
+            ComfyInstance(pid=i.pid, port=None)
+            for i in self.instances.values()
+            if i.pid and i.name != inst.name
+        ]
+        proc = inst.process
+        return AdviceContext(
+            other_gpu_processes=tuple(others),
+            other_instances=tuple(siblings),
+            launch_flags=tuple(proc.argv[2:]) if proc is not None else (),
+            total_vram_bytes=total_vram,
+            total_ram_bytes=total_ram,
+            platform=sys.platform,
+            alloc_conf=proc.pytorch_cuda_alloc_conf if proc is not None else None,
+        )
 
     def _log_text(self, incident: Incident) -> str:
         chunks: list[str] = []
@@ -761,9 +838,69 @@ class Service:
             self.notifier.watchdog()
             self._last_ping = now
 
+    def workers(self) -> dict[str, bool]:
+        """Liveness of every worker thread (the watchdog pings only when all are alive)."""
+        alive = {
+            "scheduler": self.scheduler is not None and self.scheduler.running,
+            "alerts": self.alerts is not None and self.alerts.is_alive(),
+        }
+        if self.metrics is not None:
+            for name, ok in alive.items():
+                self.metrics.set_worker_alive(name, ok)
+        return alive
+
     def healthy(self) -> bool:
         """Every worker alive: only then is systemd's watchdog pinged."""
-        return self.scheduler is not None and self.scheduler.running
+        return all(self.workers().values())
+
+    def _on_sample(self, sample: MemorySample) -> None:
+        if self.metrics is not None:
+            watched = {i.pid: i.name for i in self.instances.values() if i.pid}
+            self.metrics.observe_sample(sample, watched=watched)
+
+    # -- reload ---------------------------------------------------------------------------
+
+    def request_reload(self) -> None:
+        """From the SIGHUP handler (or the Windows service): reload on the loop's next turn."""
+        self._reload_requested.set()
+        self.wake()
+
+    def reload(self) -> bool:
+        """Re-read the config; a bad new config keeps the old one running and says why."""
+        self.notifier.reloading()
+        try:
+            loaded = load_settings(self.loaded.source)
+            channels = build_channels(loaded.settings, environ=self.environ)
+        except SentinelError as exc:
+            log.error("reload failed, keeping the previous configuration: %s", exc)
+            if self.metrics is not None:
+                self.metrics.set_config_reload(False)
+            self.notifier.ready(self.summary())
+            return False
+        old, new = self.settings, loaded.settings
+        restart_needed = [
+            name
+            for name in ("data_dir", "metrics", "gpu")
+            if getattr(old, name) != getattr(new, name)
+        ]
+        self.loaded, self.settings = loaded, new
+        logging.getLogger().setLevel(new.log_level.upper())
+        if self.alerts is not None:
+            self.alerts.reconfigure(new, channels)
+        self.tracker.config = TrackerConfig.from_settings(new.incidents)
+        for inst in self._configured_instances():
+            self._adopt(inst)
+        for path in new.logs.extra:
+            self._follow(path, instance=self._instance_for_extra_log(path))
+        if self.metrics is not None:
+            self.metrics.set_config_reload(True)
+        log.info(
+            "configuration reloaded from %s%s",
+            loaded.source or "built-in defaults",
+            f"; {', '.join(restart_needed)} change(s) need a restart" if restart_needed else "",
+        )
+        self.notifier.ready(self.summary())
+        return True
 
     # -- shutdown -----------------------------------------------------------------------------
 
@@ -774,6 +911,10 @@ class Service:
         if self.scheduler is not None:
             with contextlib.suppress(Exception):
                 self.scheduler.shutdown(wait=False)
+        if self.alerts is not None:
+            self.alerts.stop(timeout_s=2.0)
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.tails is not None:
             self.tails.close()
         if self.sampler is not None:
@@ -790,10 +931,16 @@ def run_service(
     on_ready: Callable[[str], None] | None = None,
     event_sink: Callable[[Incident, SnapshotRef], None] | None = None,
     options: RunOptions | None = None,
+    install_signals: bool = False,
 ) -> int:
     """Run the daemon until ``stop`` is set; the entry point of every front end (CLI,
-    systemd, the Windows service). Returns the exit status."""
+    systemd, the Windows service). Returns the exit status.
+
+    ``install_signals`` (the CLI, on the main thread): SIGTERM/SIGINT set ``stop`` and SIGHUP
+    reloads the config."""
     service = Service(loaded, options, on_incident=event_sink)
+    if install_signals:
+        install_signal_handlers(stop, service.request_reload)
     try:
         summary = service.start()
         if on_ready is not None:
@@ -808,8 +955,10 @@ def run_service(
     return 0
 
 
-def install_signal_handlers(stop: threading.Event) -> None:
-    """SIGTERM/SIGINT stop the loop (within one tick)."""
+def install_signal_handlers(
+    stop: threading.Event, reload: Callable[[], None] | None = None
+) -> None:
+    """SIGTERM/SIGINT stop the loop (within one tick); SIGHUP asks for a config reload."""
 
     def handler(signum: int, frame: Any) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
@@ -817,6 +966,8 @@ def install_signal_handlers(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    if reload is not None and hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda signum, frame: reload())
 
 
 def configure_logging(level: str, environ: Mapping[str, str] | None = None) -> None:
@@ -840,7 +991,6 @@ _SYSLOG_PRIORITY = {"CRITICAL": 2, "ERROR": 3, "WARNING": 4, "INFO": 6, "DEBUG":
 
 
 class _JournalFormatter(logging.Formatter):
-
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         prio = _SYSLOG_PRIORITY.get(record.levelname, 6)

@@ -84,6 +84,23 @@ MIGRATIONS: tuple[str, ...] = (
         value TEXT NOT NULL
     );
     """,
+    # alert outbox (alert_outbox.py): one row per (alert, channel) until sent or given up
+    """
+    CREATE TABLE alert_outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        key TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_s REAL NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_s REAL NOT NULL,
+        last_error TEXT,
+        state TEXT NOT NULL DEFAULT 'pending',
+        done_s REAL,
+        UNIQUE (key, channel)
+    );
+    CREATE INDEX alert_outbox_due ON alert_outbox (state, next_attempt_s);
+    """,
 )
 
 

@@ -64,3 +64,11 @@ def standin(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     yield start
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def torch_python() -> Path:
+    """A venv with the CPU build of torch, cached between sessions (see ``torch_venv.py``)."""
+    from torch_venv import torch_venv_python
+
+    return torch_venv_python()

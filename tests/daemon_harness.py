@@ -129,6 +129,8 @@ class Daemon:
         self.stderr_path = tmp / "daemon.stderr"
 
     def start(self, timeout_s: float = 20.0) -> Daemon:
+        # several runs share one stderr file; only this run's output counts from here on
+        self._err_from = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
         self._err = open(self.stderr_path, "a", encoding="utf-8")  # noqa: SIM115
         self.proc = subprocess.Popen(
             self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=self._err, text=True
@@ -142,8 +144,15 @@ class Daemon:
         return self
 
     def stderr(self) -> str:
+        """This run's stderr (``all_stderr`` has every run's)."""
+        return self._read(getattr(self, "_err_from", 0))
+
+    def all_stderr(self) -> str:
+        return self._read(0)
+
+    def _read(self, offset: int) -> str:
         try:
-            return self.stderr_path.read_text("utf-8", errors="replace")
+            return self.stderr_path.read_bytes()[offset:].decode("utf-8", errors="replace")
         except FileNotFoundError:
             return ""
 

@@ -486,3 +486,9 @@ def test_every_rule_text_in_these_tables_contains_a_needle() -> None:
 )
 def test_sizes_are_binary_multiples(number: str, unit: str, expected: int | None) -> None:
     assert parse_size(number, unit) == expected
+
+
+def test_the_str_prefilter_checks_exactly_the_needles() -> None:
+    for needle in NEEDLES:
+        assert has_needle(f"xx {needle} yy")
+    assert not has_needle("Emory OoM killed 1455 ALLOC status")

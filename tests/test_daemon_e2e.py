@@ -10,8 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-from tests.daemon_harness import (
+from daemon_harness import (
     Daemon,
     append,
     cuda_oom_record,
@@ -27,11 +26,14 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _wait_snapshots(daemon: Daemon, n: int, timeout_s: float = 20.0) -> list[Path]:
-    return wait_for(
-        lambda: (s := snapshot_dirs(daemon.data_dir)) if len(s) >= n else None,
-        timeout_s,
-        f"{n} snapshot(s); daemon said:\n{daemon.stderr()}",
-    )
+    def enough() -> list[Path] | None:
+        found = snapshot_dirs(daemon.data_dir)
+        return found if len(found) >= n else None
+
+    try:
+        return wait_for(enough, timeout_s, f"{n} snapshot(s)")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; daemon said:\n{daemon.stderr()}") from None
 
 
 def test_an_oom_record_becomes_one_complete_private_snapshot(tmp_path: Path) -> None:
@@ -139,9 +141,11 @@ def test_sigterm_and_sigint_stop_it_cleanly(tmp_path: Path) -> None:
 
 
 def test_without_any_install_it_keeps_running_and_says_what_it_waits_for(tmp_path: Path) -> None:
-    daemon = Daemon(tmp_path, config="[logs]\npoll_interval_ms = 500\n").start()
+    # processes off: stand-ins of other tests on this machine must not count as found
+    config = "[discovery]\nprocesses = false\n[logs]\npoll_interval_ms = 500\n"
+    daemon = Daemon(tmp_path, config=config).start()
     try:
-        assert "no ComfyUI install found yet" in daemon.stderr()
+        wait_for(lambda: "no ComfyUI install found yet" in daemon.stderr(), what="waiting line")
         # an install that appears later is picked up by discovery: see test_daemon_discovery
     finally:
         assert daemon.stop() == 0

@@ -2,12 +2,11 @@
 torch absent or present, never imported here.
 
 The torch-present path runs twice: against a real venv with the CPU build of torch 2.13.0
-(built once and cached between test sessions, see ``torch_python``) and against canned
-output of a CUDA machine, which cannot exist here."""
+(built once and cached between test sessions: ``torch_venv.py``, fixture ``torch_python``) and
+against canned output of a CUDA machine, which cannot exist here."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from torch_venv import TORCH_VERSION
 
 from oom_sentinel.daemon.errors import ProbeError
 from oom_sentinel.daemon.interpreter import (
@@ -32,9 +32,6 @@ from oom_sentinel.daemon.interpreter import (
     probe_interpreter,
     redact_url_credentials,
 )
-
-TORCH_VERSION = "2.13.0"
-
 
 # ---------------------------------------------------------------------------------------------
 # Finding the interpreter
@@ -164,45 +161,6 @@ def test_interpreter_without_pip_falls_back_to_metadata(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # A real interpreter with torch (CPU build), cached between sessions
-
-
-def _cache_root() -> Path:
-    configured = os.environ.get("OOM_SENTINEL_TEST_CACHE")
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "oom-sentinel-tests"
-
-
-@pytest.fixture(scope="session")
-def torch_python() -> Path:
-    """A venv with torch==2.13.0 (CPU build from the local wheel cache). Building it takes
-    ~30 s and ~0.9 GB, so it lives in a cache folder outside the test's temp dir and is built
-    once per machine (under a lock, for parallel runs). Set OOM_SENTINEL_TEST_NO_TORCH=1 to
-    skip the tests that need it."""
-    if os.environ.get("OOM_SENTINEL_TEST_NO_TORCH"):
-        pytest.skip("OOM_SENTINEL_TEST_NO_TORCH is set")
-    tag = f"torch-{TORCH_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}"
-    root = _cache_root() / tag
-    python = root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    ready = root / ".ready"
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f"{tag}.lock", "w") as lock:
-        with contextlib.suppress(ImportError):  # no fcntl on Windows: no lock, still works
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ready.exists():
-            venv.EnvBuilder(with_pip=True, clear=True).create(root)
-            proc = subprocess.run(
-                [python, "-m", "pip", "install", "-q", f"torch=={TORCH_VERSION}"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                pytest.skip(f"cannot install torch=={TORCH_VERSION}: {proc.stderr[-300:]}")
-            ready.write_text("ok\n")
-    return python
 
 
 @pytest.mark.slow

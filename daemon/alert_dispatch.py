@@ -1,0 +1,229 @@
+"""What the daemon's loop calls to alert: the policy decides, the formatter words, the outbox
+keeps, the sender thread delivers.
+
+The loop hands over the incident tracker's actions as they are executed::
+
+    dispatcher = AlertDispatcher(store, settings, build_channels(settings))
+    dispatcher.start()                                   # the sender thread
+    ...
+    ref = write_snapshot(...)                            # for a WriteSnapshot action
+    dispatcher.on_incident_written(incident, ref)        # or .handle(action, ref)
+    dispatcher.on_incident_updated(incident)             # UpdateIncident
+    dispatcher.on_incident_closed(incident)              # CloseIncident
+    dispatcher.on_soft_oom(instance, at_s)               # CountSoftOom
+    dispatcher.tick()                                    # every loop: due summaries
+    ...
+    dispatcher.stop()
+
+Every ``on_*`` call is quick (a few SQLite writes) and never touches the network. The policy's
+state is kept in the store's ``meta`` table, so grouping and rate limits hold across restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from oom_sentinel.config.settings import Settings
+from oom_sentinel.daemon.alert_format import render
+from oom_sentinel.daemon.alert_outbox import Outbox, OutboxSender, RetryPolicy
+from oom_sentinel.daemon.alerts import (
+    Alert,
+    AlertPolicy,
+    IncidentAlert,
+    IncidentFacts,
+    Intent,
+    PolicyConfig,
+)
+from oom_sentinel.daemon.errors import StoreError
+from oom_sentinel.daemon.incidents import (
+    Action,
+    CloseIncident,
+    CountSoftOom,
+    Incident,
+    UpdateIncident,
+    WriteSnapshot,
+)
+from oom_sentinel.daemon.notifiers import AlertChannel, SendResult
+from oom_sentinel.daemon.snapshot import SnapshotRef
+from oom_sentinel.daemon.store import Store
+
+__all__ = ["POLICY_META_KEY", "AlertDispatcher"]
+
+log = logging.getLogger("oom_sentinel.alerts")
+
+POLICY_META_KEY = "alerts.policy"
+
+
+def _read_snapshot_json(ref: SnapshotRef) -> Mapping[str, Any] | None:
+    try:
+        data = json.loads((Path(ref.path) / "snapshot.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, Mapping) else None
+
+
+class AlertDispatcher:
+    """Glue between the incident tracker's actions and the alert outbox (see module doc)."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        channels: Sequence[AlertChannel],
+        *,
+        clock: Callable[[], float] = time.time,
+        on_result: Callable[[SendResult], None] | None = None,
+        sender_idle_s: float = 60.0,
+    ) -> None:
+        self.store = store
+        self._clock = clock
+        self.outbox = Outbox(store, RetryPolicy.from_settings(settings.alerts))
+        self.channels: tuple[AlertChannel, ...] = tuple(channels)
+        self._saved_state: str | None = None
+        self.policy = AlertPolicy(PolicyConfig.from_settings(settings.alerts), self._load_state())
+        self.sender = OutboxSender(
+            self.outbox,
+            {c.id: c for c in self.channels},
+            clock=clock,
+            on_result=on_result,
+            idle_s=sender_idle_s,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the sender thread (it first delivers whatever a previous run left queued)."""
+        self.sender.start()
+        self.sender.wake()
+
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        return self.sender.stop(timeout_s)
+
+    def is_alive(self) -> bool:
+        """Whether the sender thread runs (a worker the watchdog checks)."""
+        return self.sender.is_alive()
+
+    def reconfigure(self, settings: Settings, channels: Sequence[AlertChannel]) -> None:
+        """Apply a reloaded config (SIGHUP): new limits and channels; the state is kept.
+        Queued rows for a channel no longer configured are given up on the next pass."""
+        self.outbox.retry = RetryPolicy.from_settings(settings.alerts)
+        self.policy.config = PolicyConfig.from_settings(settings.alerts)
+        self.channels = tuple(channels)
+        self.sender.set_channels({c.id: c for c in self.channels})
+
+    # -- inputs from the loop ----------------------------------------------------------------
+    def on_incident_written(
+        self,
+        incident: Incident,
+        ref: SnapshotRef,
+        snapshot_json: Mapping[str, Any] | None = None,
+    ) -> list[Alert]:
+        """After a ``WriteSnapshot``: alert the new incident (or fold it into its group).
+        ``snapshot_json`` saves re-reading ``ref``'s snapshot.json when the caller has it."""
+        now = self._clock()
+        facts = IncidentFacts.from_incident(incident, ref)
+        intents = self.policy.on_incident_written(facts, now)
+        snapshot = snapshot_json
+        if snapshot is None and any(isinstance(i, IncidentAlert) for i in intents):
+            snapshot = _read_snapshot_json(ref)
+        return self._queue(intents, now, snapshot)
+
+    def on_incident_updated(self, incident: Incident) -> list[Alert]:
+        """After an ``UpdateIncident`` (more failures joined: a storm)."""
+        now = self._clock()
+        return self._queue(self.policy.on_incident_updated(self._facts(incident), now), now)
+
+    def on_incident_closed(self, incident: Incident) -> list[Alert]:
+        """After a ``CloseIncident`` (its storm window passed)."""
+        now = self._clock()
+        return self._queue(self.policy.on_incident_closed(self._facts(incident), now), now)
+
+    def on_soft_oom(
+        self, instance: str, at_s: float, *, message: str = "", node_type: str | None = None
+    ) -> list[Alert]:
+        """After a ``CountSoftOom`` (a recovered OOM): maybe an early warning."""
+        now = self._clock()
+        intents = self.policy.on_soft_oom(instance, at_s, now, message=message, node_type=node_type)
+        return self._queue(intents, now)
+
+    def handle(
+        self,
+        action: Action,
+        ref: SnapshotRef | None = None,
+        snapshot_json: Mapping[str, Any] | None = None,
+    ) -> list[Alert]:
+        """Any tracker action; a ``WriteSnapshot`` needs the ``ref`` of the snapshot written."""
+        if isinstance(action, WriteSnapshot):
+            if ref is None:
+                raise ValueError("a WriteSnapshot action needs the SnapshotRef it produced")
+            return self.on_incident_written(action.incident, ref, snapshot_json)
+        if isinstance(action, UpdateIncident):
+            return self.on_incident_updated(action.incident)
+        if isinstance(action, CloseIncident):
+            return self.on_incident_closed(action.incident)
+        if isinstance(action, CountSoftOom):
+            event = action.observation.event
+            return self.on_soft_oom(
+                action.instance,
+                action.observation.at_s,
+                message=event.message,
+                node_type=event.node_type,
+            )
+        return []
+
+    def tick(self) -> list[Alert]:
+        """Every loop: summaries whose time has come."""
+        now = self._clock()
+        return self._queue(self.policy.tick(now), now)
+
+    def deliver_now(self) -> list[SendResult]:
+        """One delivery pass on the calling thread (tools and tests; the thread does this)."""
+        return self.sender.run_once()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _facts(self, incident: Incident) -> IncidentFacts:
+        return IncidentFacts.from_incident(incident)
+
+    def _queue(
+        self, intents: list[Intent], now: float, snapshot: Mapping[str, Any] | None = None
+    ) -> list[Alert]:
+        alerts: list[Alert] = []
+        ids = [c.id for c in self.channels]
+        for intent in intents:
+            alert = render(intent, now, snapshot if isinstance(intent, IncidentAlert) else None)
+            self.outbox.enqueue(alert, ids, now)
+            alerts.append(alert)
+        self._save_state()
+        if alerts:
+            self.sender.wake()
+        return alerts
+
+    def _load_state(self) -> Mapping[str, Any] | None:
+        try:
+            raw = self.store.get_meta(POLICY_META_KEY)
+        except StoreError as exc:
+            log.warning("alert grouping state not read (%s); starting afresh", exc)
+            return None
+        if not raw:
+            return None
+        self._saved_state = raw
+        try:
+            state = json.loads(raw)
+        except ValueError:
+            return None
+        return state if isinstance(state, Mapping) else None
+
+    def _save_state(self) -> None:
+        """Persist the policy's state when it changed (a tick that did nothing writes nothing)."""
+        raw = json.dumps(self.policy.to_state(), sort_keys=True)
+        if raw == self._saved_state:
+            return
+        try:
+            self.store.set_meta(POLICY_META_KEY, raw)
+            self._saved_state = raw
+        except StoreError as exc:
+            log.warning("alert grouping state not saved: %s", exc)
