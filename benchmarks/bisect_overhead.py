@@ -234,7 +234,7 @@ def main() -> None:
         print(f"    teardown (SIGTERM -> reaped)     {ms(med(teardown))}")
         print(f"    sampling, verdict, cache, log    {ms(med(rest))}")
         print(
-            f"  overhead incl. bootstrap + ready polling {ms(med(overhead) + hidden)}"
+            f"  overhead + bootstrap + ready poll  {ms(med(overhead) + hidden)}"
             f"   (start-up {med(ready) * 1000:.0f} ms seen vs {direct * 1000:.0f} ms direct)"
         )
         print(f"  fresh git clone + checkout (x3)    {ms(med(clone_s))}")
