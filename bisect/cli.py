@@ -1,16 +1,1022 @@
-"""The ``oom-bisect`` command: find the update that made a workflow run out of memory."""
+"""The ``oom-bisect`` command: find the update that made a workflow run out of memory.
+
+A thin front end, like git's ``builtin/bisect.c`` over ``bisect.c``: it parses arguments,
+finds the install and its interpreter, starts or resumes the session (session.py), hands the
+step loop (runner.py) a measuring function (workspace.py + replay.py), draws progress with
+rich, and turns the answer into a report (report.py) and an exit status.
+
+Exit statuses (also in README.md, "oom-bisect"):
+
+====  ===========================================================================
+0     found: the culprit(s) are named
+1     error: a runtime failure, or an endpoint that misbehaves (the good state is bad)
+2     usage: a bad option, term or STATE (git's refs: ``BadRef``)
+3     an input file (workflow, snapshot, log) cannot be used
+4     not-reproduced: the bad state neither runs out of memory nor crosses the threshold
+5     ambiguous: only skipped commits are left; the candidates are listed
+130   interrupted (Ctrl-C / SIGTERM); ``oom-bisect run`` resumes the session
+====  ===========================================================================
+
+git's "only skipped left" is status 2 in ``git bisect``; here 2 already means "usage" for
+every oom-sentinel command, and a script must be able to tell "your arguments are wrong"
+from "the answer is a list", so ambiguity gets its own status.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
 import click
+from rich.console import Console
+
+from oom_sentinel.bisect.fsutil import remove_tree
+from oom_sentinel.bisect.plan import Error, Found, OnlySkippedLeft, Step, Test
+from oom_sentinel.bisect.session import (
+    BisectPaths,
+    LogRecord,
+    Session,
+    begin,
+    bisect_home,
+    reset_paths,
+    session_lock,
+    workflow_sha256,
+)
+from oom_sentinel.bisect.states import (
+    Install,
+    State,
+    parse_state_tokens,
+    repo_label,
+    resolve_state,
+    scan_install,
+    split_state_arg,
+)
+from oom_sentinel.bisect.verdict import DEFAULT_MARGIN, Terms, Threshold
+from oom_sentinel.daemon.clikit import echo_json, handle_errors
+from oom_sentinel.daemon.errors import (
+    EXIT_ERROR,
+    BadRef,
+    BisectError,
+    ConfigError,
+    InputError,
+    SentinelError,
+)
+from oom_sentinel.daemon.units import format_bytes
+
+__all__ = [
+    "EXIT_AMBIGUOUS",
+    "EXIT_FOUND",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_REPRODUCED",
+    "PROG",
+    "RESULT_EXIT",
+    "main",
+    "parse_budget",
+    "parse_size",
+]
 
 PROG = "oom-bisect"
+EXIT_FOUND = 0
+EXIT_NOT_REPRODUCED = 4
+EXIT_AMBIGUOUS = 5
+EXIT_INTERRUPTED = 130
+#: the ``result`` word of --json and the exit status it ends with
+RESULT_EXIT = {
+    "found": EXIT_FOUND,
+    "ambiguous": EXIT_AMBIGUOUS,
+    "not-reproduced": EXIT_NOT_REPRODUCED,
+    "error": EXIT_ERROR,
+}
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
+_BINARY = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_DECIMAL = {"KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def parse_size(text: str, what: str = "size") -> int:
+    """``8GiB``/``8G`` (binary), ``8GB`` (decimal), ``8192MiB``, ``512M``, bytes → bytes."""
+    m = _SIZE_RE.match(text or "")
+    if not m:
+        raise ConfigError(f"{what}: {text!r} is not a size (e.g. 8GiB, 8192MiB, 12GB)")
+    number = float(m.group(1))
+    unit = (m.group(2) or "").upper()
+    if unit in _DECIMAL:
+        factor = _DECIMAL[unit]
+    else:
+        key = unit.replace("IB", "").replace("B", "") if unit not in ("", "B") else unit
+        if key not in _BINARY:
+            raise ConfigError(f"{what}: unknown unit in {text!r}")
+        factor = _BINARY[key]
+    value = int(number * factor)
+    if value <= 0:
+        raise ConfigError(f"{what}: {text!r} must be more than zero")
+    return value
+
+
+def parse_budget(values: Sequence[str]) -> Threshold | None:
+    """``--budget`` values: ``vram=10GiB``, ``ram=16GiB`` or a bare size (VRAM)."""
+    vram = ram = None
+    for v in values:
+        pool, eq, size = v.partition("=")
+        if not eq:
+            pool, size = "vram", v
+        pool = pool.strip().lower()
+        if pool not in ("vram", "ram"):
+            raise ConfigError(f"--budget: {v!r}: the pool must be vram or ram (e.g. vram=10GiB)")
+        bytes_ = parse_size(size, "--budget")
+        if pool == "vram":
+            vram = bytes_
+        else:
+            ram = bytes_
+    return None if vram is None and ram is None else Threshold(vram, ram)
+
+
+# --------------------------------------------------------------------------- the group
+
+
+class _Group(click.Group):
+    """``oom-bisect SNAPSHOT_ID`` is the default command: an unknown first word is an id."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else None
+        if name is not None and not name.startswith("-") and self.get_command(ctx, name) is None:
+            cmd = self.get_command(ctx, "snapshot")
+            return "snapshot", cmd, args
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks for errors (for bug reports).")
 @click.version_option(package_name="oom-sentinel", prog_name=PROG)
 @click.pass_context
 def main(ctx: click.Context, verbose: bool) -> None:
-    """Replay a workflow across ComfyUI and custom-node commits and name the culprit."""
+    """Replay a workflow across ComfyUI and custom-node commits and name the culprit.
+
+    \b
+    oom-bisect SNAPSHOT_ID                 bisect the regression a crash snapshot suspects
+    oom-bisect run --workflow F --good S --bad S   bisect between two install states
+    oom-bisect status | log | replay LOG | reset   as git bisect users expect
+    oom-bisect good | bad | skip [STATE]   a verdict by hand
+
+    STATE: comfyui=REF node:NAME=REF …, a ComfyUI-Manager snapshot file, before-last-update,
+    HEAD@{N}, or an oom-sentinel snapshot id (ID, ID:good, ID:bad).
+    """
     ctx.obj = {"verbose": verbose}
+
+
+# --------------------------------------------------------------------------- finding things
+
+
+def _session_installs(home: Path) -> list[Path]:
+    """Installs with a bisect session in progress (read from their session files)."""
+    out = []
+    try:
+        roots = sorted(p for p in home.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    for root in roots:
+        if not (root / "session" / "started").is_file():
+            continue
+        try:
+            data = json.loads((root / "session" / "session.json").read_text("utf-8"))
+            out.append(Path(data["install"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def discover_comfyui(
+    *, processes: Sequence[Any] | None = None, home: Path | None = None
+) -> tuple[Path, Any]:
+    """The one ComfyUI install to bisect: a session in progress, else discovery.
+
+    Returns the path and the discovered instance (None when it came from a session).
+    ``processes`` replaces the process scan (tests).
+    """
+    sessions = _session_installs(bisect_home())
+    if len(sessions) == 1:
+        return sessions[0], None
+    from oom_sentinel.daemon.discovery import discover_instances
+    from oom_sentinel.daemon.processes import find_comfy_processes
+
+    procs = find_comfy_processes() if processes is None else processes
+    found = discover_instances(home=home or Path.home(), environ=os.environ, processes=list(procs))
+    paths: dict[str, Any] = {}
+    for inst in found:
+        code = inst.code_dir or inst.path
+        paths.setdefault(str(Path(code).resolve()), inst)
+    if len(paths) == 1:
+        key, inst = next(iter(paths.items()))
+        return Path(key), inst
+    if not paths:
+        raise ConfigError("no ComfyUI install found; give --comfyui PATH")
+    listed = ", ".join(sorted(paths))
+    raise ConfigError(f"several ComfyUI installs found ({listed}); give --comfyui PATH")
+
+
+def _resolve_comfyui(comfyui: str | None) -> tuple[Path, Any]:
+    if comfyui:
+        path = Path(comfyui).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"--comfyui: {path} is not a directory")
+        return path.resolve(), None
+    return discover_comfyui()
+
+
+def _find_python(explicit: str | None, comfyui: Path, discovered: Any) -> str:
+    if explicit:
+        p = Path(explicit).expanduser()
+        if not p.exists():
+            raise ConfigError(f"--python: {p} does not exist")
+        return str(p)
+    if discovered is not None and getattr(discovered, "python", None):
+        return str(discovered.python)
+    from oom_sentinel.daemon.interpreter import find_interpreter
+
+    found = find_interpreter(comfyui)
+    if found is not None:
+        return str(found)
+    raise ConfigError(
+        f"cannot tell which Python runs ComfyUI at {comfyui} (no .venv, venv or "
+        "python_embeded found); give --python PATH"
+    )
+
+
+def _paths(comfyui: str | None) -> BisectPaths:
+    path, _ = _resolve_comfyui(comfyui)
+    return BisectPaths.for_install(path)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class _Progress:
+    """Runner events drawn on stderr with rich (plain lines when not a terminal)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def step(self, number: int, test: Test, session: Session) -> None:
+        from oom_sentinel.bisect.runner import describe_test
+
+        p = session.progress()
+        left = f"~{p.steps_left} left" if p.steps_left else "last"
+        tokens = " ".join(test.state.tokens(session.setup.repos()))
+        short = re.sub(r"\b([0-9a-f]{10})[0-9a-f]{30,54}\b", r"\1", tokens)
+        self.console.print(
+            f"[bold]step {number}[/bold] ({left}): {describe_test(test, session)}  [dim]{short}[/dim]"
+        )
+
+    def run_start(self, test: Test, index: int, repeat: int) -> None:
+        if repeat > 1:
+            self.console.print(f"  run {index} of {repeat} …", highlight=False)
+
+    def run_done(self, test: Test, m: Any) -> None:
+        o = m.outcome
+        kind = type(o).__name__.lower()
+        extra = ""
+        reason = getattr(o, "reason", None) or getattr(o, "evidence", None)
+        if reason:
+            extra = f" — {str(reason)[:100]}"
+        secs = sum(v for k, v in m.timings.items() if k in ("ready_s", "prompt_s"))
+        self.console.print(
+            f"  {kind}: VRAM {format_bytes(m.peaks.vram_bytes, '—')}, "
+            f"RAM {format_bytes(m.peaks.ram_bytes, '—')}"
+            f"{' (stopped early)' if m.stopped_early else ''} in {secs:.1f} s{extra}",
+            highlight=False,
+        )
+
+    def verdict(self, test: Test, record: LogRecord, cached: bool) -> None:
+        word = record.verdict.value
+        style = {"old": "green", "new": "red", "skip": "yellow"}[word]
+        from_cache = " (from the outcome cache)" if cached else ""
+        self.console.print(f"  → [{style}]{record_word(record)}[/{style}]{from_cache}")
+
+
+def record_word(record: LogRecord) -> str:
+    return {"old": "good", "new": "bad", "skip": "skip"}[record.verdict.value]
+
+
+# --------------------------------------------------------------------------- run
+
+
+@dataclass
+class _RunArgs:
+    workflow: str | None = None
+    good: str | None = None
+    bad: str | None = None
+    comfyui: str | None = None
+    python: str | None = None
+    repeat: int | None = None
+    budget: tuple[str, ...] = ()
+    vram_budget: str | None = None
+    timeout: float | None = None
+    start_timeout: float | None = None
+    term_old: str | None = None
+    term_new: str | None = None
+    flags: str | None = None
+    margin: float | None = None
+    timeout_is_bad: bool = False
+    no_history: bool = False
+    models_dir: str | None = None
+    as_json: bool = False
+    max_steps: int | None = None
+    #: set by the snapshot front end
+    snapshot: Any = None
+    good_state: State | None = None
+    bad_state: State | None = None
+    prompt: dict[str, Any] | None = None
+    snapshot_flags: tuple[str, ...] | None = None
+    snapshot_budget: Threshold | None = None
+    snapshot_cap: int | None = None
+    snapshot_pool: str | None = None
+    pool: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option("--comfyui", metavar="PATH", help="The ComfyUI install (default: found)."),
+        click.option("--python", metavar="PATH", help="ComfyUI's Python (default: found)."),
+        click.option(
+            "--repeat",
+            type=int,
+            default=None,
+            metavar="N",
+            help="Run each state N times and take the median (default 1).",
+        ),
+        click.option(
+            "--budget",
+            multiple=True,
+            metavar="[vram=|ram=]SIZE",
+            help="Bad above this peak, instead of the good state's peak +10%.",
+        ),
+        click.option(
+            "--vram-budget",
+            metavar="SIZE",
+            help="Cap torch's VRAM at SIZE per GPU, to reproduce a smaller card (e.g. 8GiB).",
+        ),
+        click.option(
+            "--timeout",
+            type=float,
+            default=None,
+            metavar="S",
+            help="A prompt running longer is a timeout (default 1800).",
+        ),
+        click.option(
+            "--start-timeout",
+            type=float,
+            default=None,
+            metavar="S",
+            help="ComfyUI must answer within S seconds of starting (default 600).",
+        ),
+        click.option("--term-old", metavar="TERM", help="Word for good states (e.g. fits)."),
+        click.option("--term-new", metavar="TERM", help="Word for bad states (e.g. ooms)."),
+        click.option(
+            "--flags",
+            metavar="'FLAGS'",
+            help="ComfyUI flags to keep (e.g. '--lowvram --reserve-vram 2'); default: those "
+            "of the running ComfyUI or the snapshot.",
+        ),
+        click.option(
+            "--margin",
+            type=float,
+            default=None,
+            help="Allowance over the good peak (default 0.10).",
+        ),
+        click.option(
+            "--timeout-is-bad", is_flag=True, help="Count a timeout as bad, not as a skip."
+        ),
+        click.option(
+            "--pool",
+            type=click.Choice(["any", "vram", "ram"]),
+            default=None,
+            help="Which peak crossing the threshold is bad (default: any; from a snapshot: "
+            "the pool that ran out). An OOM is bad in any case.",
+        ),
+        click.option("--no-history", is_flag=True, help="Don't record torch's allocator history."),
+        click.option("--models-dir", metavar="PATH", help="The models folder (default: found)."),
+        click.option("--max-steps", type=int, default=None, hidden=True),
+        click.option("--json", "as_json", is_flag=True, help="End with one JSON object."),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+@main.command("run")
+@click.option("--workflow", metavar="FILE", help="API/UI workflow JSON, or a PNG/WebP with one.")
+@click.option("--good", metavar="STATE", help="A state where the workflow fits.")
+@click.option("--bad", metavar="STATE", help="A state where it runs out of memory.")
+@_run_options
+@handle_errors(PROG)
+def run_command(**kw: Any) -> None:
+    """Start a bisect (or resume the one in progress) and run it to the answer."""
+    sys.exit(_run(_RunArgs(**kw)))
+
+
+@main.command("snapshot", hidden=True)
+@click.argument("snapshot_id")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="oom-sentinel's data dir.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Config file.")
+@_run_options
+@handle_errors(PROG)
+def snapshot_command(
+    snapshot_id: str, data_dir: str | None, config_path: str | None, **kw: Any
+) -> None:
+    """Bisect the regression a crash snapshot suspects (also: ``oom-bisect SNAPSHOT_ID``)."""
+    from oom_sentinel.bisect.from_snapshot import read_snapshot_start
+    from oom_sentinel.daemon.snapshot import find_snapshot, load_snapshot
+
+    snap = load_snapshot(find_snapshot(_snapshots_dir(data_dir, config_path), snapshot_id))
+    start = read_snapshot_start(snap)
+    args = _RunArgs(**kw)
+    args.snapshot = snap
+    if start.good is None:
+        raise InputError(
+            f"snapshot {snap.id}: records no earlier good state (it is not a suspected "
+            "regression); use oom-bisect run --workflow … --good … --bad …"
+        )
+    if start.bad is None or start.prompt is None:
+        what = "install state" if start.bad is None else "prompt (prompt.json)"
+        raise InputError(f"snapshot {snap.id}: has no {what} to replay")
+    args.good_state, args.bad_state, args.prompt = start.good, start.bad, start.prompt
+    args.snapshot_flags = start.flags
+    args.snapshot_budget = start.budget
+    args.snapshot_cap = start.vram_cap_bytes
+    args.snapshot_pool = start.pool
+    if args.comfyui is None and start.comfyui is not None:
+        args.comfyui = str(start.comfyui)
+    if args.python is None and start.python is not None and Path(start.python).exists():
+        args.python = start.python
+    sys.exit(_run(args))
+
+
+def _snapshots_dir(data_dir: str | None, config_path: str | None) -> Path:
+    from oom_sentinel.daemon.snapshot import snapshots_dir
+
+    if data_dir:
+        return snapshots_dir(Path(data_dir).expanduser())
+    from oom_sentinel.config.settings import load_settings
+
+    return snapshots_dir(load_settings(config_path).settings.resolved_data_dir())
+
+
+def _snapshot_resolver(data_dir: str | None = None) -> Callable[[str], State]:
+    """``--good SNAPSHOT_ID`` (the state at that crash), ``ID:good``, ``ID:bad``."""
+
+    def resolve(word: str) -> State:
+        from oom_sentinel.bisect.from_snapshot import snapshot_state
+        from oom_sentinel.daemon.snapshot import SnapshotNotFound, find_snapshot, load_snapshot
+
+        ref, _, which = word.rpartition(":") if word.endswith((":good", ":bad")) else (word, "", "")
+        where = _snapshots_dir(data_dir, None)
+        try:
+            found = find_snapshot(where, ref)
+        except SnapshotNotFound as exc:
+            raise BadRef(
+                f"{word!r} is neither a state (comfyui=REF node:NAME=REF …, a ComfyUI-Manager "
+                f"snapshot file, HEAD@{{N}}, before-last-update) nor a snapshot ({exc})"
+            ) from None
+        return snapshot_state(load_snapshot(found), which or "crash")
+
+    return resolve
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (systemd, ``kill``) takes the Ctrl-C path, so ComfyUI is killed on the way out."""
+
+    def raise_interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: _RunArgs) -> int:
+    with _sigterm_interrupts():
+        try:
+            return _run_inner(args)
+        except SentinelError as exc:
+            if args.as_json:  # --json always ends with one object, errors included
+                echo_json(_error_doc(args, exc))
+            raise
+
+
+def _error_doc(args: _RunArgs, exc: SentinelError) -> dict[str, Any]:
+    """The --json object for a run that failed with ``exc`` (with the session's counts, when
+    one exists)."""
+    doc: dict[str, Any] = {
+        "result": "error",
+        "culprits": [],
+        "measurements": 0,
+        "steps": [],
+        "message": str(exc),
+    }
+    with contextlib.suppress(Exception):
+        from oom_sentinel.bisect.report import build_report
+
+        sess = Session.open(_paths(args.comfyui))
+        report = build_report(sess, sess.next_step())
+        doc["measurements"] = report["measurements"]
+        doc["steps"] = report["steps"]
+    return doc
+
+
+def _run_inner(args: _RunArgs) -> int:
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = err if args.as_json else Console(highlight=False, soft_wrap=True)
+    comfyui, discovered = _resolve_comfyui(args.comfyui)
+    paths = BisectPaths.for_install(comfyui)
+    install = scan_install(comfyui)
+    created = not paths.root.exists()
+    paths.root.mkdir(parents=True, exist_ok=True)
+    try:
+        with session_lock(paths):
+            if Session.exists(paths):
+                sess = Session.open(paths)
+                _check_resume(sess, args, install)
+                err.print(f"resuming the bisect of {sess.setup.install}", highlight=False)
+            else:
+                sess = _start(paths, install, args, discovered, err)
+            try:
+                step, stats = _drive(sess, install, args, err)
+            except KeyboardInterrupt:
+                err.print(
+                    f"{PROG}: interrupted; the session is kept: `{PROG} run` resumes it "
+                    "(at most the measurement in progress is repeated)",
+                    highlight=False,
+                )
+                return EXIT_INTERRUPTED
+            return _finish(sess, step, args, out, err, stats)
+    except BaseException:
+        if created and not Session.exists(paths):
+            # bad input leaves nothing behind (git: no BISECT_* files after a junk ref)
+            remove_tree(paths.root)
+        raise
+
+
+def _start(
+    paths: BisectPaths, install: Install, args: _RunArgs, discovered: Any, err: Console
+) -> Session:
+    """A new session: everything that can fail fails before the first file is written."""
+    snap_words: dict[str, State] = {}
+    if args.snapshot is not None:
+        assert args.good_state is not None and args.bad_state is not None
+        snap_words = {"@good": args.good_state, "@bad": args.bad_state}
+        good_arg: str = "@good"
+        bad_arg: str = "@bad"
+    else:
+        missing = [
+            o
+            for o, v in (("--workflow", args.workflow), ("--good", args.good), ("--bad", args.bad))
+            if not v
+        ]
+        if missing:
+            raise ConfigError(f"no bisect in progress: give {', '.join(missing)} to start one")
+        assert args.good and args.bad
+        good_arg, bad_arg = args.good, args.bad
+    file_resolver = _snapshot_resolver()
+
+    def resolver(word: str) -> State:
+        return snap_words[word] if word in snap_words else file_resolver(word)
+
+    terms = Terms.checked(args.term_old, args.term_new)
+    repeat = 1 if args.repeat is None else args.repeat
+    if repeat < 1:
+        raise ConfigError(f"--repeat must be at least 1, got {repeat}")
+    budget = parse_budget(args.budget) or args.snapshot_budget
+    cap = parse_size(args.vram_budget, "--vram-budget") if args.vram_budget else args.snapshot_cap
+    python = _find_python(args.python, install.comfyui, discovered)
+    if args.flags is not None:
+        flags = tuple(split_state_arg(args.flags)) if args.flags.strip() else ()
+    elif args.snapshot_flags is not None:
+        flags = args.snapshot_flags
+    elif discovered is not None and getattr(discovered, "pid", None):
+        flags = _running_flags(discovered)
+    else:
+        flags = ()
+    # resolve both ends first: a junk ref must not leave a workspace behind
+    good = resolve_state(good_arg, install, snapshot_resolver=resolver)
+    bad = resolve_state(bad_arg, install, snapshot_resolver=resolver)
+    if good == bad:
+        raise BisectError("the good and bad states are the same: there is nothing to bisect")
+    prompt = args.prompt
+    source = f"snapshot {args.snapshot.id}" if args.snapshot is not None else "--good/--bad"
+    extra: dict[str, Any] = {
+        "vram_budget_bytes": cap,
+        "start_timeout_s": args.start_timeout,
+        "record_history": not args.no_history,
+        "models_dir": args.models_dir,
+        "snapshot_dir": str(args.snapshot.path) if args.snapshot is not None else None,
+        "pool": args.pool or args.snapshot_pool or "any",
+    }
+    if prompt is None:
+        from oom_sentinel.bisect.workflow import load_workflow
+
+        assert args.workflow is not None
+        loaded = load_workflow(args.workflow)
+        extra["workflow_file"] = str(Path(args.workflow).resolve())
+        if loaded.needs_conversion:
+            prompt = _convert_ui(loaded, paths, install, bad, python, flags, extra, err)
+        else:
+            prompt = loaded.to_api({}).prompt
+    return begin(
+        paths,
+        install,
+        good_arg,
+        bad_arg,
+        prompt=prompt,
+        snapshot_resolver=resolver,
+        terms=terms,
+        flags=flags,
+        python=python,
+        budget=budget,
+        margin=DEFAULT_MARGIN if args.margin is None else args.margin,
+        repeat=repeat,
+        timeout_s=args.timeout,
+        timeout_is_bad=args.timeout_is_bad,
+        source=source,
+        extra=extra,
+    )
+
+
+def _running_flags(discovered: Any) -> tuple[str, ...]:
+    from oom_sentinel.bisect.from_snapshot import flags_from_argv
+    from oom_sentinel.daemon.processes import find_comfy_processes
+
+    for proc in find_comfy_processes():
+        if proc.pid == discovered.pid:
+            return flags_from_argv(proc.argv)
+    return ()
+
+
+def _convert_ui(
+    loaded: Any,
+    paths: BisectPaths,
+    install: Install,
+    bad: State,
+    python: str,
+    flags: Sequence[str],
+    extra: Mapping[str, Any],
+    err: Console,
+) -> dict[str, Any]:
+    """A UI workflow becomes an API prompt against the bad state's ``/object_info``."""
+    err.print("converting the UI workflow with the bad state's /object_info …", highlight=False)
+    ws = _workspace(paths, install, extra)
+    ws.switch(bad)
+    replayer = _replayer(ws, python, flags, extra, timeout_s=None)
+    info = replayer.object_info()
+    result = loaded.to_api(info)
+    for w in result.warnings[:10]:
+        err.print(f"  note: {w}", highlight=False)
+    return dict(result.prompt)
+
+
+def _workspace(paths: BisectPaths, install: Install, extra: Mapping[str, Any]) -> Any:
+    from oom_sentinel.bisect.workspace import Workspace
+
+    models = extra.get("models_dir")
+    return Workspace.create(paths.workspace, install, models_dir=Path(models) if models else None)
+
+
+def _replayer(
+    ws: Any,
+    python: str,
+    flags: Sequence[str],
+    extra: Mapping[str, Any],
+    timeout_s: float | None,
+) -> Any:
+    from oom_sentinel.bisect.replay import (
+        DEFAULT_START_TIMEOUT_S,
+        DEFAULT_TIMEOUT_S,
+        Replayer,
+        ReplaySettings,
+    )
+    from oom_sentinel.daemon.gpu_select import select_gpu_probe
+    from oom_sentinel.daemon.host_probe import PsutilHostProbe
+
+    settings = ReplaySettings(
+        python=python,
+        user_flags=tuple(flags),
+        timeout_s=timeout_s or DEFAULT_TIMEOUT_S,
+        start_timeout_s=extra.get("start_timeout_s") or DEFAULT_START_TIMEOUT_S,
+        vram_budget_bytes=extra.get("vram_budget_bytes"),
+        record_history=bool(extra.get("record_history", True)),
+    )
+    gpu = select_gpu_probe().probe
+    return Replayer(ws, settings, gpu=gpu, host=PsutilHostProbe())
+
+
+def _check_resume(sess: Session, args: _RunArgs, install: Install) -> None:
+    """``run`` with arguments while a session exists: they must describe that session."""
+    s = sess.setup
+    if args.good or args.bad or args.snapshot is not None:
+        resolver = _snapshot_resolver()
+        words = {"@good": args.good_state, "@bad": args.bad_state}
+        for which, arg, have in (
+            ("good", args.good, s.good),
+            ("bad", args.bad, s.bad),
+        ):
+            st = words.get(f"@{which}") if args.snapshot is not None else None
+            if st is None and arg:
+                st = resolve_state(arg, install, snapshot_resolver=resolver)
+            if st is not None and st != have:
+                raise BisectError(
+                    f"a bisect with another {which} state is in progress for {s.install} "
+                    f"({PROG} status shows it, {PROG} reset ends it)"
+                )
+    if args.workflow or args.prompt is not None:
+        prompt = args.prompt
+        if prompt is None and args.workflow:
+            from oom_sentinel.bisect.workflow import load_workflow
+
+            loaded = load_workflow(args.workflow)
+            prompt = None if loaded.needs_conversion else loaded.to_api({}).prompt
+        if prompt is not None and workflow_sha256(prompt) != s.workflow_sha256:
+            raise BisectError(
+                f"a bisect of another workflow is in progress for {s.install} "
+                f"({PROG} status shows it, {PROG} reset ends it)"
+            )
+
+
+@dataclass
+class _Stats:
+    launched: int = 0
+    finished: int = 0
+
+
+def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tuple[Step, _Stats]:
+    from oom_sentinel.bisect.runner import Runner
+
+    s = sess.setup
+    extra = dict(s.extra)
+    prompt = sess.prompt()
+    if prompt is None:
+        raise InputError(f"{sess.paths.session}: the session has no prompt.json; reset it")
+    python = s.python or _find_python(args.python, install.comfyui, None)
+    ws = _workspace(sess.paths, install, extra)
+    replayer = _replayer(ws, python, s.flags, extra, s.timeout_s)
+    if replayer.gpu is not None and getattr(replayer.gpu, "backend", "none") == "none":
+        err.print("note: no GPU probe (NVML unavailable): VRAM is measured through torch only")
+
+    def measure(state: State, threshold: Threshold | None) -> Any:
+        ws.switch(state)
+        return replayer.measure(prompt, threshold)
+
+    environment = {
+        "python": python,
+        "vram_budget_bytes": extra.get("vram_budget_bytes"),
+    }
+    runner = Runner(sess, measure, prompt, environment=environment, events=_Progress(err))
+    stats = _Stats()
+    try:
+        step = runner.run(max_steps=args.max_steps)
+    finally:
+        stats.launched, stats.finished = runner.launched, runner.finished
+    return step, stats
+
+
+def _finish(
+    sess: Session, step: Step, args: _RunArgs, out: Console, err: Console, stats: _Stats
+) -> int:
+    from oom_sentinel.bisect.report import build_report, render_terminal, write_reports
+
+    report = build_report(sess, step)
+    snapshot_dir = sess.setup.extra.get("snapshot_dir")
+    attached = None
+    written = None
+    if not isinstance(step, Test):
+        try:
+            written = write_reports(report, sess.paths.root / "report")
+        except OSError as exc:
+            err.print(f"{PROG}: warning: cannot write the report: {exc}", highlight=False)
+        if snapshot_dir:
+            from oom_sentinel.bisect.report import _files, attach_to_snapshot
+
+            try:
+                attached = attach_to_snapshot(Path(snapshot_dir), _files(report))
+            except OSError as exc:
+                err.print(
+                    f"{PROG}: warning: cannot attach the report to {snapshot_dir}: {exc}",
+                    highlight=False,
+                )
+    render_terminal(report, out)
+    if written is not None:
+        out.print(f"report: {written.html_path}", highlight=False)
+    if attached is not None:
+        out.print(f"attached to the snapshot: {attached}", highlight=False)
+    result = report["result"]
+    if isinstance(step, Test):
+        result = "in-progress"
+    if args.as_json:
+        echo_json(
+            {
+                "result": result,
+                "culprits": [
+                    {"repo": c["repo"], "commit": c["commit"], "subject": c["subject"]}
+                    for c in report["culprits"]
+                ],
+                "measurements": report["measurements"],
+                "steps": report["steps"],
+                "candidates": [
+                    {"repo": c["repo"], "commit": c["commit"], "subject": c["subject"]}
+                    for c in report["candidates"]
+                ],
+                "message": report["message"],
+                "launched_now": stats.launched,
+                "report": None
+                if written is None
+                else {"json": str(written.json_path), "html": str(written.html_path)},
+                "attached_to": None if attached is None else str(attached),
+            }
+        )
+    if isinstance(step, Error) and not args.as_json:
+        err.print(f"{PROG}: {step.message}", highlight=False)
+    if isinstance(step, Test):
+        return EXIT_INTERRUPTED
+    return RESULT_EXIT.get(result, EXIT_ERROR)
+
+
+# --------------------------------------------------------------------------- session commands
+
+
+_comfyui_option = click.option(
+    "--comfyui", metavar="PATH", help="The install whose session to use (default: the one)."
+)
+
+
+@main.command("status")
+@_comfyui_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors(PROG)
+def status_command(comfyui: str | None, as_json: bool) -> None:
+    """Where the bisect stands: tested states, the next one, the threshold."""
+    sess = Session.open(_paths(comfyui))
+    st = sess.status()
+    if as_json:
+        from oom_sentinel.bisect.report import build_report
+
+        report = build_report(sess, st.step)
+        echo_json(
+            {
+                "result": report["result"],
+                "phase": st.progress.phase,
+                "tested": st.progress.tested,
+                "steps_left": st.progress.steps_left,
+                "expected": None
+                if st.expected is None
+                else {r: st.expected.value(r) for r in sess.setup.repos()},
+                "next": report["next"],
+                "culprits": report["culprits"],
+                "candidates": report["candidates"],
+                "measurements": report["measurements"],
+                "launches": report["launches"],
+                "steps": report["steps"],
+            }
+        )
+        return
+    from dataclasses import replace
+
+    from oom_sentinel.bisect.runner import effective_threshold
+
+    for line in replace(st, threshold=effective_threshold(sess)).lines():
+        click.echo(line)
+    click.echo(_answer_line(sess, st.step))
+
+
+def _answer_line(sess: Session, step: Step) -> str:
+    if isinstance(step, Found):
+        names = "; ".join(f"{repo_label(c.repo)} {c.value}" for c in step.culprits)
+        return f"answer: found: {names}"
+    if isinstance(step, OnlySkippedLeft):
+        return f"answer: ambiguous among {len(step.candidates)} candidate(s)"
+    if isinstance(step, Error):
+        return f"answer: {step.message}"
+    return f"not finished: `{PROG} run` continues"
+
+
+@main.command("log")
+@_comfyui_option
+@handle_errors(PROG)
+def log_command(comfyui: str | None) -> None:
+    """Print the session log (edit it and feed it to `replay`)."""
+    click.echo(Session.open(_paths(comfyui)).log_text(), nl=False)
+
+
+@main.command("replay")
+@click.argument("logfile", type=click.Path(dir_okay=False))
+@_comfyui_option
+@handle_errors(PROG)
+def replay_command(logfile: str, comfyui: str | None) -> None:
+    """Reset the verdicts to those of LOGFILE (an edited `oom-bisect log`)."""
+    sess = Session.open(_paths(comfyui))
+    n = sess.replay(Path(logfile))
+    click.echo(f"replayed {n} verdict(s)")
+    click.echo(_answer_line(sess, sess.next_step()))
+
+
+@main.command("reset")
+@_comfyui_option
+@handle_errors(PROG)
+def reset_command(comfyui: str | None) -> None:
+    """End the bisect: remove the session and its workspace (the outcome cache stays)."""
+    paths = _paths(comfyui)
+    reset_paths(paths)
+    click.echo(f"removed the bisect session and workspace under {paths.root}")
+
+
+def _mark(word: str, tokens: Sequence[str], comfyui: str | None) -> None:
+    paths = _paths(comfyui)
+    sess = Session.open(paths)
+    state = None
+    if tokens:
+        state = _manual_state(sess, tokens)
+    rec = sess.mark(word, state)
+    click.echo(
+        f"marked {sess.setup.terms.word(rec.verdict)}: "
+        + " ".join(rec.state.tokens(sess.setup.repos()))
+    )
+    step = sess.next_step()
+    if isinstance(step, Test):
+        click.echo("next: " + " ".join(step.state.tokens(sess.setup.repos())))
+    else:
+        click.echo(_answer_line(sess, step))
+
+
+def _manual_state(sess: Session, tokens: Sequence[str]) -> State:
+    """``comfyui=REF node:NAME=REF``; repos not named keep the value of the state being
+    measured (or of the next one)."""
+    from oom_sentinel.bisect import gitrepo
+
+    words = split_state_arg(list(tokens))
+    refs = parse_state_tokens(words)
+    base = sess.expected()
+    if base is None:
+        step = sess.next_step()
+        base = step.state if isinstance(step, Test) else sess.setup.bad
+    values = {}
+    for repo, ref in refs.items():
+        if repo not in sess.setup.repos():
+            raise BisectError(
+                f"{repo_label(repo)} is not one of the repos this bisect changes "
+                f"({', '.join(map(repo_label, sess.setup.repos()))})"
+            )
+        path = sess.setup.repo_paths.get(repo)
+        if path and not ref.startswith(("absent", "disabled", "installed", "version:")):
+            values[repo] = gitrepo.resolve_commit(Path(path), ref, repo_label(repo))
+        else:
+            values[repo] = ref
+    try:
+        return base.with_values(values)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _mark_command(word: str, help_text: str) -> click.Command:
+    @click.command(word, help=help_text)
+    @click.argument("state", nargs=-1)
+    @_comfyui_option
+    @handle_errors(PROG)
+    def cmd(state: tuple[str, ...], comfyui: str | None) -> None:
+        _mark(word, state, comfyui)
+
+    return cmd
+
+
+for _word, _help in (
+    ("good", "Mark STATE (default: the one being measured, else the next) as good."),
+    ("bad", "Mark STATE (default: the one being measured, else the next) as bad."),
+    ("old", "Same as good (git's neutral term)."),
+    ("new", "Same as bad (git's neutral term)."),
+    ("skip", "Mark STATE as untestable."),
+):
+    main.add_command(_mark_command(_word, _help))
+
+
+@main.command("mark")
+@click.argument("term")
+@click.argument("state", nargs=-1)
+@_comfyui_option
+@handle_errors(PROG)
+def mark_command(term: str, state: tuple[str, ...], comfyui: str | None) -> None:
+    """Mark with the session's own terms (e.g. `oom-bisect mark fits`)."""
+    _mark(term, state, comfyui)

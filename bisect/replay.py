@@ -1,0 +1,739 @@
+"""One measurement: start a fresh ComfyUI from the workspace, replay the prompt, record the
+peaks, and say what happened — ok, oom, skip or timeout.
+
+Why a fresh process every time: ComfyUI caches node outputs and loaded models between prompts,
+so a second run of the same prompt in one process measures almost nothing. A start costs
+seconds on a real install, which is why the search is logarithmic and why a measurement stops
+as soon as its verdict is certain.
+
+The steps (comfyui-facts.md 1.11, DESIGN §4):
+
+1. ``Workspace.launch`` gives the command line for the checked-out commit (the user's memory
+   flags filtered to those the commit knows, a free port on 127.0.0.1, the workspace's own
+   directories). It is started through ``bootstrap.py`` in ComfyUI's interpreter, in its own
+   process group, with its console going to a file (a pipe could fill and block it).
+2. Wait for ``GET /system_stats``; a process that exits first "won't start" (a skip, with its
+   exit status and last console lines).
+3. ``ComfyClient.run_prompt``: the websocket opens with our ``clientId`` before the POST, and
+   the run ends at ``executing`` with ``node: null``, or a hard timeout.
+4. Meanwhile a sampler thread reads, every ``sample_interval_s`` (100 ms by default), the GPU
+   probe's per-process memory for the whole process tree (NVML, or the fake GPU in tests), the
+   tree's RSS and the root's ``VmHWM`` (the kernel's own high-water mark, which no sampling
+   interval can miss), and the bootstrap's report of torch's exact peak counters. Once a
+   running peak crosses the threshold the verdict is certain: the run stops there.
+5. The process group is always killed: SIGTERM (the bootstrap writes its final report), then
+   SIGKILL after a grace period — also on Ctrl-C, on errors, and at interpreter exit.
+
+What counts as the VRAM peak: torch's ``max_memory_reserved`` (summed over devices) when the
+bootstrap could read it — exact, and what the allocator really held — else the sampled NVML
+per-process peak. Both are kept in ``Peaks``; the report shows both. RAM: the larger of the
+sampled tree RSS and the root's ``VmHWM``.
+
+The mapping from what the server did to an ``Outcome`` is a pure function
+(``outcome_from_run``), tested with tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from oom_sentinel.bisect.fsutil import atomic_write_text
+from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
+from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
+from oom_sentinel.daemon.classify import classify_execution_error, classify_record
+from oom_sentinel.daemon.comfy_api import ComfyClient, PostResult, RunOutcome
+from oom_sentinel.daemon.errors import ComfyError
+from oom_sentinel.daemon.probes import GpuProbe, HostProbe
+
+__all__ = [
+    "BOOTSTRAP_NAME",
+    "DEFAULT_START_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S",
+    "Measurement",
+    "Peaks",
+    "ReplaySettings",
+    "Replayer",
+    "input_files",
+    "kill_all_children",
+    "outcome_from_run",
+    "reject_reason",
+]
+
+#: a prompt that runs longer than this is a timeout (a real video workflow can take many minutes)
+DEFAULT_TIMEOUT_S = 1800.0
+#: a real ComfyUI with many custom nodes can take minutes to import them all
+DEFAULT_START_TIMEOUT_S = 600.0
+#: between SIGTERM and SIGKILL; the bootstrap answers SIGTERM at once
+STOP_GRACE_S = 5.0
+#: how often /system_stats is asked while ComfyUI starts (its latency is pure overhead)
+READY_POLL_S = 0.05
+BOOTSTRAP_NAME = "oom_bisect_bootstrap.py"
+BOOTSTRAP_SOURCE = Path(__file__).parent / "bootstrap.py"
+#: console lines kept for a skip reason / the report
+TAIL_LINES = 15
+#: Popen.returncode of a SIGKILL we did not send (the kernel OOM killer, systemd-oomd …)
+_KILLED = (-9, 137)
+_SIGKILL = getattr(signal, "SIGKILL", signal.SIGTERM)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The high-water marks of one run; None: not measured (never 0 for unknown)."""
+
+    #: NVML (or the fake GPU) per-process use of the whole tree, sampled
+    nvml_vram_bytes: int | None = None
+    #: torch's exact counters, summed over devices (only with torch and CUDA in ComfyUI)
+    torch_reserved_bytes: int | None = None
+    torch_allocated_bytes: int | None = None
+    #: process-tree RSS, sampled
+    tree_rss_bytes: int | None = None
+    #: the root process's VmHWM (Linux): its exact RSS high-water mark
+    hwm_bytes: int | None = None
+
+    @property
+    def vram_bytes(self) -> int | None:
+        """The VRAM peak a verdict uses: torch's reserved peak when known, else NVML's."""
+        return self.torch_reserved_bytes if self.torch_reserved_bytes else self.nvml_vram_bytes
+
+    @property
+    def ram_bytes(self) -> int | None:
+        known = [v for v in (self.tree_rss_bytes, self.hwm_bytes) if v is not None]
+        return max(known) if known else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vram_bytes": self.vram_bytes,
+            "ram_bytes": self.ram_bytes,
+            "nvml_vram_bytes": self.nvml_vram_bytes,
+            "torch_reserved_bytes": self.torch_reserved_bytes,
+            "torch_allocated_bytes": self.torch_allocated_bytes,
+            "tree_rss_bytes": self.tree_rss_bytes,
+            "hwm_bytes": self.hwm_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One ComfyUI run: the outcome the verdict uses and everything a report shows."""
+
+    outcome: Outcome
+    peaks: Peaks
+    #: the classified OOM (``OomEvent.to_json()``) when there was one
+    oom_event: Mapping[str, Any] | None = None
+    #: the server's exit status (None: still running when we stopped it, or never started)
+    exit_code: int | None = None
+    stopped_by_harness: bool = False
+    #: the run was stopped because a running peak crossed the threshold
+    stopped_early: bool = False
+    console_tail: tuple[str, ...] = ()
+    #: the user's flags this commit did not get, with why
+    dropped_flags: tuple[tuple[str, str], ...] = ()
+    argv: tuple[str, ...] = ()
+    #: prepare_s (spec, bootstrap, spawn), ready_s (spawn to /system_stats), prompt_s,
+    #: teardown_s (stop signal to reaped)
+    timings: Mapping[str, float] = field(default_factory=dict)
+    #: torch's allocator history saved at the OOM (a pickle for pytorch.org/memory_viz)
+    allocator_history: str | None = None
+    #: what the bootstrap said about torch (version, backend, the VRAM cap, errors)
+    torch: Mapping[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        from oom_sentinel.bisect.session import outcome_to_json
+
+        return {
+            "outcome": outcome_to_json(self.outcome),
+            "peaks": self.peaks.to_json(),
+            "oom_event": None if self.oom_event is None else dict(self.oom_event),
+            "exit_code": self.exit_code,
+            "stopped_by_harness": self.stopped_by_harness,
+            "stopped_early": self.stopped_early,
+            "console_tail": list(self.console_tail),
+            "dropped_flags": [list(d) for d in self.dropped_flags],
+            "timings": dict(self.timings),
+            "allocator_history": self.allocator_history,
+            "torch": None if self.torch is None else dict(self.torch),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """How every measurement of a session runs (fixed for the session)."""
+
+    #: ComfyUI's interpreter
+    python: str
+    #: the user's launch flags (filtered per commit by ``Workspace.launch``)
+    user_flags: tuple[str, ...] = ()
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S
+    sample_interval_s: float = 0.1
+    #: cap torch's allocator at this many bytes per device (``--vram-budget``)
+    vram_budget_bytes: int | None = None
+    #: keep torch's allocator history for an OOM (costs a little speed while recording)
+    record_history: bool = True
+    #: extra environment for ComfyUI (on top of ours)
+    env: Mapping[str, str] = field(default_factory=dict)
+    stop_grace_s: float = STOP_GRACE_S
+
+
+# --------------------------------------------------------------------------- pure mapping
+
+
+def reject_reason(post: PostResult) -> str:
+    """Why ComfyUI refused the prompt, in words a skip line can carry."""
+    err = post.error or {}
+    etype = err.get("type")
+    message = str(err.get("message") or "").strip()
+    if etype == "invalid_prompt" or etype == "missing_node_type":
+        if "does not exist" in message or etype == "missing_node_type":
+            return f"unknown node: {message}"
+        return f"invalid prompt: {message}"
+    node_lines = []
+    missing = []
+    for node_id, entry in sorted(post.node_errors.items()):
+        if not isinstance(entry, Mapping):
+            continue
+        cls = entry.get("class_type") or "?"
+        for e in entry.get("errors") or []:
+            if not isinstance(e, Mapping):
+                continue
+            text = f"{cls} #{node_id}: {e.get('message')}"
+            if e.get("details"):
+                text += f" ({str(e.get('details')).splitlines()[0][:160]})"
+            if e.get("type") == "value_not_in_list":
+                missing.append(text)
+            else:
+                node_lines.append(text)
+    if missing:
+        return "missing model or input file: " + "; ".join(missing[:3])
+    if node_lines:
+        return "invalid prompt: " + "; ".join(node_lines[:3])
+    return f"invalid prompt: {post.describe()}"
+
+
+def _first_line(text: Any) -> str:
+    for line in str(text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _oom_from_console(tail: Sequence[str]) -> Any:
+    """An unrecovered OOM in the last console lines (a crash on the way out), or None."""
+    text = "\n".join(tail)
+    event = classify_record(text)
+    return event if event is not None and not event.recovered else None
+
+
+def outcome_from_run(
+    run: RunOutcome | None,
+    *,
+    peaks: Peaks,
+    exit_code: int | None,
+    killed_by_harness: bool,
+    console_tail: Sequence[str] = (),
+    start_failure: str | None = None,
+) -> tuple[Outcome, Mapping[str, Any] | None]:
+    """What a run means for the bisect, and the OOM event that shows it (if any).
+
+    ``run`` is None when the server never became ready (``start_failure`` says how).
+    A partial replay (HTTP 200 with ``node_errors``: ComfyUI dropped the failing outputs) is
+    a skip: measuring part of the workflow would compare unlike things.
+    """
+    vram, ram = peaks.vram_bytes, peaks.ram_bytes
+    killed_outside = exit_code in _KILLED and not killed_by_harness
+
+    def killed_oom() -> tuple[Outcome, Mapping[str, Any] | None]:
+        evidence = (
+            "ComfyUI was killed by SIGKILL it did not send itself "
+            "(the kernel OOM killer, systemd-oomd or earlyoom)"
+        )
+        return Oom(evidence, "killed-by-os", vram, ram), None
+
+    if run is None:
+        if killed_outside:
+            return killed_oom()
+        event = _oom_from_console(console_tail) if exit_code is not None else None
+        if event is not None:
+            return Oom(event.message, str(event.pool), vram, ram), event.to_json()
+        last = _first_line(console_tail[-1]) if console_tail else ""
+        why = start_failure or "it did not become ready"
+        return Skip(f"won't start: {why}" + (f": {last}" if last else "")), None
+
+    if run.kind == "success":
+        if run.post is not None and run.post.node_errors:
+            return Skip("partial replay: " + reject_reason(run.post)), None
+        return Ok(vram, ram, duration_s=round(run.elapsed_s, 3)), None
+    if run.kind == "rejected":
+        return Skip(reject_reason(run.post) if run.post else "prompt refused"), None
+    if run.kind == "error":
+        payload = run.error or {}
+        event = classify_execution_error(payload)
+        if event is not None and not event.recovered:
+            etype = payload.get("exception_type") or event.exception_type or ""
+            evidence = f"{etype}: {event.message}" if etype else event.message
+            return Oom(evidence, str(event.pool), vram, ram), event.to_json()
+        node = payload.get("node_type") or "?"
+        where = f"{node} (node {payload.get('node_id')})" if payload.get("node_id") else node
+        etype = payload.get("exception_type") or "error"
+        return Skip(
+            f"unrelated exception in {where}: {etype}: {_first_line(payload.get('exception_message'))}"
+        ), None
+    if run.kind == "interrupted":
+        return Skip("the prompt was interrupted by someone else"), None
+    if run.kind == "timeout":
+        return Timeout(round(run.elapsed_s, 3), vram, ram), None
+    # crashed: the server went away with no terminal event
+    if killed_outside:
+        return killed_oom()
+    event = _oom_from_console(console_tail)
+    if event is not None:
+        return Oom(event.message, str(event.pool), vram, ram), event.to_json()
+    last = _first_line(console_tail[-1]) if console_tail else ""
+    status = "unknown" if exit_code is None else str(exit_code)
+    return Skip(f"ComfyUI crashed (exit status {status})" + (f": {last}" if last else "")), None
+
+
+# --------------------------------------------------------------------------- processes
+
+
+_live: dict[int, subprocess.Popen[bytes]] = {}
+_live_lock = threading.Lock()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    if os.name == "nt":  # pragma: no cover - no process groups; the tree goes with the root
+        with contextlib.suppress(OSError):
+            proc.kill()
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the group, SIGKILL what is left after ``grace_s``, reap; always kills the group."""
+    try:
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace_s)
+        _signal_group(proc, _SIGKILL)  # helpers the root left behind, too
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+    finally:
+        with _live_lock:
+            _live.pop(proc.pid, None)
+
+
+def kill_all_children() -> None:
+    """SIGKILL every ComfyUI process group this process started and has not reaped."""
+    with _live_lock:
+        procs = list(_live.values())
+    for proc in procs:
+        _signal_group(proc, _SIGKILL)
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=5)
+        with _live_lock:
+            _live.pop(proc.pid, None)
+
+
+atexit.register(kill_all_children)
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> tuple[str, ...]:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 16384))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ()
+    kept = [line.rstrip() for line in text.splitlines() if line.strip()]
+    return tuple(kept[-lines:])
+
+
+def _read_report(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _torch_peaks(report: Mapping[str, Any] | None) -> tuple[int | None, int | None]:
+    if not report:
+        return None, None
+    devices = (report.get("torch") or {}).get("devices") or []
+    if not devices:
+        return None, None
+    reserved = sum(int(d.get("max_reserved_bytes") or 0) for d in devices)
+    allocated = sum(int(d.get("max_allocated_bytes") or 0) for d in devices)
+    return (reserved or None), (allocated or None)
+
+
+class _Sampler(threading.Thread):
+    """Running peaks of one process tree; sets ``crossed`` once a peak passes the threshold."""
+
+    def __init__(
+        self,
+        pid: int,
+        gpu: GpuProbe | None,
+        host: HostProbe,
+        report_path: Path,
+        interval_s: float,
+        threshold: Threshold | None,
+    ) -> None:
+        super().__init__(name=f"oom-bisect-sampler-{pid}", daemon=True)
+        self.pid = pid
+        self.gpu = gpu
+        self.host = host
+        self.report_path = report_path
+        self.interval_s = interval_s
+        self.threshold = threshold
+        self.stop_event = threading.Event()
+        self.crossed = threading.Event()
+        self.lock = threading.Lock()
+        self.nvml: int | None = None
+        self.rss: int | None = None
+        self.hwm: int | None = None
+        self.torch_reserved: int | None = None
+        self.torch_allocated: int | None = None
+        self.samples = 0
+
+    def run(self) -> None:
+        while True:
+            self.sample()
+            if self.stop_event.wait(self.interval_s):
+                return
+
+    def sample(self) -> None:
+        tree = self.host.process_tree(self.pid)
+        pids = {self.pid}
+        if tree is not None:
+            descendants = getattr(self.host, "descendants", None)
+            if callable(descendants) and (tree.process_count or 1) > 1:
+                pids.update(descendants(self.pid))
+        vram: int | None = None
+        if self.gpu is not None:
+            used = [p.used_bytes for p in self.gpu.processes() if p.pid in pids]
+            known = [u for u in used if u is not None]
+            vram = sum(known) if known else None
+        reserved, allocated = _torch_peaks(_read_report(self.report_path))
+        with self.lock:
+            self.samples += 1
+            if tree is not None:
+                self.rss = _max(self.rss, tree.rss_bytes)
+                self.hwm = _max(self.hwm, tree.peak_rss_bytes)
+            self.nvml = _max(self.nvml, vram)
+            self.torch_reserved = _max(self.torch_reserved, reserved)
+            self.torch_allocated = _max(self.torch_allocated, allocated)
+            peaks = self._peaks()
+        if self.threshold is not None and self.threshold.crossed(peaks.vram_bytes, peaks.ram_bytes):
+            self.crossed.set()
+
+    def _peaks(self) -> Peaks:
+        return Peaks(self.nvml, self.torch_reserved, self.torch_allocated, self.rss, self.hwm)
+
+    def peaks(self) -> Peaks:
+        with self.lock:
+            return self._peaks()
+
+    def finish(self) -> None:
+        self.stop_event.set()
+        if self.is_alive():
+            self.join(timeout=5)
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
+
+
+# --------------------------------------------------------------------------- the replayer
+
+
+def input_files(prompt: Mapping[str, Any]) -> list[str]:
+    """Input-folder file names a prompt names (``LoadImage``-style ``image`` inputs)."""
+    names = []
+    for node in prompt.values():
+        if not isinstance(node, Mapping):
+            continue
+        inputs = node.get("inputs")
+        if not isinstance(inputs, Mapping):
+            continue
+        for key in ("image", "video", "audio", "file"):
+            value = inputs.get(key)
+            if isinstance(value, str) and value and not value.startswith(("http:", "https:")):
+                names.append(value.split(" [")[0])  # "name.png [input]" annotations
+    return sorted(set(names))
+
+
+class Replayer:
+    """Runs measurements in one workspace (already switched to the state to measure)."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        settings: ReplaySettings,
+        *,
+        gpu: GpuProbe | None,
+        host: HostProbe,
+    ) -> None:
+        self.workspace = workspace
+        self.settings = settings
+        self.gpu = gpu
+        self.host = host
+
+    # -- paths
+    @property
+    def harness_dir(self) -> Path:
+        """Outside the checked-out ComfyUI, so nothing of ours can shadow its modules."""
+        return self.workspace.root / "harness"
+
+    @property
+    def console_path(self) -> Path:
+        return self.workspace.run_dir / "console.log"
+
+    @property
+    def report_path(self) -> Path:
+        return self.harness_dir / "bootstrap-report.json"
+
+    def _bootstrap(self) -> Path:
+        path = self.harness_dir / BOOTSTRAP_NAME
+        source = BOOTSTRAP_SOURCE.read_text("utf-8")
+        current = None
+        with contextlib.suppress(OSError):
+            current = path.read_text("utf-8")
+        if current != source:
+            atomic_write_text(path, source, mode=0o644)
+        return path
+
+    def _flags(self) -> list[str]:
+        flags = list(self.settings.user_flags)
+        if self.settings.vram_budget_bytes is not None and "--disable-cuda-malloc" not in flags:
+            # set_per_process_memory_fraction is a feature of torch's native caching
+            # allocator; ComfyUI picks cudaMallocAsync by default (comfyui-facts 4.5).
+            flags.append("--disable-cuda-malloc")
+        return flags
+
+    def _argv(self, spec: LaunchSpec) -> list[str]:
+        argv = [self.settings.python, str(self._bootstrap()), "--result", str(self.report_path)]
+        if self.settings.vram_budget_bytes is not None:
+            argv += ["--vram-budget-bytes", str(self.settings.vram_budget_bytes)]
+        if not self.settings.record_history:
+            argv.append("--no-history")
+        return [*argv, "--", str(spec.main_py), *spec.args]
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.settings.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.pop("PYTHONSTARTUP", None)
+        return env
+
+    def _spawn(self, spec: LaunchSpec) -> subprocess.Popen[bytes]:
+        self.harness_dir.mkdir(parents=True, exist_ok=True)
+        self.workspace.run_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.report_path.unlink()
+        argv = self._argv(spec)
+        kwargs: dict[str, Any] = {}
+        if os.name == "nt":  # pragma: no cover
+            kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+        else:
+            kwargs["start_new_session"] = True
+        with self.console_path.open("wb") as console:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=spec.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=console,
+                    stderr=subprocess.STDOUT,
+                    env=self._env(),
+                    **kwargs,
+                )
+            except OSError as exc:
+                raise ComfyError(
+                    f"cannot start ComfyUI with {self.settings.python}: {exc.strerror or exc}"
+                ) from exc
+        with _live_lock:
+            _live[proc.pid] = proc
+        return proc
+
+    # -- one measurement
+    def measure(self, prompt: Mapping[str, Any], threshold: Threshold | None = None) -> Measurement:
+        """Start ComfyUI at the workspace's current state, replay ``prompt``, stop it.
+
+        ``threshold``: stop early once a running peak crosses it (None: run to the end).
+        """
+        return asyncio.run(self._measure(prompt, threshold))
+
+    def object_info(self) -> dict[str, Any]:
+        """``/object_info`` of the workspace's current state (to convert a UI workflow)."""
+        return asyncio.run(self._object_info())
+
+    async def _object_info(self) -> dict[str, Any]:
+        spec = self.workspace.launch(self._flags())
+        proc = self._spawn(spec)
+        client = ComfyClient(f"http://127.0.0.1:{spec.port}", timeout_s=120)
+        try:
+            try:
+                await client.wait_ready(
+                    self.settings.start_timeout_s, alive=lambda: proc.poll() is None
+                )
+            except ComfyError:
+                tail = _tail(self.console_path)
+                raise ComfyError(
+                    f"ComfyUI at {self.workspace.comfyui} did not start to read /object_info"
+                    + (f": {tail[-1]}" if tail else "")
+                ) from None
+            return await client.object_info()
+        finally:
+            await client.close()
+            await asyncio.to_thread(_stop, proc, self.settings.stop_grace_s)
+
+    async def _measure(self, prompt: Mapping[str, Any], threshold: Threshold | None) -> Measurement:
+        t0 = time.monotonic()
+        missing = self.workspace.stage_inputs(input_files(prompt))
+        spec = self.workspace.launch(self._flags())
+        proc = self._spawn(spec)
+        t_spawned = time.monotonic()
+        sampler = _Sampler(
+            proc.pid,
+            self.gpu,
+            self.host,
+            self.report_path,
+            self.settings.sample_interval_s,
+            threshold,
+        )
+        sampler.start()
+        client = ComfyClient(f"http://127.0.0.1:{spec.port}", timeout_s=60)
+        timings: dict[str, float] = {"prepare_s": t_spawned - t0}
+        run: RunOutcome | None = None
+        start_failure: str | None = None
+        stopped_early = False
+        killed_by_harness = False
+        exit_code: int | None = None
+        notes = [f"input file not found in the user's input folder: {m}" for m in missing]
+        try:
+            alive = lambda: proc.poll() is None  # noqa: E731
+            try:
+                await client.wait_ready(
+                    self.settings.start_timeout_s, alive=alive, poll_interval_s=READY_POLL_S
+                )
+            except ComfyError:
+                if proc.poll() is not None:
+                    start_failure = f"exited with status {proc.returncode}"
+                else:
+                    start_failure = (
+                        f"no answer on /system_stats within {self.settings.start_timeout_s:g} s"
+                    )
+            t_ready = time.monotonic()
+            timings["ready_s"] = t_ready - t_spawned
+            if start_failure is None:
+                run, stopped_early, start_failure = await self._run(client, prompt, sampler, alive)
+                timings["prompt_s"] = time.monotonic() - t_ready
+        finally:
+            t_stop = time.monotonic()
+            sampler.sample()  # the last high-water marks, before the process goes
+            killed_by_harness = proc.poll() is None
+            await client.close()
+            await asyncio.to_thread(_stop, proc, self.settings.stop_grace_s)
+            sampler.finish()
+            timings["teardown_s"] = time.monotonic() - t_stop
+        exit_code = proc.returncode
+        report = _read_report(self.report_path)
+        reserved, allocated = _torch_peaks(report)
+        peaks = sampler.peaks()
+        peaks = replace(
+            peaks,
+            torch_reserved_bytes=_max(peaks.torch_reserved_bytes, reserved),
+            torch_allocated_bytes=_max(peaks.torch_allocated_bytes, allocated),
+        )
+        tail = _tail(self.console_path)
+        if stopped_early:
+            outcome: Outcome = Ok(peaks.vram_bytes, peaks.ram_bytes, stopped_early=True)
+            event = None
+        else:
+            outcome, event = outcome_from_run(
+                run,
+                peaks=peaks,
+                exit_code=exit_code,
+                killed_by_harness=killed_by_harness,
+                console_tail=tail,
+                start_failure=start_failure,
+            )
+        torch_info = (report or {}).get("torch") if report else None
+        history = ((report or {}).get("oom") or {}).get("history_file") if report else None
+        if torch_info and torch_info.get("errors"):
+            notes.extend(f"bootstrap: {e}" for e in torch_info["errors"])
+        return Measurement(
+            outcome=outcome,
+            peaks=peaks,
+            oom_event=event,
+            exit_code=exit_code,
+            stopped_by_harness=killed_by_harness,
+            stopped_early=stopped_early,
+            console_tail=tail,
+            dropped_flags=spec.dropped,
+            argv=tuple(self._argv(spec)),
+            timings={k: round(v, 4) for k, v in timings.items()},
+            allocator_history=history,
+            torch=torch_info,
+            notes=tuple(notes),
+        )
+
+    async def _run(
+        self,
+        client: ComfyClient,
+        prompt: Mapping[str, Any],
+        sampler: _Sampler,
+        alive: Callable[[], bool],
+    ) -> tuple[RunOutcome | None, bool, str | None]:
+        """The prompt's run; (None, True, None) when the threshold was crossed first;
+        (None, False, why) when the prompt could not even be posted."""
+        run_task = asyncio.create_task(
+            client.run_prompt(prompt, self.settings.timeout_s, alive=alive, poll_interval_s=0.5)
+        )
+
+        async def crossed() -> None:
+            while not sampler.crossed.is_set():
+                await asyncio.sleep(0.02)
+
+        watch = asyncio.create_task(crossed())
+        try:
+            done, _ = await asyncio.wait({run_task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if run_task in done:
+                try:
+                    return run_task.result(), False, None
+                except ComfyError as exc:
+                    # the POST itself failed: the server died between ready and the POST
+                    return None, False, f"the prompt could not be posted ({exc})"
+            return None, True, None
+        finally:
+            for task in (run_task, watch):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task

@@ -1,0 +1,575 @@
+"""What a bisect found, and the evidence, for a terminal, for scripts and for a bug report.
+
+One record, three renderings: ``build_report`` gathers the answer (from the plan's final
+step), every verdict of the log, every measurement of ``measurements.jsonl`` and the culprit
+commits' details (subject, author, date, files, a GitHub link when the remote is GitHub);
+``render_terminal`` draws it with rich, ``report.json`` is the record itself, and
+``render_html`` is one self-contained page with a chart of the peak memory of every tested
+state (matplotlib with the Agg backend, embedded as inline SVG, so the page needs no network
+and no second file).
+
+When the bisect started from a crash snapshot the reports are attached to it: a ``bisect/``
+folder inside the snapshot directory, assembled under a temporary name and renamed into
+place, so it is whole or absent. The snapshot's own files are never touched; a second
+attachment goes to ``bisect-2/`` and so on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import html
+import io
+import json
+import os
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from oom_sentinel.bisect import gitrepo
+from oom_sentinel.bisect.fsutil import atomic_write_bytes, fsync_dir, remove_tree
+from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
+from oom_sentinel.bisect.runner import effective_threshold, read_measurements
+from oom_sentinel.bisect.session import LogRecord, Session
+from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, repo_label
+from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.daemon.errors import SentinelError
+from oom_sentinel.daemon.units import format_bytes
+
+__all__ = [
+    "REPORT_FORMAT",
+    "RESULT_AMBIGUOUS",
+    "RESULT_ERROR",
+    "RESULT_FOUND",
+    "RESULT_IN_PROGRESS",
+    "RESULT_NOT_REPRODUCED",
+    "attach_to_snapshot",
+    "build_report",
+    "culprit_details",
+    "github_commit_url",
+    "render_html",
+    "render_terminal",
+    "result_of",
+    "write_reports",
+]
+
+REPORT_FORMAT = 1
+RESULT_FOUND = "found"
+RESULT_AMBIGUOUS = "ambiguous"
+RESULT_NOT_REPRODUCED = "not-reproduced"
+RESULT_ERROR = "error"
+RESULT_IN_PROGRESS = "in-progress"
+_MIB = 1024 * 1024
+
+
+def result_of(step: Step) -> str:
+    """The ``result`` word of a final step (see the README's exit statuses)."""
+    if isinstance(step, Found):
+        return RESULT_FOUND
+    if isinstance(step, OnlySkippedLeft):
+        return RESULT_AMBIGUOUS
+    if isinstance(step, Error):
+        return RESULT_NOT_REPRODUCED if step.result == "not-reproduced" else RESULT_ERROR
+    return RESULT_IN_PROGRESS
+
+
+_GITHUB_RE = re.compile(
+    r"^(?:(?:https?|git|ssh)://)?(?:[^@/\s]+@)?github\.com[:/]([\w.-]+)/([\w.-]+?)(?:\.git)?/?$"
+)
+
+
+def github_commit_url(remote_urls: Sequence[str], sha: str) -> str | None:
+    """``https://github.com/OWNER/REPO/commit/SHA`` for the first GitHub remote (HTTPS, SSH or
+    git://, with or without ``.git``; credentials in the URL are dropped), else None."""
+    for url in remote_urls:
+        m = _GITHUB_RE.match(url.strip())
+        if m:
+            return f"https://github.com/{m.group(1)}/{m.group(2)}/commit/{sha}"
+    return None
+
+
+def _value_phrase(repo: str, value: str, previous: str) -> str:
+    label = repo_label(repo)
+    if value == ABSENT:
+        return f"{label} was removed"
+    if value == DISABLED:
+        return f"{label} was disabled"
+    if previous in (ABSENT, DISABLED):
+        how = "installed" if previous == ABSENT else "enabled"
+        return f"{label} was {how} ({value})"
+    if value == INSTALLED:
+        return f"{label} changed (installed copy)"
+    return f"{label} changed to {value}"
+
+
+def culprit_details(c: Culprit, repo_paths: Mapping[str, str]) -> dict[str, Any]:
+    """A culprit with what git knows about it (nothing when the value is not a commit)."""
+    out: dict[str, Any] = {
+        "repo": c.repo,
+        "label": repo_label(c.repo),
+        "commit": c.value,
+        "previous": c.previous,
+        "subject": None,
+        "author": None,
+        "date": None,
+        "files": [],
+        "url": None,
+    }
+    path = repo_paths.get(c.repo)
+    if path and gitrepo.is_commit_id(c.value):
+        with contextlib.suppress(SentinelError):
+            info = gitrepo.commit_info(Path(path), c.value, repo_label(c.repo))
+            out.update(
+                subject=info.subject, author=info.author, date=info.date, files=list(info.files)
+            )
+        with contextlib.suppress(SentinelError):
+            out["url"] = github_commit_url(gitrepo.remote_urls(Path(path)), c.value)
+    if out["subject"] is None:
+        out["subject"] = _value_phrase(c.repo, c.value, c.previous)
+    return out
+
+
+def _step_json(n: int, rec: LogRecord, session: Session) -> dict[str, Any]:
+    s = session.setup
+    return {
+        "n": n,
+        "verdict": s.terms.word(rec.verdict),
+        "kind": rec.verdict.value,
+        "state": {r: rec.state.value(r) for r in s.repos()},
+        "outcome": rec.outcome,
+        "peak_vram_bytes": rec.peak_vram_bytes,
+        "peak_ram_bytes": rec.peak_ram_bytes,
+        "runs": rec.runs,
+        "reason": rec.reason,
+        "comment": rec.comment,
+    }
+
+
+def build_report(session: Session, step: Step, *, message: str | None = None) -> dict[str, Any]:
+    """The whole report as JSON-ready data (what ``report.json`` holds)."""
+    s = session.setup
+    status = session.status()
+    records = list(status.records)
+    steps = [_step_json(i, r, session) for i, r in enumerate(records, 1)]
+    culprits: list[dict[str, Any]] = []
+    candidates: list[dict[str, Any]] = []
+    if isinstance(step, Found):
+        culprits = [culprit_details(c, s.repo_paths) for c in step.culprits]
+    elif isinstance(step, OnlySkippedLeft):
+        culprits = [culprit_details(c, s.repo_paths) for c in step.culprits]
+        candidates = [culprit_details(c, s.repo_paths) for c in step.candidates]
+    if isinstance(step, Error):
+        message = message or step.message
+    runs = []
+    launches = 0
+    for m in read_measurements(session.paths.session):
+        if m.event == "launch":
+            launches += 1
+            continue
+        if m.event != "done":
+            continue
+        d = m.data
+        outcome = d.get("outcome") or {}
+        runs.append(
+            {
+                "state": {r: m.state.value(r) for r in s.repos()},
+                "phase": m.phase,
+                "outcome": outcome.get("kind"),
+                "reason": outcome.get("reason") or outcome.get("evidence"),
+                "peaks": d.get("peaks") or {},
+                "timings": d.get("timings") or {},
+                "stopped_early": d.get("stopped_early", False),
+                "exit_code": d.get("exit_code"),
+                "console_tail": d.get("console_tail") or [],
+                "allocator_history": d.get("allocator_history"),
+                "dropped_flags": d.get("dropped_flags") or [],
+                "notes": d.get("notes") or [],
+            }
+        )
+    thr = effective_threshold(session)
+    return {
+        "format": REPORT_FORMAT,
+        "tool": "oom-bisect",
+        "generated": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+        "install": s.install,
+        "source": s.source,
+        "result": result_of(step),
+        "message": message,
+        "terms": {"old": s.terms.old, "new": s.terms.new},
+        "threshold": None
+        if thr is None
+        else {"vram_bytes": thr.vram_bytes, "ram_bytes": thr.ram_bytes},
+        "explicit_budget": s.budget is not None,
+        "pool": s.extra.get("pool") or "any",
+        "repeat": s.repeat,
+        "workflow_sha256": s.workflow_sha256,
+        "flags": list(s.flags),
+        "repos": [
+            {
+                "repo": sp.repo,
+                "label": repo_label(sp.repo),
+                "good": sp.good,
+                "bad": sp.bad,
+                "candidates": len(sp.commits),
+            }
+            for sp in s.spans
+        ],
+        "culprits": culprits,
+        "candidates": candidates,
+        "measurements": len(runs),
+        "launches": launches,
+        "steps": steps,
+        "skipped": [st for st in steps if st["kind"] == Verdict.SKIP.value],
+        "runs": runs,
+        "next": None if not isinstance(step, Test) else {r: step.state.value(r) for r in s.repos()},
+    }
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def _short(value: str) -> str:
+    return value[:10] if gitrepo.is_commit_id(value) else value
+
+
+def _state_text(state: Mapping[str, str]) -> str:
+    return " ".join(
+        f"{'core' if r == CORE else r.split(':', 1)[1]}={_short(v)}" for r, v in state.items()
+    )
+
+
+_STYLE = {"old": "green", "new": "red", "skip": "yellow"}
+
+
+def render_terminal(report: Mapping[str, Any], console: Console) -> None:
+    """The steps table and the answer, drawn with rich."""
+    table = Table(title="Tested states", show_lines=False, expand=False)
+    for col, kw in (
+        ("#", {"justify": "right"}),
+        ("verdict", {}),
+        ("state", {}),
+        ("peak VRAM", {"justify": "right"}),
+        ("peak RAM", {"justify": "right"}),
+        ("runs", {"justify": "right"}),
+        ("note", {"overflow": "fold"}),
+    ):
+        table.add_column(col, **kw)
+    for st in report["steps"]:
+        note = st["reason"] or st["comment"] or ""
+        table.add_row(
+            str(st["n"]),
+            Text(st["verdict"], style=_STYLE.get(st["kind"], "")),
+            _state_text(st["state"]),
+            format_bytes(st["peak_vram_bytes"], "—"),
+            format_bytes(st["peak_ram_bytes"], "—"),
+            "" if st["runs"] is None else str(st["runs"]),
+            note[:90],
+        )
+    console.print(table)
+    thr = report.get("threshold")
+    if thr:
+        parts = [
+            f"{pool} > {format_bytes(thr[key])}"
+            for pool, key in (("VRAM", "vram_bytes"), ("RAM", "ram_bytes"))
+            if thr.get(key) is not None
+        ]
+        if parts:
+            console.print(f"{report['terms']['new']} = out of memory or " + " or ".join(parts))
+    result = report["result"]
+    lines = []
+    if result == RESULT_FOUND:
+        title = "first bad commit" if len(report["culprits"]) == 1 else "needed together"
+        for c in report["culprits"]:
+            lines += _culprit_lines(c)
+        console.print(Panel("\n".join(lines), title=title, border_style="red"))
+    elif result == RESULT_AMBIGUOUS:
+        lines.append("only skipped commits are left; the first bad commit could be any of:")
+        for c in report["candidates"]:
+            lines.append(f"  {c['label']} {_short(c['commit'])}  {c['subject']}")
+        for c in report["culprits"]:
+            lines.append("resolved: " + f"{c['label']} {_short(c['commit'])}  {c['subject']}")
+        console.print(Panel("\n".join(lines), title="ambiguous", border_style="yellow"))
+    elif result in (RESULT_NOT_REPRODUCED, RESULT_ERROR):
+        console.print(Panel(report.get("message") or result, title=result, border_style="yellow"))
+    console.print(
+        f"{report['measurements']} measurement(s), {len(report['steps'])} state(s) tested, "
+        f"{len(report['skipped'])} skipped"
+    )
+
+
+def _culprit_lines(c: Mapping[str, Any]) -> list[str]:
+    lines = [f"{c['label']} {c['commit']}", f"  {c['subject']}"]
+    if c.get("author"):
+        lines.append(f"  {c['author']}, {c['date']}")
+    if c.get("files"):
+        shown = ", ".join(c["files"][:8]) + (" …" if len(c["files"]) > 8 else "")
+        lines.append(f"  files: {shown}")
+    if c.get("url"):
+        lines.append(f"  {c['url']}")
+    return lines
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def _chart_svg(report: Mapping[str, Any]) -> str:
+    """Peak VRAM and RAM per tested state, coloured by verdict, with the threshold lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = report["steps"]
+    colors = {"old": "#2e7d32", "new": "#c62828", "skip": "#9e9e9e"}
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(steps) + 2), 3.6), dpi=100)
+    try:
+        xs = list(range(1, len(steps) + 1))
+        vram = [(st["peak_vram_bytes"] or 0) / _MIB for st in steps]
+        ram = [(st["peak_ram_bytes"] or 0) / _MIB for st in steps]
+        has_vram = any(st["peak_vram_bytes"] for st in steps)
+        has_ram = any(st["peak_ram_bytes"] for st in steps)
+        width = 0.4 if has_vram and has_ram else 0.7
+        if has_vram:
+            offs = -width / 2 if has_ram else 0
+            ax.bar(
+                [x + offs for x in xs],
+                vram,
+                width,
+                color=[colors.get(st["kind"], "#555") for st in steps],
+                label="peak VRAM",
+            )
+        if has_ram:
+            offs = width / 2 if has_vram else 0
+            ax.bar(
+                [x + offs for x in xs],
+                ram,
+                width,
+                color=[colors.get(st["kind"], "#555") for st in steps],
+                alpha=0.45,
+                hatch="//" if has_vram else None,
+                label="peak RAM",
+            )
+        for x, st in zip(xs, steps, strict=True):
+            if st["outcome"] == "oom":
+                top = max(vram[x - 1], ram[x - 1])
+                ax.annotate("OOM", (x, top), ha="center", va="bottom", fontsize=7)
+        thr = report.get("threshold") or {}
+        for key, style, name in (
+            ("vram_bytes", "--", "VRAM threshold"),
+            ("ram_bytes", ":", "RAM threshold"),
+        ):
+            if thr.get(key) is not None and (has_vram if key == "vram_bytes" else has_ram):
+                ax.axhline(thr[key] / _MIB, linestyle=style, color="#444", linewidth=1, label=name)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([str(x) for x in xs], fontsize=7)
+        ax.set_xlabel("tested state (in the order measured)")
+        ax.set_ylabel("MiB")
+        ax.set_title("Peak memory per tested state")
+        if has_vram or has_ram:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        fig.tight_layout()
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    finally:
+        plt.close(fig)
+    svg = buf.getvalue()
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
+table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:3px 6px}
+th{background:#f3f3f3}.old{color:#2e7d32}.new{color:#c62828;font-weight:bold}.skip{color:#8d6e00}
+code{font-size:0.9em}.box{border:2px solid #c62828;padding:0.6em 1em;margin:1em 0}
+.amb{border-color:#f9a825}.err{border-color:#888}pre{background:#f6f6f6;padding:0.5em;overflow:auto}
+"""
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """One self-contained page: the answer, the chart, every state and every run."""
+    e = html.escape
+    out = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<title>oom-bisect report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>oom-bisect report</h1>",
+        f"<p>Install <code>{e(report['install'])}</code>"
+        + (f" — from {e(report['source'])}" if report.get("source") else "")
+        + f". Generated {e(report['generated'])}.</p>",
+    ]
+    result = report["result"]
+    if result == RESULT_FOUND:
+        out.append("<div class='box'><h2>Culprit</h2>")
+        for c in report["culprits"]:
+            out.append(_culprit_html(c))
+        out.append("</div>")
+    elif result == RESULT_AMBIGUOUS:
+        out.append(
+            "<div class='box amb'><h2>Ambiguous</h2><p>Only skipped commits are left; "
+            "the first bad commit could be any of:</p><ul>"
+        )
+        for c in report["candidates"]:
+            out.append(
+                f"<li>{e(c['label'])} <code>{e(c['commit'])}</code> {e(c['subject'] or '')}</li>"
+            )
+        out.append("</ul>")
+        for c in report["culprits"]:
+            out.append(_culprit_html(c))
+        out.append("</div>")
+    else:
+        out.append(
+            f"<div class='box err'><h2>{e(result)}</h2><p>{e(report.get('message') or '')}</p></div>"
+        )
+    thr = report.get("threshold") or {}
+    parts = [
+        f"{pool} above {e(format_bytes(thr[key]))}"
+        for pool, key in (("VRAM", "vram_bytes"), ("RAM", "ram_bytes"))
+        if thr.get(key) is not None
+    ]
+    out.append(
+        f"<p><b>{e(report['terms']['new'])}</b> = ran out of memory"
+        + (" or " + " or ".join(parts) if parts else "")
+        + f". {report['measurements']} measurement(s); each state run "
+        f"{report['repeat']} time(s), median taken.</p>"
+    )
+    if report["steps"]:
+        out.append(_chart_svg(report))
+        out.append(
+            f"<p><small>Green: {e(report['terms']['old'])}, red: {e(report['terms']['new'])}, "
+            "grey: skipped; hatched bars are RAM. Numbers match the table below.</small></p>"
+        )
+    out.append(
+        "<h2>Tested states</h2><table><tr><th>#</th><th>verdict</th><th>state</th>"
+        "<th>peak VRAM</th><th>peak RAM</th><th>runs</th><th>outcome</th><th>note</th></tr>"
+    )
+    for st in report["steps"]:
+        out.append(
+            f"<tr><td>{st['n']}</td><td class='{e(st['kind'])}'>{e(st['verdict'])}</td>"
+            f"<td><code>{e(_state_text(st['state']))}</code></td>"
+            f"<td>{e(format_bytes(st['peak_vram_bytes'], '—'))}</td>"
+            f"<td>{e(format_bytes(st['peak_ram_bytes'], '—'))}</td>"
+            f"<td>{'' if st['runs'] is None else st['runs']}</td><td>{e(st['outcome'])}</td>"
+            f"<td>{e(st['reason'] or st['comment'] or '')}</td></tr>"
+        )
+    out.append("</table>")
+    if report["skipped"]:
+        out.append("<h2>Skipped</h2><ul>")
+        for st in report["skipped"]:
+            out.append(
+                f"<li><code>{e(_state_text(st['state']))}</code>: {e(st['reason'] or '')}</li>"
+            )
+        out.append("</ul>")
+    if report["runs"]:
+        out.append(
+            "<h2>Measurements</h2><table><tr><th>#</th><th>phase</th><th>state</th>"
+            "<th>outcome</th><th>VRAM (NVML)</th><th>VRAM (torch reserved)</th><th>RAM</th>"
+            "<th>start s</th><th>prompt s</th></tr>"
+        )
+        for i, run in enumerate(report["runs"], 1):
+            pk, tm = run["peaks"], run["timings"]
+            out.append(
+                f"<tr><td>{i}</td><td>{e(run['phase'])}</td>"
+                f"<td><code>{e(_state_text(run['state']))}</code></td>"
+                f"<td>{e(str(run['outcome']))}{' (stopped early)' if run['stopped_early'] else ''}</td>"
+                f"<td>{e(format_bytes(pk.get('nvml_vram_bytes'), '—'))}</td>"
+                f"<td>{e(format_bytes(pk.get('torch_reserved_bytes'), '—'))}</td>"
+                f"<td>{e(format_bytes(pk.get('ram_bytes'), '—'))}</td>"
+                f"<td>{_secs(tm.get('ready_s'))}</td><td>{_secs(tm.get('prompt_s'))}</td></tr>"
+            )
+        out.append("</table>")
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def _secs(v: Any) -> str:
+    return "" if v is None else f"{float(v):.2f}"
+
+
+def _culprit_html(c: Mapping[str, Any]) -> str:
+    e = html.escape
+    commit = e(c["commit"])
+    if c.get("url"):
+        commit = f"<a href='{e(c['url'])}'>{commit}</a>"
+    parts = [f"<p><b>{e(c['label'])}</b> <code>{commit}</code><br>{e(c['subject'] or '')}"]
+    if c.get("author"):
+        parts.append(f"<br>{e(c['author'])}, {e(c['date'] or '')}")
+    parts.append("</p>")
+    if c.get("files"):
+        parts.append(
+            "<p>Files changed:</p><ul>"
+            + "".join(f"<li><code>{e(f)}</code></li>" for f in c["files"])
+            + "</ul>"
+        )
+    return "".join(parts)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class WrittenReports:
+    json_path: Path
+    html_path: Path
+    attached_to: Path | None = None
+
+
+def _files(report: Mapping[str, Any]) -> dict[str, bytes]:
+    return {
+        "report.json": (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
+        "report.html": render_html(report).encode("utf-8"),
+    }
+
+
+def write_reports(
+    report: Mapping[str, Any], directory: Path, *, snapshot_dir: Path | None = None
+) -> WrittenReports:
+    """``report.json`` and ``report.html`` in ``directory`` (each written atomically), and a
+    copy attached to the snapshot when given."""
+    files = _files(report)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        atomic_write_bytes(directory / name, data, mode=0o600)
+    attached = attach_to_snapshot(snapshot_dir, files) if snapshot_dir is not None else None
+    return WrittenReports(directory / "report.json", directory / "report.html", attached)
+
+
+def attach_to_snapshot(snapshot_dir: Path, files: Mapping[str, bytes]) -> Path:
+    """Write ``files`` into a new ``bisect/`` (``bisect-2/`` …) folder of the snapshot.
+
+    The folder is built under a temporary name and renamed into place: the name is claimed
+    first with ``mkdir`` (which fails if it exists), then the full folder replaces that empty
+    one in a single rename, so no reader ever sees a half-written folder and no existing
+    file of the snapshot is rewritten.
+    """
+    tmp = snapshot_dir / f".bisect.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir(mode=0o700)
+    try:
+        for name, data in files.items():
+            atomic_write_bytes(tmp / name, data, mode=0o600)
+        for n in range(1, 1000):
+            target = snapshot_dir / ("bisect" if n == 1 else f"bisect-{n}")
+            try:
+                target.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            try:
+                os.rename(tmp, target)  # replaces the empty folder that claimed the name
+            except OSError:
+                with contextlib.suppress(OSError):
+                    target.rmdir()
+                raise
+            fsync_dir(snapshot_dir)
+            return target
+        raise OSError(f"{snapshot_dir}: too many bisect reports attached")
+    except BaseException:
+        remove_tree(tmp)
+        raise

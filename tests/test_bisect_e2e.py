@@ -1,0 +1,552 @@
+"""``oom-bisect`` end to end: the real command, a user's install made of real git histories of
+the stand-in ComfyUI (a 320-commit core and two custom-node packs in ``custom_nodes/``), a
+fresh stand-in server per measurement, the fake GPU for "VRAM" and real RAM for the RAM case.
+
+Every test asserts the answer, the number of measurements, and that the user's repos are
+byte-for-byte what they were (HEAD, refs, index, status, stash, config), also after Ctrl-C.
+
+    core:   0 ─ 1 ─ … ─ 200 (memory ×1.6) ─ … ─ 319 = HEAD        (per test: where it turns bad,
+    PackA:  0 ─ … ─ 39 = HEAD    PackB: 0 ─ … ─ 39 = HEAD            which commits won't start)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from standin_repos import (
+    BuiltRepo,
+    build_core_repo,
+    build_node_repo,
+    clone_node_into,
+    repo_fingerprint,
+)
+
+from oom_sentinel.bisect.plan import Found, Plan, Test, next_step
+from oom_sentinel.bisect.states import State
+from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+
+pytestmark = pytest.mark.slow
+
+GIB = 1024**3
+MIB = 1024**2
+CONTEXT_MIB = 312  # the stand-in's CUDA context on the fake GPU
+
+
+def vram_workflow(mib: int = 1000, hold_s: float = 0.25) -> dict[str, Any]:
+    return {
+        "1": {"class_type": "AllocateVRAM", "inputs": {"mib": mib}},
+        "2": {"class_type": "Sleep", "inputs": {"seconds": hold_s, "value": ["1", 0]}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+    }
+
+
+@dataclass
+class UserInstall:
+    root: Path
+    core: BuiltRepo
+    nodes: dict[str, BuiltRepo]
+    base: Path
+    env: dict[str, str] = field(default_factory=dict)
+    before: dict[str, Any] = field(default_factory=dict)
+
+    def repos(self) -> list[Path]:
+        return [self.root, *(self.root / "custom_nodes" / n for n in self.nodes)]
+
+    def fingerprints(self) -> dict[str, Any]:
+        return {str(p): repo_fingerprint(p) for p in self.repos()}
+
+    def workflow(self, prompt: dict[str, Any], name: str = "wf.json") -> str:
+        path = self.base / name
+        path.write_text(json.dumps(prompt))
+        return str(path)
+
+    def cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "oom_sentinel.bisect", *args]
+
+    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.cmd(*args), env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def bisect(self, *args: str, **kw: Any) -> tuple[int, dict[str, Any], str]:
+        """``oom-bisect run ... --json``: (exit status, the final JSON object, stderr)."""
+        proc = self.run(
+            "run", "--comfyui", str(self.root), "--python", sys.executable, "--json", *args, **kw
+        )
+        try:
+            doc = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError(
+                f"no JSON (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+            ) from None
+        return proc.returncode, doc, proc.stderr
+
+    def measurements(self) -> list[dict[str, Any]]:
+        (root,) = (self.base / "cache" / "bisect").glob("ComfyUI-*")
+        path = root / "session" / "measurements.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def assert_untouched(self) -> None:
+        assert self.fingerprints() == self.before, "oom-bisect changed the user's repos"
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            assert str(self.base / "cache") not in cmd, f"ComfyUI left running: {cmd}"
+
+
+def make_install(
+    base: Path,
+    *,
+    fake_gpu: bool = True,
+    core_kw: dict[str, Any] | None = None,
+    node_kw: dict[str, dict[str, Any]] | None = None,
+) -> UserInstall:
+    core = build_core_repo(base / "ComfyUI", 320, **(core_kw or {"bad_commit_index": 200}))
+    nodes = {}
+    for i, name in enumerate(("PackA", "PackB")):
+        kw = {"seed": 10 + i, "node_class": f"{name}Passthrough", **(node_kw or {}).get(name, {})}
+        nodes[name] = build_node_repo(base / "src" / name, 40, **kw)
+        clone_node_into(core.path, nodes[name])
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OOM_STANDIN_", "OOM_SENTINEL_"))
+    }
+    env["OOM_SENTINEL_CACHE_DIR"] = str(base / "cache")
+    env["PYTHONUNBUFFERED"] = "1"
+    if fake_gpu:
+        FakeGpuDir(base / "gpu").create([FakeDevice(0, "Fake RTX 3060", 4 * GIB)])
+        env["OOM_SENTINEL_FAKE_GPU"] = str(base / "gpu")
+    inst = UserInstall(core.path, core, nodes, base, env)
+    inst.before = inst.fingerprints()
+    return inst
+
+
+def log2(n: int) -> int:
+    return math.ceil(math.log2(n))
+
+
+def planned_measurements(
+    good: State, bad: State, commits: list[str], is_bad: Callable[[State], bool]
+) -> int:
+    """How many states the search measures for one culprit in the core, without Ctrl-C."""
+    plan = Plan.build(good, bad, {"comfyui": commits})
+    n = 0
+    while isinstance(step := next_step(plan), Test):
+        n += 1
+        plan = plan.observe(step.state, Verdict.NEW if is_bad(step.state) else Verdict.OLD)
+    assert isinstance(step, Found)
+    return n
+
+
+def culprit(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(c["repo"], c["commit"]) for c in doc["culprits"]]
+
+
+def say(case: str, doc: dict[str, Any], bound: int | None = None) -> None:
+    """The figures a reader wants (shown with ``pytest -s``)."""
+    limit = "" if bound is None else f" (bound {bound})"
+    print(f"\n[e2e] {case}: {doc['result']}, {doc['measurements']} measurement(s){limit}")
+
+
+# ---------------------------------------------------------------------------- the cases
+
+
+def test_culprit_in_core(tmp_path: Path) -> None:
+    inst = make_install(tmp_path)
+    core = inst.core
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow()),
+        "--good",
+        f"comfyui={core.commits[0]}",
+        "--bad",
+        "comfyui=HEAD",
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    assert doc["culprits"][0]["subject"] == core.subjects[200]
+    n = len(core.commits) - 1
+    assert doc["measurements"] <= log2(n) + 3, doc["measurements"]
+    good, bad = doc["steps"][0], doc["steps"][1]
+    assert good["peak_vram_bytes"] == (CONTEXT_MIB + 1000) * MIB  # NVML's view: context + node
+    assert bad["peak_vram_bytes"] >= (CONTEXT_MIB + 1000 * 1.1) * MIB
+    report = json.loads(Path(doc["report"]["json"]).read_text())
+    assert report["culprits"][0]["files"] == ["standin_tuning.json"]
+    assert "<svg" in Path(doc["report"]["html"]).read_text()
+    say("culprit_in_core", doc)
+    inst.assert_untouched()
+
+
+def test_culprit_in_a_custom_node(tmp_path: Path) -> None:
+    inst = make_install(
+        tmp_path,
+        core_kw={"bad_commit_index": None},
+        node_kw={"PackB": {"bad_commit_index": 23, "bad_scale": ("AllocateVRAM", 1.6)}},
+    )
+    pack = inst.nodes["PackB"]
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow()),
+        "--good",
+        f"node:PackB={pack.commits[0]}",
+        "--bad",
+        "node:PackB=HEAD",
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("node:PackB", pack.commits[23])]
+    assert doc["culprits"][0]["subject"] == "Cache AllocateVRAM intermediates for speed"
+    assert doc["measurements"] <= log2(len(pack.commits) - 1) + 3
+    say("culprit_in_a_custom_node", doc)
+    inst.assert_untouched()
+
+
+def test_a_node_that_breaks_only_with_the_new_core_names_both(tmp_path: Path) -> None:
+    inst = make_install(
+        tmp_path,
+        core_kw={"bad_commit_index": None, "feature_from": {"pinned_cache": 150}},
+        node_kw={
+            "PackA": {
+                "bad_commit_index": 20,
+                "bad_scale": ("AllocateVRAM", 1.6),
+                "requires_core_feature": "pinned_cache",
+            }
+        },
+    )
+    core, pack = inst.core, inst.nodes["PackA"]
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow()),
+        "--good",
+        f"comfyui={core.commits[100]} node:PackA={pack.commits[5]}",
+        "--bad",
+        "comfyui=HEAD node:PackA=HEAD",
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    # neither change alone breaks it: the minimal set is both, each with its first bad commit
+    assert sorted(culprit(doc)) == [
+        ("comfyui", core.commits[150]),
+        ("node:PackA", pack.commits[20]),
+    ]
+    minimize = [s for s in doc["steps"] if "repos are needed" in (s["comment"] or "")]
+    assert len(minimize) == 2 and all(s["verdict"] == "good" for s in minimize)
+    assert doc["measurements"] <= 2 + 2 + log2(319 - 100) + log2(39 - 5)
+    say("a_node_that_breaks_only_with_the_new_core_names_both", doc)
+    inst.assert_untouched()
+
+
+def test_commits_that_do_not_start_around_the_culprit_give_an_honest_list(tmp_path: Path) -> None:
+    inst = make_install(tmp_path, core_kw={"bad_commit_index": 200, "untestable_range": (196, 204)})
+    core = inst.core
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow()),
+        "--good",
+        f"comfyui={core.commits[0]}",
+        "--bad",
+        "comfyui=HEAD",
+    )
+    assert (code, doc["result"]) == (5, "ambiguous"), err[-3000:]
+    # the culprit (200) itself does not start: the first bad one could be any of 196..204
+    assert [c["commit"] for c in doc["candidates"]] == list(core.commits[196:205])
+    skipped = [s for s in doc["steps"] if s["kind"] == "skip"]
+    assert skipped and all(
+        s["reason"].startswith("won't start: exited with status 1") for s in skipped
+    )
+    assert "only skipped commits are left" in err
+    say("commits_that_do_not_start_around_the_culprit_give_an_honest_list", doc)
+    inst.assert_untouched()
+
+
+def test_commits_that_do_not_start_away_from_the_culprit_are_skipped(tmp_path: Path) -> None:
+    # the first probe (commit 160) falls in a broken range: skipped, and the answer stays exact
+    inst = make_install(tmp_path, core_kw={"bad_commit_index": 200, "untestable_range": (158, 163)})
+    core = inst.core
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow()),
+        "--good",
+        f"comfyui={core.commits[0]}",
+        "--bad",
+        "comfyui=HEAD",
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    skipped = [s for s in doc["steps"] if s["kind"] == "skip"]
+    assert 1 <= len(skipped) <= 5
+    assert doc["measurements"] <= log2(319) + 3 + len(skipped)
+    say("commits_that_do_not_start_away_from_the_culprit_are_skipped", doc)
+    inst.assert_untouched()
+
+
+def test_memory_noise_with_repeat_takes_the_median(tmp_path: Path) -> None:
+    # ±5 % noise on every allocation; threshold = good median × 1.10. A good state measures at
+    # most (312 + 1050) / (312 + 950) = 1.079 × the good endpoint, a bad one at least
+    # (312 + 1520) / (312 + 1050) = 1.345 ×: every verdict is certain, the peaks are not.
+    inst = make_install(tmp_path, core_kw={"bad_commit_index": 200, "noise_fraction": 0.05})
+    core = inst.core
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow()),
+        "--good",
+        f"comfyui={core.commits[150]}",
+        "--bad",
+        f"comfyui={core.commits[260]}",
+        "--repeat",
+        "3",
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    # two agreeing runs decide the median of three; the third is never needed here
+    assert {s["runs"] for s in doc["steps"]} == {2}
+    assert doc["measurements"] == 2 * len(doc["steps"])
+    peaks: dict[str, set[int]] = {}
+    for m in inst.measurements():
+        if m["event"] == "done" and not m["stopped_early"]:
+            peaks.setdefault(m["state"]["comfyui"], set()).add(m["peaks"]["vram_bytes"])
+    assert any(len(v) > 1 for v in peaks.values()), "the noise did not show"
+    say("memory_noise_with_repeat_takes_the_median", doc)
+    inst.assert_untouched()
+
+
+def test_a_bad_state_that_is_not_bad_is_not_reproduced(tmp_path: Path) -> None:
+    inst = make_install(tmp_path, core_kw={"bad_commit_index": None})
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow()),
+        "--good",
+        f"comfyui={inst.core.commits[0]}",
+        "--bad",
+        "comfyui=HEAD",
+    )
+    assert (code, doc["result"], doc["measurements"]) == (4, "not-reproduced", 2), err[-3000:]
+    assert "the bad state does not reproduce" in doc["message"]
+    say("a_bad_state_that_is_not_bad_is_not_reproduced", doc)
+    inst.assert_untouched()
+
+
+def test_a_good_state_that_is_bad_is_an_error_that_says_which(tmp_path: Path) -> None:
+    inst = make_install(tmp_path)
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow(mib=5000)),
+        "--good",
+        f"comfyui={inst.core.commits[0]}",
+        "--bad",
+        "comfyui=HEAD",
+    )
+    assert (code, doc["result"], doc["measurements"]) == (1, "error", 1), err[-3000:]
+    assert "the good state is bad too" in doc["message"]
+    assert doc["steps"][0]["outcome"] == "oom" and "CUDA out of memory" in doc["steps"][0]["reason"]
+    say("a_good_state_that_is_bad_is_an_error_that_says_which", doc)
+    inst.assert_untouched()
+
+
+def test_a_ram_regression_is_found_from_the_process_peak(tmp_path: Path) -> None:
+    inst = make_install(tmp_path, fake_gpu=False)
+    core = inst.core
+    prompt = {
+        "1": {"class_type": "AllocateRAM", "inputs": {"mib": 200}},
+        "2": {"class_type": "Sleep", "inputs": {"seconds": 0.1, "value": ["1", 0]}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+    }
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(prompt),
+        "--good",
+        f"comfyui={core.commits[150]}",
+        "--bad",
+        f"comfyui={core.commits[250]}",
+        "--flags",
+        "--cpu",
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    assert doc["measurements"] <= log2(100) + 3
+    good = doc["steps"][0]
+    assert good["peak_vram_bytes"] is None and good["peak_ram_bytes"] > 200 * MIB
+    say("a_ram_regression_is_found_from_the_process_peak", doc)
+    inst.assert_untouched()
+
+
+def test_ctrl_c_mid_bisect_then_resume_repeats_at_most_one_measurement(tmp_path: Path) -> None:
+    inst = make_install(tmp_path)
+    core = inst.core
+    wf = inst.workflow(vram_workflow(hold_s=0.4))
+    args = ["--comfyui", str(inst.root), "--python", sys.executable]
+    proc = subprocess.Popen(
+        inst.cmd(
+            "run",
+            *args,
+            "--workflow",
+            wf,
+            "--good",
+            f"comfyui={core.commits[0]}",
+            "--bad",
+            "comfyui=HEAD",
+        ),
+        env=inst.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline and proc.poll() is None, "never reached step 5"
+        try:
+            lines = inst.measurements()
+        except (ValueError, FileNotFoundError):
+            lines = []
+        done = sum(m["event"] == "done" for m in lines)
+        if done >= 4 and lines[-1]["event"] == "launch":
+            break  # a ComfyUI is starting or replaying right now
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted; the session is kept" in err
+    inst.assert_untouched()  # no ComfyUI left behind, the repos as they were
+
+    status = json.loads(inst.run("status", "--comfyui", str(inst.root), "--json").stdout)
+    assert status["result"] == "in-progress" and status["measurements"] >= 4
+
+    code, doc, err = inst.bisect()  # `oom-bisect run` again: resumes
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    assert "resuming the bisect" in err
+    good = State.of(core.commits[0], {n: b.head for n, b in inst.nodes.items()})
+    bad = good.with_values({"comfyui": core.head})
+    planned = planned_measurements(
+        good, bad, list(core.commits[1:]), lambda s: core.index_of(s.comfyui) >= 200
+    )
+    launches = sum(m["event"] == "launch" for m in inst.measurements())
+    assert doc["measurements"] == planned
+    assert planned <= launches <= planned + 1
+    say(f"ctrl_c_then_resume (launches {launches}, planned {planned})", doc)
+    inst.assert_untouched()
+
+
+def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -> None:
+    from snapshot_samples import HOST, incident
+
+    from oom_sentinel.daemon.install_state import CoreState, CustomNode, InstallState
+    from oom_sentinel.daemon.snapshot import (
+        InstanceInfo,
+        SnapshotContent,
+        snapshots_dir,
+        write_snapshot,
+    )
+
+    inst = make_install(tmp_path)
+    core, nodes = inst.core, inst.nodes
+
+    def ist(core_index: int) -> dict[str, Any]:
+        packs = tuple(CustomNode(n, "git", commit=b.head) for n, b in nodes.items())
+        state = InstallState(CoreState(commit=core.commits[core_index]), nodes=packs)
+        return state.to_dict()
+
+    data_dir = tmp_path / "data"
+    ref = write_snapshot(
+        snapshots_dir(data_dir),
+        SnapshotContent(
+            incident=incident(),
+            instance=InstanceInfo("main", str(inst.root)),
+            host=HOST,
+            created_s=1767348672.25,
+            prompt=vram_workflow(),
+            sections={
+                "regression": {"good_state": ist(180), "bad_state": ist(319)},
+                "install_state": {"interpreter": {"executable": sys.executable}},
+                "process": {"argv": [sys.executable, "main.py", "--reserve-vram", "1"]},
+            },
+        ),
+    )
+    before = sorted(p.name for p in ref.path.iterdir())
+    proc = inst.run(ref.id[:15], "--data-dir", str(data_dir), "--json")
+    doc = json.loads(proc.stdout)
+    assert (proc.returncode, doc["result"]) == (0, "found"), proc.stderr[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    assert doc["measurements"] <= log2(319 - 180) + 3
+    assert doc["attached_to"] == str(ref.path / "bisect")
+    assert sorted(p.name for p in ref.path.iterdir()) == sorted([*before, "bisect"])
+    attached = json.loads((ref.path / "bisect" / "report.json").read_text())
+    assert attached["source"] == f"snapshot {ref.id}" and attached["flags"] == [
+        "--reserve-vram",
+        "1",
+    ]
+    say("a_crash_snapshot_bisects_and_gets_the_report_attached", doc)
+    inst.assert_untouched()
+
+
+UI_WORKFLOW = {
+    "last_node_id": 3,
+    "last_link_id": 2,
+    "version": 0.4,
+    "nodes": [
+        {
+            "id": 1,
+            "type": "AllocateVRAM",
+            "mode": 0,
+            "inputs": [{"name": "value", "type": "*", "link": None}],
+            "outputs": [{"name": "MEMORY", "type": "MEMORY", "links": [1]}],
+            "widgets_values": [1000, 1, 0],
+        },
+        {
+            "id": 2,
+            "type": "Sleep",
+            "mode": 0,
+            "inputs": [{"name": "value", "type": "*", "link": 1}],
+            "outputs": [{"name": "*", "type": "*", "links": [2]}],
+            "widgets_values": [0.25],
+        },
+        {
+            "id": 4,
+            "type": "Fail",
+            "mode": 4,  # muted in the editor: not part of the replay
+            "inputs": [],
+            "outputs": [],
+            "widgets_values": ["should never run", "ValueError"],
+        },
+        {
+            "id": 3,
+            "type": "PreviewAny",
+            "mode": 0,
+            "inputs": [{"name": "source", "type": "*", "link": 2}],
+            "outputs": [],
+            "widgets_values": [],
+        },
+    ],
+    "links": [[1, 1, 0, 2, 0, "MEMORY"], [2, 2, 0, 3, 0, "*"]],
+}
+
+
+def test_a_ui_workflow_is_converted_through_the_copys_object_info(tmp_path: Path) -> None:
+    inst = make_install(tmp_path)
+    core = inst.core
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(UI_WORKFLOW, "ui.json"),
+        "--good",
+        f"comfyui={core.commits[190]}",
+        "--bad",
+        f"comfyui={core.commits[210]}",
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    assert "converting the UI workflow" in err
+    assert doc["measurements"] <= log2(20) + 3
+    (root,) = (tmp_path / "cache" / "bisect").glob("ComfyUI-*")
+    prompt = json.loads((root / "session" / "prompt.json").read_text())
+    assert {n["class_type"] for n in prompt.values()} == {"AllocateVRAM", "Sleep", "PreviewAny"}
+    say("a_ui_workflow_is_converted", doc)
+    inst.assert_untouched()
