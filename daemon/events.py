@@ -66,8 +66,13 @@ class OomEvent:
     free_bytes: int | None = None
     allocated_bytes: int | None = None
     reserved_unallocated_bytes: int | None = None
+    #: everything PyTorch had reserved (older torch prints this instead of the unallocated part)
+    reserved_bytes: int | None = None
+    #: this process's whole GPU use, non-PyTorch memory included (torch ≥ 2.1 messages)
+    process_used_bytes: int | None = None
     other_processes: tuple[OtherProcess, ...] = ()
-    #: the message says another process holds GPU memory (with or without its numbers)
+    #: the message shows another process holding GPU memory: named by PID ("Process 1234 has
+    #: …"), or implied (total − free − this process's use is large)
     other_process_named: bool = False
     mps_allocated_bytes: int | None = None
     mps_other_bytes: int | None = None
@@ -77,6 +82,8 @@ class OomEvent:
     killed_pid: int | None = None
     #: short machine name of the rule that matched, for tests and debugging
     rule: str = ""
+    #: how many identical consecutive observations this event stands for (soft-OOM storms)
+    count: int = 1
     extra: tuple[tuple[str, Any], ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:

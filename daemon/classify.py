@@ -1,0 +1,1167 @@
+"""Read an out-of-memory failure out of log text or a ComfyUI ``execution_error``: which pool ran
+out, on which backend, by how much, in which node, and whether ComfyUI recovered.
+
+Everything here is pure and never raises: the input is whatever a log, a user's paste or a
+websocket handed us. The rules follow the texts the producers really print (comfyui-facts.md
+§2 and §11, torch's allocator messages across versions, the kernel's and earlyoom's kill lines)
+and are checked against a labelled corpus of excerpts users posted (tests/corpus/).
+
+A rule fires on a *message structure*, never on the bare words "out of memory": prose such as
+"it gets out of memory quick" or a node called ``OutOfMemoryGuard`` stays negative.
+
+Every rule needs one of ``NEEDLES`` in the text. That is the cheap prefilter the file scanner
+runs over raw bytes before anything is decoded or split into lines, and because
+``classify_record`` checks the same needles first, the prefilter can never hide an event.
+
+Units: torch (CUDA/HIP/XPU ``format_size``), MPS (``GB``/``MB`` computed with 1024), numpy
+(``MiB``/``GiB``), the kernel (``kB``) and earlyoom (``MiB``) all print binary multiples, so
+every K/M/G here is 1024-based.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, BinaryIO
+
+from oom_sentinel.daemon.events import Backend, OomEvent, OtherProcess, Pool
+from oom_sentinel.daemon.logformat import split_prefix, strip_ansi
+from oom_sentinel.daemon.records import Record, RecordAssembler
+
+__all__ = [
+    "MERGE_GAP_LINES",
+    "NEEDLES",
+    "Finding",
+    "classify_execution_error",
+    "classify_record",
+    "has_needle",
+    "parse_size",
+    "scan_lines",
+    "scan_stream",
+]
+
+#: Substrings at least one of which every detectable OOM text contains (see module docstring).
+#: Chosen for the speed of ``bytes.find``: long or upper-case needles skip fastest.
+NEEDLES: tuple[str, ...] = (
+    "emory",  # out of memory, MemoryError, not enough memory, video memory, Memory cgroup
+    "Allocation on device",  # cudaMallocAsync
+    "_STATUS_",  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_NOT_ALLOCATED, ...
+    "OOM",  # Got an OOM, OOMed, the OOM killer
+    "Killed",  # bare Killed, Killed process
+    "rror 1455",  # os error 1455, WinError 1455 (the paging file, in any language)
+    "sending SIG",  # earlyoom
+)
+_NEEDLES_B: tuple[bytes, ...] = tuple(n.encode() for n in NEEDLES)
+
+#: Two events this many lines apart or closer may be one failure seen twice (ComfyUI's
+#: ``!!! Exception`` header and its traceback, the traceback and ``Got an OOM`` after a
+#: memory summary table, a shell's ``Killed`` and the kernel's line).
+MERGE_GAP_LINES = 80
+
+_K = 1024
+_UNITS: dict[str, int] = {
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "k": _K,
+    "kb": _K,
+    "kib": _K,
+    "m": _K**2,
+    "mb": _K**2,
+    "mib": _K**2,
+    "g": _K**3,
+    "gb": _K**3,
+    "gib": _K**3,
+    "t": _K**4,
+    "tb": _K**4,
+    "tib": _K**4,
+    "p": _K**5,
+    "pb": _K**5,
+    "pib": _K**5,
+}
+_SIZE = r"(\d+(?:,\d{3})*(?:\.\d*)?)\s?(bytes|byte|[KMGTP]i?B|kB|B)\b"
+
+
+def parse_size(number: str, unit: str) -> int | None:
+    """``("2.00", "GiB")`` → 2147483648; None when it is not a size."""
+    try:
+        value = float(number.replace(",", ""))
+    except ValueError:
+        return None
+    factor = _UNITS.get(unit.lower())
+    if factor is None or value < 0 or value > 1e21:
+        return None
+    return round(value * factor)
+
+
+def has_needle(text: str) -> bool:
+    """True when ``text`` could hold an OOM (the scanner's prefilter, on str)."""
+    return any(n in text for n in NEEDLES)
+
+
+# --------------------------------------------------------------------------------------------
+# message rules
+# --------------------------------------------------------------------------------------------
+
+_M = re.MULTILINE
+_RX_KERNEL_KILLED = re.compile(r"\bKilled process (\d+) \(([^)\n]*)\)")
+_RX_KERNEL_KILL = re.compile(
+    r"(Memory cgroup out of memory|Out of memory(?: \([\w ]+\))?): Kill(?:ed)? process (\d+) \(([^)\n]*)\)"
+)
+_RX_KERNEL_FIELD = re.compile(r"\b(total-vm|anon-rss|file-rss|shmem-rss):\s?([\d,]+)\s?kB")
+_RX_EARLYOOM = re.compile(
+    r'sending (SIGTERM|SIGKILL) to process (\d+) uid (\d+) "([^"\n]*)":'
+    r"(?: (?:oom_score|badness) (-?\d+),)? VmRSS (\d+) MiB"
+)
+_RX_OOMD = re.compile(r"\bKilled (/\S+) due to (?:memory|swap)")
+_RX_SYSTEMD_UNIT = re.compile(
+    r"([\w@.\-]+): A process of this unit has been killed by the OOM killer"
+)
+_RX_BASH_KILLED = re.compile(r"\bline \d+:\s+(\d+) Killed(?:\s|$)", _M)
+_RX_BARE_KILLED = re.compile(r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?\s*$", _M)
+
+_RX_MPS = re.compile(r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)", _M)
+_RX_TORCH_DEVICE = re.compile(r"(CUDA|HIP|XPU) out of memory\.(?= Tried to allocate|\s*$)", _M)
+_RX_TORCH_DEVICE_LINE = re.compile(
+    r"^(?:\S+Error: |!!! Exception during processing !!! )?(CUDA|HIP|XPU) out of memory\b", _M
+)
+_RX_EXCEED = re.compile(r"Allocation on device (\d+) would exceed allowed memory")
+_RX_ALLOC_ON_DEVICE = re.compile(
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: )Allocation on device\s*$|OutOfMemoryError: Allocation on device\b",
+    _M,
+)
+_RX_CUDA_ERROR_OOM = re.compile(
+    r"\b(CUDA|HIP) (?:driver )?error: out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory"
+)
+_RX_LIB_ALLOC = re.compile(
+    r"\b(CUBLAS|CUDNN|CUSOLVER|CUSPARSE|CUFFT|HIPBLAS|ROCBLAS|MIOPEN|HIPSOLVER)_STATUS_(?:ALLOC_FAILED|NOT_ALLOCATED)\b",
+    re.IGNORECASE,
+)
+_RX_DIRECTML = re.compile(
+    r"(?:Could not allocate tensor with (\d+) bytes\. )?There is not enough GPU video memory available"
+)
+_RX_PAGEFILE = re.compile(r"(?:os error|WinError) 1455\b")
+_RX_CPU_ALLOC = re.compile(
+    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate (\d+) ?(bytes|GB)"
+)
+_RX_MMAP = re.compile(r"unable to mmap (\d+) bytes from file [\s\S]{0,400}?Cannot allocate memory")
+_RX_NUMPY = re.compile(r"Unable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
+_RX_GOT_OOM = re.compile(r"Got an OOM, unloading all loaded models")
+_RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
+_RX_XPU_4GB = re.compile(r"can NOT allocate memory block with size larger than 4GB")
+
+_RX_SOFT: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "soft-vae-tiled",
+        re.compile(
+            r"Ran out of memory when regular (?:VAE )?(?:de|en)coding, retrying with tiled VAE (?:de|en)coding"
+        ),
+    ),
+    (
+        "soft-split-attention-empty-cache",
+        re.compile(r"out of memory error, emptying cache and trying again"),
+    ),
+    (
+        "soft-split-attention-steps",
+        re.compile(r"out of memory error, increasing steps and trying again(?: (\d+))?"),
+    ),
+    (
+        "soft-vae-slice-attention",
+        re.compile(r"scaled_dot_product_attention OOMed: switched to slice attention"),
+    ),
+    (
+        "soft-subquadratic-softmax",
+        re.compile(
+            r"ran out of memory while running softmax in\s+_get_attention_scores_no_kv_chunking, trying slower in place softmax instead"
+        ),
+    ),
+)
+
+# exception lines: ``torch.OutOfMemoryError: CUDA out of memory. ...``, ``MemoryError``
+_RX_EXC_LINE = re.compile(
+    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::[ \t]?(.*))?$", _M
+)
+_RX_REPORT_FIELD = re.compile(
+    r"^\s*-\s*\*\*(Node ID|Node Type|Exception Type|Exception Message):\*\*\s*(.*?)\s*$", _M
+)
+_RX_DIALOG = re.compile(r"^Error occurred when executing (.+?):\s*$", _M)
+_RX_NODE_COLON = re.compile(r"^([A-Za-z][\w\-]{1,80}) : ")
+_RX_NODE_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{2,80}$")
+_NOT_NODES = frozenset(
+    {"Traceback", "Killed", "Exception", "Error", "Warning", "Logs", "Details", "Other"}
+)
+_HEADER = "!!! Exception during processing !!!"
+_QUOTES = frozenset("\"'`")
+
+# numbers in torch's allocator messages (new style since torch 2.1, old style before, XPU both)
+_RX_TRIED = re.compile(r"Tried to allocate " + _SIZE)
+_RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
+_RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" total capacity")
+_RX_FREE = re.compile(r"of which " + _SIZE + r" is free|; " + _SIZE + r" free[;)]")
+_RX_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
+_RX_THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
+_RX_ALLOCATED = re.compile(
+    r"Of the allocated memory "
+    + _SIZE
+    + r" is allocated by PyTorch|"
+    + _SIZE
+    + r" already allocated"
+)
+_RX_PRIVATE = re.compile(r"with " + _SIZE + r" allocated in private pools")
+_RX_RESERVED_UNALLOC = re.compile(
+    r"and " + _SIZE + r" is reserved by PyTorch but unallocated|" + _SIZE + r" cached\)"
+)
+_RX_RESERVED = re.compile(_SIZE + r" reserved in total by PyTorch")
+_RX_ALLOWED = re.compile(r"; " + _SIZE + r" allowed;")
+_RX_EX_ALLOCATED = re.compile(r"Currently allocated\s*:\s*" + _SIZE)
+_RX_EX_REQUESTED = re.compile(r"Requested\s*:\s*" + _SIZE)
+_RX_EX_LIMIT = re.compile(r"Device limit\s*:\s*" + _SIZE)
+_RX_EX_FREE = re.compile(r"Free \(according to CUDA\)\s*:\s*" + _SIZE)
+_RX_MPS_ALLOCATED = re.compile(r"MPS allocated: " + _SIZE)
+_RX_MPS_OTHER = re.compile(r"other allocations: " + _SIZE)
+_RX_MPS_MAX = re.compile(r"max allowed: " + _SIZE)
+_RX_MPS_TRIED = re.compile(r"Tried to allocate " + _SIZE + r" on private pool")
+
+#: another process holds at least this much GPU memory → "other processes named" (see events)
+_OTHERS_MIN_BYTES = 512 * _K**2
+
+
+def _size(m: re.Match[str] | None, group: int = 1) -> int | None:
+    """Size from the first matched (number, unit) group pair at or after ``group``."""
+    if m is None:
+        return None
+    groups = m.groups()
+    for i in range(group - 1, len(groups) - 1, 2):
+        if groups[i] is not None and groups[i + 1] is not None:
+            return parse_size(groups[i], groups[i + 1])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    event: OomEvent
+    #: index of the line (within the record) that carries the evidence
+    line_index: int
+    #: the record is ComfyUI's one-line ``!!! Exception during processing !!!`` header only
+    header_only: bool = False
+    #: the record is a bare node-type line (a toast's first line), for the next record's hint
+    node_hint: str | None = None
+
+
+def _normalize(text: str) -> list[str]:
+    """Lines of a record with wrapper prefixes, ANSI codes and markdown quote marks removed."""
+    lines = []
+    for raw in text.split("\n"):
+        msg = split_prefix(raw.rstrip("\r")).message
+        if msg.startswith(">"):
+            msg = msg[2:] if msg.startswith("> ") else msg[1:]
+        if msg[:1] in _QUOTES:
+            msg = msg.lstrip("\"'`").lstrip()
+        lines.append(msg)
+    return lines
+
+
+def _line_of(starts: list[int], pos: int) -> int:
+    lo, hi = 0, len(starts) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if starts[mid] <= pos:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def classify_record(text: str) -> OomEvent | None:
+    """The OOM event in one log record (a line and its continuation lines), or None.
+
+    Never raises: a record that makes a rule trip over itself is treated as no OOM.
+    """
+    try:
+        found = _classify(text)
+    except Exception:  # the contract is "never raises"; _classify is fuzzed without this net
+        return None
+    return found.event if found is not None else None
+
+
+def _classify(text: str) -> _Found | None:
+    if not isinstance(text, str) or not has_needle(text):
+        return _node_hint_only(text) if isinstance(text, str) else None
+    if "\x1b" in text:
+        text = strip_ansi(text)
+    lines = _normalize(text)
+    body = "\n".join(lines)
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+
+    rule, pool, backend, pos, recovered = _detect(body)
+    if rule is None:
+        return None
+    idx = _line_of(starts, pos)
+    fields: dict[str, Any] = {}
+    extra: list[tuple[str, Any]] = []
+    _numbers(rule, body, fields, extra)
+
+    exc_type, exc_msg = _exception_of(lines, idx)
+    node_type, node_id, report_type = _report_fields(body)
+    if report_type:
+        exc_type = report_type
+    if node_type is None:
+        node_type = _dialog_node(body) or _colon_node(lines[idx])
+    if node_type is None and idx > 0:
+        prev = lines[idx - 1].strip()
+        if _is_node_ident(prev):
+            node_type = prev
+
+    message = _message_of(lines[idx], pos - starts[idx], exc_msg, report_message(body))
+    if backend is Backend.UNKNOWN:
+        backend = _backend_from_text(body)
+    if pool is Pool.GPU and fields.get("requested_bytes") is not None:
+        ru = fields.get("reserved_unallocated_bytes")
+        if ru is not None and ru >= fields["requested_bytes"]:
+            pool = Pool.GPU_FRAGMENTATION
+    others = fields.pop("_others", ())
+    named = bool(others)
+    total, free, used = (
+        fields.get("total_bytes"),
+        fields.get("free_bytes"),
+        fields.get("process_used_bytes"),
+    )
+    if not named and total is not None and free is not None and used is not None:
+        outside = total - free - used
+        if outside >= _OTHERS_MIN_BYTES:
+            named = True
+            extra.append(("outside_process_bytes", outside))
+    if rule == "comfy-got-oom":
+        extra.append(("comfy_unloaded_models", True))
+    event = OomEvent(
+        pool=pool,
+        backend=backend,
+        recovered=recovered,
+        message=message,
+        exception_type=exc_type,
+        node_type=node_type,
+        node_id=node_id,
+        other_processes=tuple(others),
+        other_process_named=named,
+        rule=rule,
+        extra=tuple(extra),
+        **fields,
+    )
+    header_only = lines[0].startswith(_HEADER) and len([ln for ln in lines if ln.strip()]) == 1
+    return _Found(event, idx, header_only)
+
+
+def _node_hint_only(text: str) -> _Found | None:
+    return None
+
+
+def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
+    """(rule, pool, backend, match position, recovered) of the strongest rule, or rule None."""
+    m = _RX_KERNEL_KILL.search(body) or _RX_KERNEL_KILLED.search(body)
+    if m:
+        return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _RX_EARLYOOM.search(body)
+    if m:
+        return "earlyoom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _RX_OOMD.search(body)
+    if m:
+        return "systemd-oomd-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _RX_SYSTEMD_UNIT.search(body)
+    if m:
+        return "systemd-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _RX_MPS.search(body)
+    if m:
+        return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
+    m = _RX_TORCH_DEVICE.search(body) or _RX_TORCH_DEVICE_LINE.search(body)
+    if m:
+        dev = m.group(1)
+        backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
+        return f"{dev.lower()}-oom", Pool.GPU, backend, m.start(1), False
+    m = _RX_EXCEED.search(body)
+    if m:
+        return "cuda-exceed-allowed", Pool.GPU, Backend.CUDA, m.start(), False
+    m = _RX_ALLOC_ON_DEVICE.search(body)
+    if m:
+        return (
+            "cuda-alloc-on-device",
+            Pool.GPU,
+            Backend.CUDA,
+            body.find("Allocation on device", m.start()),
+            False,
+        )
+    m = _RX_CUDA_ERROR_OOM.search(body)
+    if m:
+        rocm = (m.group(1) or m.group(2) or "hip").lower() == "hip"
+        return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
+    m = _RX_LIB_ALLOC.search(body)
+    if m:
+        lib = m.group(1).upper()
+        backend = Backend.ROCM if lib.startswith(("HIP", "ROC", "MIOPEN")) else Backend.CUDA
+        return f"{lib.lower()}-alloc-failed", Pool.GPU, backend, m.start(), False
+    m = _RX_DIRECTML.search(body)
+    if m:
+        return "directml-oom", Pool.GPU, Backend.DIRECTML, m.start(), False
+    m = _RX_PAGEFILE.search(body)
+    if m:
+        return "windows-pagefile", Pool.SWAP_PAGEFILE, Backend.CPU, m.start(), False
+    m = _RX_CPU_ALLOC.search(body)
+    if m:
+        return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
+    m = _RX_MMAP.search(body)
+    if m:
+        return "mmap-enomem", Pool.RAM, Backend.CPU, m.start(), False
+    exc = _oom_exception_line(body)
+    if exc is not None:
+        type_name, start = exc
+        if type_name.endswith("OutOfMemoryError"):
+            return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
+        m = _RX_NUMPY.search(body)
+        if m:
+            return "numpy-alloc", Pool.RAM, Backend.CPU, start, False
+        return "memory-error", Pool.RAM, Backend.CPU, start, False
+    report = _report_exception_type(body)
+    if report is not None:
+        type_name, start = report
+        if type_name.endswith("OutOfMemoryError"):
+            return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
+        return "memory-error", Pool.RAM, Backend.CPU, start, False
+    m = _RX_GOT_OOM.search(body)
+    if m:
+        return "comfy-got-oom", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _RX_TIPS.search(body)
+    if m:
+        return "comfy-oom-tips", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _RX_BASH_KILLED.search(body) or _RX_BARE_KILLED.search(body)
+    if m:
+        return "shell-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    for name, rx in _RX_SOFT:
+        m = rx.search(body)
+        if m:
+            return name, Pool.GPU, Backend.UNKNOWN, m.start(), True
+    return None, Pool.GPU, Backend.UNKNOWN, 0, False
+
+
+def _oom_exception_line(body: str) -> tuple[str, int] | None:
+    """The last exception line whose type is an OOM type (OutOfMemoryError, MemoryError)."""
+    best = None
+    for m in _RX_EXC_LINE.finditer(body):
+        name = m.group(1)
+        if name.endswith(("OutOfMemoryError", "MemoryError")):
+            best = (name, m.start())
+    return best
+
+
+def _report_exception_type(body: str) -> tuple[str, int] | None:
+    for m in _RX_REPORT_FIELD.finditer(body):
+        if m.group(1) == "Exception Type" and m.group(2).endswith(
+            ("OutOfMemoryError", "MemoryError")
+        ):
+            return m.group(2), m.start()
+    return None
+
+
+def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str, Any]]) -> None:
+    if rule.startswith(("cuda-oom", "hip-oom", "xpu-oom", "oom-exception", "cuda-alloc", "comfy-")):
+        fields["requested_bytes"] = _size(_RX_TRIED.search(body))
+        total = _size(_RX_TOTAL.search(body))
+        total = total if total is not None else _size(_RX_TOTAL.search(body), 3)
+        fields["total_bytes"] = total
+        fields["free_bytes"] = _size(_RX_FREE.search(body)) if _RX_FREE.search(body) else None
+        m = _RX_FREE.search(body)
+        if m:
+            fields["free_bytes"] = _size(m) if m.group(1) else _size(m, 3)
+        m = _RX_ALLOCATED.search(body)
+        if m:
+            fields["allocated_bytes"] = _size(m) if m.group(1) else _size(m, 3)
+        m = _RX_RESERVED_UNALLOC.search(body)
+        if m:
+            fields["reserved_unallocated_bytes"] = _size(m) if m.group(1) else _size(m, 3)
+        reserved = _size(_RX_RESERVED.search(body))
+        fields["reserved_bytes"] = reserved
+        if (
+            fields.get("reserved_unallocated_bytes") is None
+            and reserved is not None
+            and fields.get("allocated_bytes") is not None
+            and reserved >= fields["allocated_bytes"]
+        ):
+            fields["reserved_unallocated_bytes"] = reserved - fields["allocated_bytes"]
+        fields["process_used_bytes"] = _size(_RX_THIS_PROCESS.search(body))
+        others = []
+        for pm in _RX_PROCESS.finditer(body):
+            others.append(
+                OtherProcess(pid=int(pm.group(1)), bytes=parse_size(pm.group(2), pm.group(3)))
+            )
+        fields["_others"] = tuple(others)
+        private = _size(_RX_PRIVATE.search(body))
+        if private is not None:
+            extra.append(("private_pools_bytes", private))
+        allowed = _size(_RX_ALLOWED.search(body))
+        if allowed is not None:
+            extra.append(("allowed_bytes", allowed))
+        m = _RX_GPU_INDEX.search(body)
+        if m:
+            fields["gpu_index"] = int(m.group(1))
+    if rule == "cuda-exceed-allowed":
+        fields["allocated_bytes"] = _size(_RX_EX_ALLOCATED.search(body))
+        fields["requested_bytes"] = _size(_RX_EX_REQUESTED.search(body))
+        fields["total_bytes"] = _size(_RX_EX_LIMIT.search(body))
+        fields["free_bytes"] = _size(_RX_EX_FREE.search(body))
+        m = _RX_EXCEED.search(body)
+        if m:
+            fields["gpu_index"] = int(m.group(1))
+    elif rule == "mps-oom":
+        fields["mps_allocated_bytes"] = _size(_RX_MPS_ALLOCATED.search(body))
+        fields["allocated_bytes"] = fields["mps_allocated_bytes"]
+        fields["mps_other_bytes"] = _size(_RX_MPS_OTHER.search(body))
+        fields["mps_max_allowed_bytes"] = _size(_RX_MPS_MAX.search(body))
+        fields["requested_bytes"] = _size(_RX_MPS_TRIED.search(body))
+    elif rule == "directml-oom":
+        m = _RX_DIRECTML.search(body)
+        if m and m.group(1):
+            fields["requested_bytes"] = int(m.group(1))
+    elif rule == "cpu-allocator":
+        m = _RX_CPU_ALLOC.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
+    elif rule == "mmap-enomem":
+        m = _RX_MMAP.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1))
+    elif rule in ("numpy-alloc", "memory-error"):
+        m = _RX_NUMPY.search(body)
+        if m:
+            fields["requested_bytes"] = parse_size(m.group(1), m.group(2))
+    elif rule == "kernel-oom-kill":
+        m = _RX_KERNEL_KILLED.search(body) or _RX_KERNEL_KILL.search(body)
+        if m is not None:
+            if m.re is _RX_KERNEL_KILLED:
+                fields["killed_pid"], comm = int(m.group(1)), m.group(2)
+            else:
+                fields["killed_pid"], comm = int(m.group(2)), m.group(3)
+            extra.append(("process_name", comm))
+            tail = body[m.end() : m.end() + 400].split("\n", 1)[0]
+            for fm in _RX_KERNEL_FIELD.finditer(tail):
+                extra.append(
+                    (
+                        fm.group(1).replace("-", "_") + "_bytes",
+                        int(fm.group(2).replace(",", "")) * _K,
+                    )
+                )
+        cg = _RX_KERNEL_KILL.search(body)
+        extra.append(
+            ("scope", "cgroup" if cg and cg.group(1).startswith("Memory cgroup") else "system")
+        )
+        fields["killer"] = "kernel"
+    elif rule == "earlyoom-kill":
+        m = _RX_EARLYOOM.search(body)
+        if m:
+            fields["killed_pid"] = int(m.group(2))
+            extra.append(("signal", m.group(1)))
+            extra.append(("process_name", m.group(4)))
+            extra.append(("vm_rss_bytes", int(m.group(6)) * _K**2))
+        fields["killer"] = "earlyoom"
+    elif rule == "systemd-oomd-kill":
+        m = _RX_OOMD.search(body)
+        if m:
+            extra.append(("unit", m.group(1)))
+        fields["killer"] = "systemd-oomd"
+    elif rule == "systemd-oom-kill":
+        m = _RX_SYSTEMD_UNIT.search(body)
+        if m:
+            extra.append(("unit", m.group(1)))
+        fields["killer"] = "kernel"
+    elif rule == "shell-killed":
+        m = _RX_BASH_KILLED.search(body)
+        if m:
+            fields["killed_pid"] = int(m.group(1))
+    elif rule == "soft-split-attention-steps":
+        m = _RX_SOFT[2][1].search(body)
+        if m and m.group(1):
+            extra.append(("steps", int(m.group(1))))
+    for key in list(fields):
+        if fields[key] is None and key != "_others":
+            del fields[key]
+
+
+def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
+    """(type, message) of the exception line carrying the evidence, else the last OOM-ish one."""
+    m = _RX_EXC_LINE.match(lines[idx])
+    if m and not m.group(1).startswith(("Warning", "Compile")):
+        return m.group(1), m.group(2)
+    best: tuple[str | None, str | None] = (None, None)
+    evidence = lines[idx]
+    for line in lines:
+        m = _RX_EXC_LINE.match(line)
+        if not m:
+            continue
+        msg = (m.group(2) or "").strip()
+        name = m.group(1)
+        if (
+            name.endswith(("OutOfMemoryError", "MemoryError"))
+            or (msg and msg[:40] in evidence)
+            or (msg and _shares_oom_text(msg, evidence))
+        ):
+            best = (name, m.group(2))
+    return best
+
+
+def _shares_oom_text(msg: str, evidence: str) -> bool:
+    for key in (
+        "out of memory",
+        "Allocation on device",
+        "DefaultCPUAllocator",
+        "_STATUS_",
+        "1455",
+        "video memory",
+        "allocate",
+    ):
+        if key in msg and key in evidence:
+            return True
+    return False
+
+
+def _report_fields(body: str) -> tuple[str | None, str | None, str | None]:
+    node_type = node_id = exc_type = None
+    if "**" not in body:
+        return None, None, None
+    for m in _RX_REPORT_FIELD.finditer(body):
+        key, value = m.group(1), m.group(2)
+        if key == "Node Type" and value:
+            node_type = value
+        elif key == "Node ID" and value:
+            node_id = value
+        elif key == "Exception Type" and value:
+            exc_type = value
+    return node_type, node_id, exc_type
+
+
+def _dialog_node(body: str) -> str | None:
+    m = _RX_DIALOG.search(body)
+    return m.group(1).strip() if m else None
+
+
+def _colon_node(line: str) -> str | None:
+    m = _RX_NODE_COLON.match(line)
+    if m and not m.group(1).endswith(("Error", "Exception")):
+        return m.group(1)
+    return None
+
+
+def _is_node_ident(text: str) -> bool:
+    if not _RX_NODE_IDENT.match(text) or text in _NOT_NODES:
+        return False
+    if text.endswith(("Error", "Exception", "Warning")):
+        return False
+    return any(c.isupper() for c in text) or "_" in text
+
+
+def _message_of(line: str, col: int, exc_msg: str | None, report: str | None) -> str:
+    """The evidence text: the line from where the rule matched, without header or type."""
+    if report and line.lstrip().startswith("-"):
+        return report[:500]
+    text = line[max(0, col) :].strip()
+    if text.startswith(_HEADER):
+        text = text[len(_HEADER) :].strip()
+    m = _RX_EXC_LINE.match(text)
+    if m and m.group(2):
+        text = m.group(2).strip()
+    elif m:
+        text = m.group(1)
+    if not text and exc_msg:
+        text = exc_msg.strip()
+    return text[:500]
+
+
+def report_message(body: str) -> str | None:
+    """The ``Exception Message`` of a pasted ComfyUI Error Report, if any."""
+    if "**" not in body:
+        return None
+    for m in _RX_REPORT_FIELD.finditer(body):
+        if m.group(1) == "Exception Message" and m.group(2):
+            return m.group(2)
+    return None
+
+
+def _backend_from_text(body: str) -> Backend:
+    if "HIP out of memory" in body or "PYTORCH_HIP_ALLOC_CONF" in body:
+        return Backend.ROCM
+    if "CUDA out of memory" in body or "Allocation on device" in body:
+        return Backend.CUDA
+    if "XPU out of memory" in body:
+        return Backend.XPU
+    if "MPS backend" in body:
+        return Backend.MPS
+    return Backend.UNKNOWN
+
+
+# --------------------------------------------------------------------------------------------
+# ComfyUI's execution_error payload
+# --------------------------------------------------------------------------------------------
+
+
+def classify_execution_error(payload: Mapping[str, Any]) -> OomEvent | None:
+    """The OOM event in a websocket/history ``execution_error`` payload, or None. Never raises."""
+    try:
+        return _classify_execution_error(payload)
+    except Exception:  # contract: never raises; the inner function is fuzzed without this net
+        return None
+
+
+def _text_field(payload: Mapping[str, Any], key: str) -> str | None:
+    value = payload.get(key)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _classify_execution_error(payload: Mapping[str, Any]) -> OomEvent | None:
+    if not isinstance(payload, Mapping):
+        return None
+    exc_type = _text_field(payload, "exception_type")
+    message = _text_field(payload, "exception_message") or ""
+    node_type = _text_field(payload, "node_type")
+    node_id = _text_field(payload, "node_id")
+    lines = [message]
+    if exc_type:
+        first, _, rest = message.partition("\n")
+        lines = [f"{exc_type}: {first}" if first else exc_type, rest]
+    found = _classify("\n".join(lines))
+    if found is None:
+        return None
+    event = found.event
+    msg_first = message.strip().split("\n", 1)[0].strip()
+    return replace(
+        event,
+        exception_type=exc_type or event.exception_type,
+        node_type=node_type or event.node_type,
+        node_id=node_id or event.node_id,
+        message=(msg_first or event.message)[:500],
+        rule=f"execution-error/{event.rule}",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# scanning whole files: records → events, with one failure seen twice folded into one
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """An event found in a file: the record it came from and the line that shows it."""
+
+    record: Record
+    event: OomEvent
+    #: 1-based line number of the evidence line
+    line_no: int
+    #: last line of the last record folded into this finding
+    end_line_no: int
+
+
+_BOUNDARIES = ("got prompt", "Prompt executed in", "Processing interrupted", "Interrupting prompt")
+
+
+class _Folder:
+    """Folds consecutive events that are one failure; tracks the previous record for node hints."""
+
+    def __init__(self) -> None:
+        self._cand: Finding | None = None
+        self._boundary = False
+        self._prev: Record | None = None
+        self._prev_hint: str | None = None
+
+    def gap(self) -> list[Finding]:
+        """The scanner skipped text here: nothing before may fold with anything after."""
+        self._prev = None
+        self._prev_hint = None
+        return self._close()
+
+    def finish(self) -> list[Finding]:
+        return self._close()
+
+    def _close(self) -> list[Finding]:
+        out = [self._cand] if self._cand is not None else []
+        self._cand = None
+        self._boundary = False
+        return out
+
+    def push(self, record: Record) -> list[Finding]:
+        out: list[Finding] = []
+        found = _classify_safe(record.text)
+        hint = None
+        if found is None:
+            first = split_prefix(record.text.split("\n", 1)[0]).message.strip()
+            if first.startswith(_BOUNDARIES):
+                self._boundary = True
+            if self._is_single_line(record) and _is_node_ident(first):
+                hint = first
+        else:
+            found = self._with_hint(record, found)
+            line_no = record.line_no + found.line_index
+            end = record.line_no + record.line_count - 1
+            finding = Finding(record, found.event, line_no, end)
+            out.extend(self._fold(finding, found))
+        self._prev = record
+        self._prev_hint = hint
+        return out
+
+    @staticmethod
+    def _is_single_line(record: Record) -> bool:
+        return sum(1 for ln in record.text.split("\n") if ln.strip()) == 1
+
+    def _with_hint(self, record: Record, found: _Found) -> _Found:
+        if found.event.node_type is not None or self._prev_hint is None or self._prev is None:
+            return found
+        if self._prev.line_no + self._prev.line_count != record.line_no or found.line_index != 0:
+            return found
+        return _Found(
+            replace(found.event, node_type=self._prev_hint), found.line_index, found.header_only
+        )
+
+    def _fold(self, new: Finding, found: _Found) -> list[Finding]:
+        cand = self._cand
+        if cand is None:
+            self._cand = new
+            self._header_only = found.header_only
+            self._boundary = False
+            return []
+        near = (
+            not self._boundary
+            and new.record.line_no - cand.end_line_no - 1 <= MERGE_GAP_LINES
+            and new.record.line_no > cand.end_line_no - 1
+        )
+        merged = _merge(cand, new, self._header_only, found) if near else None
+        if merged is not None:
+            self._cand = merged
+            self._header_only = self._header_only and found.header_only
+            return []
+        self._cand = new
+        self._header_only = found.header_only
+        self._boundary = False
+        return [cand]
+
+
+def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -> Finding | None:
+    a, b = cand.event, new.event
+    end = max(cand.end_line_no, new.end_line_no)
+    if (
+        b.rule in ("comfy-got-oom", "comfy-oom-tips")
+        and not a.recovered
+        and a.pool is not Pool.KILLED_BY_OS
+    ):
+        extra = (
+            a.extra
+            if b.rule == "comfy-oom-tips"
+            else _add_extra(a.extra, "comfy_unloaded_models", True)
+        )
+        return replace(cand, event=replace(a, extra=extra), end_line_no=end)
+    if (
+        cand_header_only
+        and not b.recovered
+        and not found.header_only
+        and a.pool is not Pool.KILLED_BY_OS
+    ):
+        merged = _combine(primary=b, secondary=a)
+        return Finding(cand.record, merged, cand.line_no, end)
+    if a.pool is Pool.KILLED_BY_OS and b.pool is Pool.KILLED_BY_OS:
+        if a.killed_pid is None or b.killed_pid is None or a.killed_pid == b.killed_pid:
+            merged = _combine(primary=b if b.killer else a, secondary=a if b.killer else b)
+            return Finding(cand.record, merged, cand.line_no, end)
+        return None
+    if _same(a, b):
+        count = a.count + b.count
+        return replace(cand, event=replace(a, count=count), end_line_no=end)
+    return None
+
+
+def _same(a: OomEvent, b: OomEvent) -> bool:
+    return replace(a, count=1) == replace(b, count=1)
+
+
+def _add_extra(
+    extra: tuple[tuple[str, Any], ...], key: str, value: Any
+) -> tuple[tuple[str, Any], ...]:
+    return (*((k, v) for k, v in extra if k != key), (key, value))
+
+
+def _combine(primary: OomEvent, secondary: OomEvent) -> OomEvent:
+    """Fields of ``primary``, with its unknowns filled from ``secondary``."""
+    updates: dict[str, Any] = {}
+    for name in (
+        "exception_type",
+        "node_type",
+        "node_id",
+        "gpu_index",
+        "requested_bytes",
+        "total_bytes",
+        "free_bytes",
+        "allocated_bytes",
+        "reserved_unallocated_bytes",
+        "reserved_bytes",
+        "process_used_bytes",
+        "mps_allocated_bytes",
+        "mps_other_bytes",
+        "mps_max_allowed_bytes",
+        "killer",
+        "killed_pid",
+    ):
+        if getattr(primary, name) is None and getattr(secondary, name) is not None:
+            updates[name] = getattr(secondary, name)
+    if primary.backend is Backend.UNKNOWN and secondary.backend is not Backend.UNKNOWN:
+        updates["backend"] = secondary.backend
+    if not primary.other_processes and secondary.other_processes:
+        updates["other_processes"] = secondary.other_processes
+    if secondary.other_process_named:
+        updates["other_process_named"] = True
+    keys = {k for k, _ in primary.extra}
+    extra = primary.extra + tuple((k, v) for k, v in secondary.extra if k not in keys)
+    if extra != primary.extra:
+        updates["extra"] = extra
+    return replace(primary, **updates) if updates else primary
+
+
+def _classify_safe(text: str) -> _Found | None:
+    try:
+        return _classify(text)
+    except Exception:  # never raise out of a scan; the rules are fuzzed separately
+        return None
+
+
+def scan_lines(
+    lines: Iterable[str], *, first_line_no: int = 1
+) -> Iterator[tuple[Record, OomEvent]]:
+    """Assemble ``lines`` (no newlines needed) into records and yield ``(record, event)``.
+
+    Events that are one failure seen twice are folded into one (see ``MERGE_GAP_LINES``); the
+    record is the first one of the fold. Use ``iter_findings`` for the evidence line numbers.
+    """
+    for finding in iter_findings(lines, first_line_no=first_line_no):
+        yield finding.record, finding.event
+
+
+def iter_findings(lines: Iterable[str], *, first_line_no: int = 1) -> Iterator[Finding]:
+    """Like ``scan_lines`` but yields ``Finding`` (with line numbers). Byte offsets assume UTF-8."""
+    assembler = RecordAssembler(first_line_no=first_line_no)
+    folder = _Folder()
+    offset = 0
+    for line in lines:
+        text = line[:-1] if line.endswith("\n") else line
+        size = len(text.encode("utf-8", "replace")) + 1
+        for record in assembler.feed(text, offset, offset + size):
+            yield from folder.push(record)
+        offset += size
+    for record in assembler.flush():
+        yield from folder.push(record)
+    yield from folder.finish()
+
+
+# -- the fast path over raw bytes --------------------------------------------------------------
+
+_CHUNK = 4 * 1024 * 1024
+#: a line longer than this is cut (memory stays bounded on a file without newlines)
+_MAX_LINE = 256 * 1024
+#: how far before a needle the scanner starts assembling records (lines)
+LOOKBEHIND_LINES = 48
+_LOOKBEHIND_BYTES = 64 * 1024
+#: a needle this close after the last fed line continues the same window (no gap)
+_CONTIGUOUS_LINES = MERGE_GAP_LINES + LOOKBEHIND_LINES
+#: lines that probably start a record: the lookbehind stops a little before them
+_RECORD_START = re.compile(
+    rb"\[\d{4}-\d\d-\d\d \d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,]\d+ - |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
+    rb"|\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] |Traceback \(most|!!! Exception|# ComfyUI Error|Error occurred when"
+)
+
+
+class _StreamScanner:
+    """Needle-driven scan of a byte stream; see ``scan_stream``.
+
+    Invariants: ``buf`` starts at a line start; ``limit`` ends the complete lines in it; the
+    window (when open) has fed every line before ``fed_pos``; needles before ``scan_pos`` are
+    handled; ``floor`` is the first position a new window may feed (earlier lines belong to
+    records already classified).
+    """
+
+    def __init__(self, stream: BinaryIO, chunk_size: int) -> None:
+        self.stream = stream
+        self.chunk_size = max(4096, chunk_size)
+        self.buf = b""
+        self.buf_off = 0
+        self.limit = 0
+        self.cnt_pos = 0  # a line start in buf ...
+        self.cnt_line = 1  # ... and its line number
+        self.scan_pos = 0
+        self.floor = 0
+        self.cache = [-1] * len(_NEEDLES_B)  # next position of each needle (-2: none before limit)
+        self.asm: RecordAssembler | None = None
+        self.fed_pos = 0
+        self.fed_line = 1
+        self.last_hit_line = 0
+        self.folder = _Folder()
+        self.eof = False
+
+    def line_at(self, pos: int) -> int:
+        """Line number of the line that starts at ``pos``."""
+        if pos >= self.cnt_pos:
+            self.cnt_line += self.buf.count(b"\n", self.cnt_pos, pos)
+        else:
+            self.cnt_line -= self.buf.count(b"\n", pos, self.cnt_pos)
+        self.cnt_pos = pos
+        return self.cnt_line
+
+    def needle_at_or_after(self, start: int) -> int:
+        best = -1
+        buf, limit, cache = self.buf, self.limit, self.cache
+        for i, needle in enumerate(_NEEDLES_B):
+            pos = cache[i]
+            if pos == -2:
+                continue
+            if pos < start:
+                pos = buf.find(needle, start, limit)
+                if pos < 0:
+                    cache[i] = -2
+                    continue
+                cache[i] = pos
+            if best < 0 or pos < best:
+                best = pos
+        return best
+
+    def fill(self) -> None:
+        keep = self.scan_pos
+        if self.asm is not None:
+            keep = min(keep, self.fed_pos)
+        else:
+            lo = keep
+            for _ in range(LOOKBEHIND_LINES + 3):
+                if lo <= self.floor or keep - lo > _LOOKBEHIND_BYTES:
+                    break
+                lo = self.buf.rfind(b"\n", 0, lo - 1) + 1
+            keep = max(lo, min(self.floor, keep))
+        keep = max(0, min(keep, self.limit))
+        self.line_at(keep)
+        data = self.stream.read(self.chunk_size)
+        if not data:
+            self.eof = True
+        self.buf = self.buf[keep:] + data
+        self.buf_off += keep
+        for name in ("limit", "cnt_pos", "scan_pos", "floor", "fed_pos"):
+            setattr(self, name, max(0, getattr(self, name) - keep))
+        if self.eof:
+            self.limit = len(self.buf)
+        else:
+            end = self.buf.rfind(b"\n") + 1
+            if end <= self.limit and len(self.buf) - self.limit > _MAX_LINE:
+                end = len(self.buf)  # an over-long line: cut it here
+            self.limit = max(end, self.limit)
+        self.cache = [-1] * len(_NEEDLES_B)
+
+    def close_window(self) -> list[Finding]:
+        if self.asm is not None:
+            pending = self.asm.pending_start_offset
+            self.floor = max(0, pending - self.buf_off) if pending is not None else self.fed_pos
+            self.asm = None
+        return self.folder.gap()
+
+    def open_window(self, line_start: int, hit_line: int) -> None:
+        pos, back = line_start, 0
+        found_start = False
+        extra = 0
+        while back < LOOKBEHIND_LINES and pos > self.floor and line_start - pos < _LOOKBEHIND_BYTES:
+            pos = max(self.buf.rfind(b"\n", self.floor, pos - 1) + 1, self.floor)
+            back += 1
+            if found_start:
+                extra += 1
+                if extra >= 2:
+                    break
+            elif _RECORD_START.match(self.buf, pos):
+                found_start = True
+        self.asm = RecordAssembler(first_line_no=hit_line - back)
+        self.fed_pos, self.fed_line = pos, hit_line - back
+
+    def feed(self) -> Iterator[Finding]:
+        """Feed lines until the record holding the last needle is complete or data runs out."""
+        asm = self.asm
+        assert asm is not None
+        buf, limit = self.buf, self.limit
+        nxt = self.needle_at_or_after(self.fed_pos)
+        while self.fed_pos < limit:
+            nl = buf.find(b"\n", self.fed_pos, limit)
+            end = nl + 1 if nl >= 0 else limit
+            line_end = nl if nl >= 0 else limit
+            if line_end - self.fed_pos > _MAX_LINE:
+                line_end = self.fed_pos + _MAX_LINE
+            if 0 <= nxt < end:
+                self.last_hit_line = self.fed_line
+                nxt = self.needle_at_or_after(end)
+            text = buf[self.fed_pos : line_end].decode("utf-8", "replace")
+            for record in asm.feed(text, self.buf_off + self.fed_pos, self.buf_off + end):
+                yield from self.folder.push(record)
+            self.fed_pos = end
+            line = self.fed_line
+            self.fed_line += 1
+            if line > self.last_hit_line and asm.pending_line_no == line:
+                break  # the record with the last needle is complete
+        self.scan_pos = max(self.scan_pos, self.fed_pos)
+
+    def settled(self) -> bool:
+        asm = self.asm
+        return asm is None or (
+            self.fed_line - 1 > self.last_hit_line and asm.pending_line_no == self.fed_line - 1
+        )
+
+    def run(self) -> Iterator[Finding]:
+        while True:
+            if self.asm is not None and not self.settled():
+                if self.fed_pos < self.limit:
+                    yield from self.feed()
+                    continue
+                if self.eof:
+                    break
+                self.fill()
+                continue
+            hit = self.needle_at_or_after(self.scan_pos)
+            if hit < 0:
+                self.scan_pos = self.limit
+                if self.asm is not None:
+                    start = self.buf.rfind(b"\n", 0, self.limit - 1) + 1 if self.limit else 0
+                    if self.line_at(max(start, self.fed_pos)) - self.fed_line > _CONTIGUOUS_LINES:
+                        yield from self.close_window()
+                if self.eof:
+                    break
+                self.fill()
+                continue
+            line_start = self.buf.rfind(b"\n", 0, hit) + 1
+            hit_line = self.line_at(line_start)
+            if (
+                self.asm is not None
+                and line_start >= self.fed_pos
+                and hit_line - self.fed_line <= _CONTIGUOUS_LINES
+            ):
+                self.last_hit_line = hit_line
+            else:
+                if self.asm is not None:
+                    yield from self.close_window()
+                self.open_window(line_start, hit_line)
+                self.last_hit_line = hit_line
+            yield from self.feed()
+        if self.asm is not None:
+            for record in self.asm.flush():
+                yield from self.folder.push(record)
+            self.asm = None
+        yield from self.folder.finish()
+
+
+def scan_stream(stream: BinaryIO, *, chunk_size: int = _CHUNK) -> Iterator[Finding]:
+    """Scan a binary stream for OOM events in constant memory; what ``diagnose`` runs.
+
+    Only the lines around a needle (``NEEDLES``) are decoded and assembled into records
+    (from up to ``LOOKBEHIND_LINES`` before it until its record is complete); everything else
+    is skipped at ``bytes.find`` speed. On ordinary logs the findings equal those of
+    ``iter_findings`` over the same lines; they can differ only when one record is longer
+    than the lookbehind and its needle sits past it (the event is the same, its record
+    starts later).
+    """
+    yield from _StreamScanner(stream, chunk_size).run()

@@ -1,0 +1,132 @@
+"""Take the wrapper's prefix off a ComfyUI log line, so that prefixes never hide what a line says.
+
+Core ComfyUI logs with format ``%(message)s``; the prefixes come from whoever wrote the file
+(comfyui-facts.md §3.4): ComfyUI-Manager (``[2026-01-02 10:11:12.345] ``, older ``[2026-01-02
+10:11] ``), the ``/internal/logs`` copy (``2025-04-27T21:57:57.289009 - ``), ComfyUI Desktop's
+electron-log (``[2025-03-28 01:40:15.296] [info]  ``), launchers that use Python logging
+(``2024-12-16 17:10:56,767 - root - ERROR - ``, ``ERROR:root:``), newer level tags
+(``[INFO] ``), and per-line prefixes that wrap *every* line, continuation lines included
+(journald/syslog ``May 15 23:09:27 host kernel: ``, ``docker compose`` ``comfyui  | ``).
+
+The difference matters for record assembly (records.py): a wrapper prefix marks the start of
+a new log record, and the wrapper leaves continuation lines (traceback bodies) bare; a
+per-line prefix says nothing about record boundaries.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Split", "split_prefix", "strip_ansi", "strip_prefix"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+# Wrapper prefixes: each one starts a new record. Order matters: electron-log before Manager.
+_ELECTRON = re.compile(
+    r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] \[(?:error|warn|info|verbose|debug|silly)\] ?\s?"
+)
+_MANAGER = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d(?:\.\d+)?)?)\] ?")
+_INTERNAL = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?) - ")
+_PYLOGGING = re.compile(
+    r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - [\w.\-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+)
+_LEVEL_COLON = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.\-]*:")
+_LEVEL_TAG = re.compile(r"\[(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\] ")
+
+# Per-line prefixes: they wrap every line, so they do not mark record starts.
+_SYSLOG = re.compile(
+    r"([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) \S+ [^\s:\[]+(?:\[\d+\])?: (?:\[ *\d+\.\d+\] )?"
+)
+_COMPOSE = re.compile(r"[a-z0-9][a-z0-9_.\-]*\s+\| ")
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A line cut into its prefix facts and its message."""
+
+    timestamp: str | None
+    message: str
+    #: True when a record-starting prefix was found: the line starts a new log record
+    starts_record: bool
+    #: True when a per-line prefix (journal, compose) was removed
+    per_line: bool = False
+    #: True for wrappers that prefix every write (Manager, /internal/logs, electron-log,
+    #: logging launchers): in such a stream a bare line is always a continuation line.
+    #: Level tags (``ERROR:root:``, ``[INFO] ``) are not: ``print()`` output stays bare.
+    wrapper: bool = False
+
+
+def strip_ansi(line: str) -> str:
+    """Remove terminal colour codes (``\\x1b[32m[INFO]\\x1b[0m``)."""
+    return _ANSI.sub("", line) if "\x1b" in line else line
+
+
+def split_prefix(line: str) -> Split:
+    """Recognize the known prefixes of ``line`` (one line, no newline). Never raises."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if not line:
+        return Split(None, line, False)
+    per_line = False
+    first = line[0]
+    if first.isupper() and first in "JFMASOND":
+        m = _SYSLOG.match(line)
+        if m:
+            line = line[m.end() :]
+            per_line = True
+            if not line:
+                return Split(m.group(1), line, False, True)
+            first = line[0]
+    elif first.islower() or first.isdigit():
+        m = _COMPOSE.match(line)
+        if m:
+            line = line[m.end() :]
+            per_line = True
+            if not line:
+                return Split(None, line, False, True)
+            first = line[0]
+    timestamp: str | None = None
+    starts = wrapper = False
+    if first == "[":
+        m = _ELECTRON.match(line) or _MANAGER.match(line)
+        if m:
+            timestamp, line, starts, wrapper = m.group(1), line[m.end() :], True, True
+        elif line.startswith(
+            ("[DEBUG] ", "[INFO] ", "[WARNING] ", "[WARN] ", "[ERROR] ", "[CRITICAL] ")
+        ):
+            m = _LEVEL_TAG.match(line)
+            if m:
+                line, starts = line[m.end() :], True
+    elif first.isdigit():
+        m = _INTERNAL.match(line) or _PYLOGGING.match(line)
+        if m:
+            timestamp, line, starts, wrapper = m.group(1), line[m.end() :], True, True
+    elif first in "DIWEC":
+        m = _LEVEL_COLON.match(line)
+        if m:
+            line, starts = line[m.end() :], True
+    if (
+        starts
+        and line.startswith("[")
+        and line.startswith(("[DEBUG] ", "[INFO] ", "[WARNING] ", "[ERROR] "))
+    ):
+        # Manager prefix followed by a level tag: ``[2026-..] [INFO] text``
+        m = _LEVEL_TAG.match(line)
+        if m:
+            line = line[m.end() :]
+    return Split(timestamp, line, starts, per_line, wrapper)
+
+
+def strip_prefix(line: str) -> tuple[str | None, str]:
+    """Return ``(timestamp text or None, message)`` for one log line. Never raises.
+
+    >>> strip_prefix("[2026-01-02 10:11:12.345] got prompt")
+    ('2026-01-02 10:11:12.345', 'got prompt')
+    >>> strip_prefix("2025-04-27T21:57:57.289009 - got prompt")
+    ('2025-04-27T21:57:57.289009', 'got prompt')
+    >>> strip_prefix("  File \\"execution.py\\", line 327, in execute")
+    (None, '  File "execution.py", line 327, in execute')
+    """
+    split = split_prefix(line)
+    return split.timestamp, split.message
