@@ -969,6 +969,7 @@ LOOKBEHIND_LINES = 48
 _LOOKBEHIND_BYTES = 64 * 1024
 #: a needle this close after the last fed line continues the same window (no gap)
 _CONTIGUOUS_LINES = MERGE_GAP_LINES + LOOKBEHIND_LINES
+_CONTIGUOUS_BYTES = 1024 * 1024
 #: lines that probably start a record: the lookbehind stops a little before them
 _RECORD_START = re.compile(
     rb"\[\d{4}-\d\d-\d\d \d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,]\d+ - |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
@@ -1036,9 +1037,12 @@ class _StreamScanner:
         else:
             lo = keep
             for _ in range(LOOKBEHIND_LINES + 3):
-                if lo <= self.floor or keep - lo > _LOOKBEHIND_BYTES:
+                if lo <= self.floor:
                     break
                 lo = self.buf.rfind(b"\n", 0, lo - 1) + 1
+                if keep - lo > _LOOKBEHIND_BYTES:
+                    lo = keep  # over-long lines: no lookbehind worth keeping
+                    break
             keep = max(lo, min(self.floor, keep))
         keep = max(0, min(keep, self.limit))
         self.line_at(keep)
@@ -1127,7 +1131,11 @@ class _StreamScanner:
                 self.scan_pos = self.limit
                 if self.asm is not None:
                     start = self.buf.rfind(b"\n", 0, self.limit - 1) + 1 if self.limit else 0
-                    if self.line_at(max(start, self.fed_pos)) - self.fed_line > _CONTIGUOUS_LINES:
+                    if (
+                        self.limit - self.fed_pos > _CONTIGUOUS_BYTES
+                        or self.line_at(max(start, self.fed_pos)) - self.fed_line
+                        > _CONTIGUOUS_LINES
+                    ):
                         yield from self.close_window()
                 if self.eof:
                     break

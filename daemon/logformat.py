@@ -69,14 +69,15 @@ def split_prefix(line: str) -> Split:
     if not line:
         return Split(None, line, False)
     per_line = False
+    line_time: str | None = None
     first = line[0]
     if first.isupper() and first in "JFMASOND":
         m = _SYSLOG.match(line)
         if m:
-            line = line[m.end() :]
+            line, line_time = line[m.end() :], m.group(1)
             per_line = True
             if not line:
-                return Split(m.group(1), line, False, True)
+                return Split(line_time, line, False, True)
             first = line[0]
     elif first.islower() or first.isdigit():
         m = _COMPOSE.match(line)
@@ -115,7 +116,7 @@ def split_prefix(line: str) -> Split:
         m = _LEVEL_TAG.match(line)
         if m:
             line = line[m.end() :]
-    return Split(timestamp, line, starts, per_line, wrapper)
+    return Split(timestamp or line_time, line, starts, per_line, wrapper)
 
 
 def strip_prefix(line: str) -> tuple[str | None, str]:

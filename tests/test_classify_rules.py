@@ -1,0 +1,488 @@
+"""Synthetic table tests: the exact texts comfyui-facts.md §2 and §11 list (some observed on a
+real ComfyUI v0.8.0), each allocator's units, the wrappers' prefixes, and the negatives."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+from oom_sentinel.daemon.classify import (
+    NEEDLES,
+    classify_execution_error,
+    classify_record,
+    has_needle,
+    iter_findings,
+    parse_size,
+    scan_stream,
+)
+from oom_sentinel.daemon.events import Backend, OomEvent, Pool
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+
+
+def _event(text: str) -> OomEvent:
+    event = classify_record(text)
+    assert event is not None, text
+    return event
+
+
+# -- comfyui-facts §11: observed on a real ComfyUI v0.8.0 with --cpu --------------------------
+
+
+def test_real_cpu_allocation_failure_message_is_ram_with_exact_bytes() -> None:
+    message = (
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+        "you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)\n"
+    )
+    event = classify_execution_error(
+        {
+            "exception_type": "RuntimeError",
+            "exception_message": message,
+            "node_type": "EmptyImage",
+            "node_id": "1",
+        }
+    )
+    assert event is not None
+    assert (event.pool, event.backend, event.recovered) == (Pool.RAM, Backend.CPU, False)
+    assert event.requested_bytes == 68719476736
+    assert (event.exception_type, event.node_type, event.node_id) == (
+        "RuntimeError",
+        "EmptyImage",
+        "1",
+    )
+    assert event.message.startswith("[enforce fail")
+
+
+def test_real_console_of_a_cpu_allocation_failure_is_one_event() -> None:
+    console = [
+        "got prompt",
+        "!!! Exception during processing !!! [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)",
+        "Traceback (most recent call last):",
+        '  File "/x/ComfyUI/execution.py", line 516, in execute',
+        "    output_data, output_ui, has_subgraph, has_pending_tasks = await get_output_data(prompt_id)",
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)",
+        "",
+        "Prompt executed in 0.09 seconds",
+    ]
+    findings = list(iter_findings(console))
+    assert len(findings) == 1
+    event = findings[0].event
+    assert (findings[0].line_no, event.pool, event.requested_bytes) == (2, Pool.RAM, 68719476736)
+    assert event.exception_type == "RuntimeError"
+
+
+def test_real_numpy_failure_under_an_address_space_cap() -> None:
+    event = classify_execution_error(
+        {
+            "exception_type": "numpy._core._exceptions._ArrayMemoryError",
+            "exception_message": "Unable to allocate 192. MiB for an array with shape (4096, 4096, 3) and data type float32",
+            "node_type": "SaveImage",
+        }
+    )
+    assert event is not None
+    assert (event.pool, event.backend, event.requested_bytes) == (Pool.RAM, Backend.CPU, 192 * MiB)
+    assert event.exception_type == "numpy._core._exceptions._ArrayMemoryError"
+
+
+def test_real_memory_cgroup_kill_line_names_the_victim() -> None:
+    event = _event(
+        "[ 1234.567890] Memory cgroup out of memory: Killed process 4242 (python) total-vm:4123456kB, "
+        "anon-rss:3012345kB, file-rss:1234kB, shmem-rss:0kB, UID:1000 pgtables:6543kB oom_score_adj:0"
+    )
+    assert (event.pool, event.killer, event.killed_pid) == (Pool.KILLED_BY_OS, "kernel", 4242)
+    extra = dict(event.extra)
+    assert extra["anon_rss_bytes"] == 3012345 * KiB and extra["scope"] == "cgroup"
+
+
+# -- comfyui-facts §2.3: soft OOMs are recovered ---------------------------------------------
+
+SOFT = [
+    (
+        "Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.",
+        "soft-vae-tiled",
+    ),
+    (
+        "Warning: Ran out of memory when regular VAE encoding, retrying with tiled VAE encoding.",
+        "soft-vae-tiled",
+    ),
+    ("out of memory error, emptying cache and trying again", "soft-split-attention-empty-cache"),
+    ("out of memory error, increasing steps and trying again 8", "soft-split-attention-steps"),
+    ("scaled_dot_product_attention OOMed: switched to slice attention", "soft-vae-slice-attention"),
+    (
+        "ran out of memory while running softmax in  _get_attention_scores_no_kv_chunking, trying slower in place softmax instead",
+        "soft-subquadratic-softmax",
+    ),
+    (
+        "ran out of memory while running softmax in _get_attention_scores_no_kv_chunking, trying slower in place softmax instead",
+        "soft-subquadratic-softmax",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "rule"), SOFT, ids=[f"{r}-{i}" for i, (_, r) in enumerate(SOFT)])
+def test_comfyui_soft_oom_texts_are_recovered(text: str, rule: str) -> None:
+    event = _event(text)
+    assert (event.recovered, event.pool, event.rule) == (True, Pool.GPU, rule)
+
+
+def test_split_attention_steps_are_kept() -> None:
+    assert (
+        dict(_event("out of memory error, increasing steps and trying again 16").extra)["steps"]
+        == 16
+    )
+
+
+# -- comfyui-facts §2.1/2.2: the CUDA family ---------------------------------------------------
+
+CUDA_TABLE: list[tuple[str, str, dict[str, Any]]] = [
+    (
+        "new style",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.55 GiB of which 1.20 GiB is free. Of the allocated memory 20.10 GiB is allocated by PyTorch, and 512.00 MiB is reserved by PyTorch but unallocated.",
+        dict(
+            pool=Pool.GPU,
+            requested_bytes=2 * GiB,
+            total_bytes=round(23.55 * GiB),
+            free_bytes=round(1.2 * GiB),
+            allocated_bytes=round(20.1 * GiB),
+            reserved_unallocated_bytes=512 * MiB,
+            exception_type="torch.OutOfMemoryError",
+            gpu_index=0,
+        ),
+    ),
+    (
+        "new style, fragmentation",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 1 has a total capacity of 8.00 GiB of which 100.00 MiB is free. Of the allocated memory 5.00 GiB is allocated by PyTorch, and 2.00 GiB is reserved by PyTorch but unallocated.",
+        dict(
+            pool=Pool.GPU_FRAGMENTATION,
+            requested_bytes=512 * MiB,
+            reserved_unallocated_bytes=2 * GiB,
+            gpu_index=1,
+        ),
+    ),
+    (
+        "two other processes named",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 23.65 GiB of which 13.06 MiB is free. Process 1234 has 2.00 GiB memory in use. Process 5678 has 512.00 MiB memory in use. Including non-PyTorch memory, this process has 21.10 GiB memory in use. Of the allocated memory 20.50 GiB is allocated by PyTorch, and 10.00 MiB is reserved by PyTorch but unallocated.",
+        dict(
+            other_process_named=True,
+            process_used_bytes=round(21.1 * GiB),
+            other_pids=[(1234, 2 * GiB), (5678, 512 * MiB)],
+        ),
+    ),
+    (
+        "old style",
+        "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 4.00 GiB total capacity; 3.40 GiB already allocated; 0 bytes free; 3.41 GiB reserved in total by PyTorch)",
+        dict(
+            pool=Pool.GPU,
+            requested_bytes=20 * MiB,
+            total_bytes=4 * GiB,
+            free_bytes=0,
+            reserved_bytes=round(3.41 * GiB),
+            reserved_unallocated_bytes=round(3.41 * GiB) - round(3.4 * GiB),
+        ),
+    ),
+    (
+        "old style with a memory fraction",
+        "RuntimeError: CUDA out of memory. Tried to allocate 1.00 GiB (GPU 0; 24.00 GiB total capacity; 10.00 GiB already allocated; 12.00 GiB free; 10.50 GiB allowed; 10.20 GiB reserved in total by PyTorch)",
+        dict(requested_bytes=GiB, extra_allowed=round(10.5 * GiB)),
+    ),
+    (
+        "cudaMallocAsync",
+        "torch.OutOfMemoryError: Allocation on device ",
+        dict(pool=Pool.GPU, backend=Backend.CUDA, requested_bytes=None, total_bytes=None),
+    ),
+    (
+        "cudaMallocAsync with details",
+        "torch.cuda.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 21.55 GiB\nRequested               : 952.00 MiB\nDevice limit            : 24.00 GiB\nFree (according to CUDA): 0 bytes\nPyTorch limit (set by user-supplied memory fraction)\n                        : 17179869184.00 GiB",
+        dict(
+            requested_bytes=952 * MiB,
+            total_bytes=24 * GiB,
+            free_bytes=0,
+            allocated_bytes=round(21.55 * GiB),
+        ),
+    ),
+    (
+        "runtime error",
+        "RuntimeError: CUDA error: out of memory",
+        dict(pool=Pool.GPU, backend=Backend.CUDA),
+    ),
+    (
+        "cuBLAS",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        dict(backend=Backend.CUDA),
+    ),
+    (
+        "cuDNN not allocated",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_ALLOCATED",
+        dict(backend=Backend.CUDA),
+    ),
+    (
+        "MIOpen",
+        "RuntimeError: miopenStatus: MIOPEN_STATUS_ALLOC_FAILED",
+        dict(backend=Backend.ROCM),
+    ),
+    (
+        "HIP",
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of 15.98 GiB of which 16.00 MiB is free.",
+        dict(backend=Backend.ROCM, requested_bytes=40 * MiB),
+    ),
+    (
+        "XPU",
+        "RuntimeError: XPU out of memory. Tried to allocate 1.71 GiB (GPU 0; 15.56 GiB total capacity; 0 bytes already allocated; 0 bytes reserved in total by PyTorch)",
+        dict(backend=Backend.XPU, allocated_bytes=0),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [(t, e) for _, t, e in CUDA_TABLE], ids=[n for n, _, _ in CUDA_TABLE]
+)
+def test_gpu_allocator_messages_give_pool_backend_and_numbers(
+    text: str, expected: dict[str, Any]
+) -> None:
+    event = _event(text)
+    assert event.recovered is False
+    for key, value in expected.items():
+        if key == "other_pids":
+            assert [(p.pid, p.bytes) for p in event.other_processes] == value
+        elif key.startswith("extra_"):
+            assert dict(event.extra)[key.removeprefix("extra_") + "_bytes"] == value
+        else:
+            assert getattr(event, key) == value, key
+    if "backend" not in expected:
+        assert event.backend in (Backend.CUDA, Backend.ROCM, Backend.XPU)
+
+
+def test_got_an_oom_alone_is_a_gpu_failure_of_unknown_backend() -> None:
+    event = _event("Got an OOM, unloading all loaded models.")
+    assert (event.pool, event.backend, event.recovered) == (Pool.GPU, Backend.UNKNOWN, False)
+
+
+def test_tips_text_appended_by_comfyui_changes_no_number() -> None:
+    message = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 11.99 GiB of which 1.50 GiB is free. "
+        "Of the allocated memory 9.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated."
+        "\nThis error means you ran out of memory on your GPU.\n\nTIPS: If the workflow worked before you might have "
+        "accidentally set the batch_size to a large number."
+    )
+    event = classify_execution_error(
+        {
+            "exception_type": "torch.OutOfMemoryError",
+            "exception_message": message,
+            "node_type": "KSampler",
+            "node_id": "3",
+        }
+    )
+    assert event is not None
+    assert (event.pool, event.backend, event.requested_bytes, event.free_bytes) == (
+        Pool.GPU,
+        Backend.CUDA,
+        2 * GiB,
+        round(1.5 * GiB),
+    )
+    assert event.message.startswith("CUDA out of memory.") and "TIPS" not in event.message
+    assert event.node_type == "KSampler" and event.rule.startswith("execution-error/")
+
+
+def test_cudamallocasync_payload_has_cuda_backend_and_no_numbers() -> None:
+    event = classify_execution_error(
+        {
+            "exception_type": "torch.OutOfMemoryError",
+            "exception_message": "Allocation on device \nThis error means you ran out of memory on your GPU.\n\nTIPS: x",
+        }
+    )
+    assert event is not None and event.backend is Backend.CUDA and event.requested_bytes is None
+
+
+def test_mps_units_are_binary_even_when_printed_as_gb() -> None:
+    event = _event(
+        "RuntimeError: MPS backend out of memory (MPS allocated: 8.72 GB, other allocations: 110.16 MB, max allowed: 9.07 GB). Tried to allocate 405.00 MB on private pool."
+    )
+    assert (event.pool, event.backend) == (Pool.UNIFIED_MPS, Backend.MPS)
+    assert event.mps_allocated_bytes == round(8.72 * GiB) and event.mps_other_bytes == round(
+        110.16 * MiB
+    )
+    assert event.mps_max_allowed_bytes == round(9.07 * GiB) and event.requested_bytes == 405 * MiB
+
+
+def test_old_torch_cpu_message_in_gigabytes() -> None:
+    event = _event(
+        "RuntimeError: [enforce fail at CPUAllocator.cpp:56] data. DefaultCPUAllocator: not enough memory: you tried to allocate 3GB. Buy new RAM!"
+    )
+    assert (event.pool, event.requested_bytes) == (Pool.RAM, 3 * GiB)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "OSError: [WinError 1455] The paging file is too small for this operation to complete",
+        "safetensors_rust.SafetensorError: Error while deserializing header: The paging file is too small for this operation to complete. (os error 1455)",
+    ],
+    ids=["python-oserror", "rust-io-error"],
+)
+def test_windows_paging_file_is_swap_pagefile(text: str) -> None:
+    assert _event(text).pool is Pool.SWAP_PAGEFILE
+
+
+def test_directml_size_is_read_in_bytes() -> None:
+    event = _event(
+        "RuntimeError: Could not allocate tensor with 4915840 bytes. There is not enough GPU video memory available!"
+    )
+    assert (event.backend, event.requested_bytes) == (Backend.DIRECTML, 4915840)
+
+
+KILLS = [
+    ("Killed", None, None),
+    ("[1]+  Killed                  python main.py --listen", None, None),
+    ("./run.sh: line 3: 31337 Killed                  python main.py", None, 31337),
+    (
+        "Out of memory: Killed process 1234 (python) total-vm:30000000kB, anon-rss:25000000kB, file-rss:0kB, shmem-rss:0kB",
+        "kernel",
+        1234,
+    ),
+    (
+        "Memory cgroup out of memory: Killed process 99 (python3) total-vm:11892kB, anon-rss:4292kB, file-rss:3428kB, shmem-rss:0kB",
+        "kernel",
+        99,
+    ),
+    ("comfyui.service: A process of this unit has been killed by the OOM killer.", "kernel", None),
+    (
+        "systemd-oomd[851]: Killed /system.slice/comfyui.service due to memory pressure for /system.slice being 87.37% > 50.00% for > 20s with reclaim activity",
+        "systemd-oomd",
+        None,
+    ),
+    (
+        'earlyoom[845]: sending SIGKILL to process 4321 uid 1000 "python3": badness 900, VmRSS 20000 MiB',
+        "earlyoom",
+        4321,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "killer", "pid"), KILLS, ids=[f"kill-{i}" for i in range(len(KILLS))]
+)
+def test_os_kills_are_killed_by_os_with_killer_and_victim(
+    text: str, killer: str | None, pid: int | None
+) -> None:
+    event = _event(text)
+    assert (event.pool, event.killer, event.killed_pid) == (Pool.KILLED_BY_OS, killer, pid)
+
+
+# -- prefixes never hide anything --------------------------------------------------------------
+
+LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 8.00 GiB of which 1.00 GiB is free."
+PREFIXES = {
+    "manager": "[2026-01-02 10:11:12.345] ",
+    "manager-old": "[2026-01-02 10:11] ",
+    "internal-logs": "2025-04-27T21:57:57.289009 - ",
+    "desktop-electron": "[2025-03-28 01:40:15.296] [error]  ",
+    "python-logging": "2024-12-16 17:10:56,767 - root - ERROR - ",
+    "level-colon": "ERROR:root:",
+    "level-tag": "[ERROR] ",
+    "ansi-level-tag": "\x1b[31m[ERROR]\x1b[0m ",
+    "journal": "Jan 02 10:11:12 host python3[1234]: ",
+    "compose": "comfyui-1  | ",
+    "markdown-quote": "> ",
+}
+
+
+@pytest.mark.parametrize("prefix", PREFIXES.values(), ids=list(PREFIXES))
+def test_wrapper_prefixes_do_not_hide_the_oom(prefix: str) -> None:
+    event = _event(prefix + LINE)
+    assert (event.pool, event.requested_bytes, event.total_bytes) == (Pool.GPU, 2 * GiB, 8 * GiB)
+    assert event.exception_type == "torch.OutOfMemoryError"
+    findings = list(scan_stream(io.BytesIO(("got prompt\n" + prefix + LINE + "\n").encode())))
+    assert [f.line_no for f in findings] == [2]
+
+
+# -- negatives -----------------------------------------------------------------------------------
+
+NEGATIVES = {
+    "illegal memory access": "RuntimeError: CUDA error: an illegal memory access was encountered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+    "device-side assert": "torch.AcceleratorError: CUDA error: device-side assert triggered",
+    "torch not compiled with cuda": 'raise AssertionError("Torch not compiled with CUDA enabled")\nAssertionError: Torch not compiled with CUDA enabled',
+    "tensors on two devices": "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!",
+    "readme sentence": "If you get CUDA out of memory errors, try --lowvram or a smaller batch.",
+    "prose": "it gets out of memory quick and i also run on 24GB VRAM",
+    "node named like an OOM": "   0.1 seconds: /home/u/ComfyUI/custom_nodes/ComfyUI-OutOfMemoryGuard",
+    "node class named like an OOM error": "OutOfMemoryErrorHandler: cleared 3 caches",
+    "issue title": "Allocation on device error",
+    "memory summary counter": "|            CUDA OOMs: 1            |        cudaMalloc retries: 1         |",
+    "memory summary row": "| Allocated memory      |  11515 MiB |  11515 MiB |      0 B   |      0 B   |",
+    "killed in prose": "I Killed the process myself with the task manager",
+    "xpu 4 GB block limit": "RuntimeError: Current platform can NOT allocate memory block with size larger than 4GB! Tried to allocate 6.85 GiB (GPU  0; 15.56 GiB total capacity; 0 bytes already allocated; 0 bytes reserved in total by PyTorch)",
+    "startup memory line": "Enabled pinned memory 7549.0",
+    "smart memory": "Disabling smart memory management",
+    "model load line": "loaded partially; 2419.36 MB usable, 2340.83 MB loaded, 263.30 MB offloaded, 78.53 MB buffer reserved, lowvram patches: 0",
+    "earlyoom status": "earlyoom[845]: low memory! at or below SIGTERM limits: mem  3.00%, swap 10.00%",
+}
+
+
+@pytest.mark.parametrize("text", NEGATIVES.values(), ids=list(NEGATIVES))
+def test_texts_that_are_not_an_oom_stay_negative(text: str) -> None:
+    assert classify_record(text) is None
+    assert list(scan_stream(io.BytesIO(text.encode()))) == []
+
+
+def test_non_oom_execution_errors_are_none() -> None:
+    assert (
+        classify_execution_error(
+            {"exception_type": "ExecutionBlocked", "exception_message": "Execution Blocked: no"}
+        )
+        is None
+    )
+    assert (
+        classify_execution_error(
+            {
+                "exception_type": "RuntimeError",
+                "exception_message": "CUDA error: an illegal memory access was encountered",
+            }
+        )
+        is None
+    )
+    assert classify_execution_error({}) is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        None,
+        3,
+        "x",
+        [],
+        {"exception_type": 5, "exception_message": ["a"]},
+        {"exception_message": None, "node_type": {}},
+    ],
+    ids=["none", "int", "str", "list", "wrong-types", "nones"],
+)
+def test_malformed_execution_error_payloads_give_none(payload: Any) -> None:
+    assert classify_execution_error(payload) is None
+
+
+# -- the prefilter and sizes -----------------------------------------------------------------------
+
+
+def test_every_rule_text_in_these_tables_contains_a_needle() -> None:
+    texts = [t for t, _ in SOFT] + [t for _, t, _ in CUDA_TABLE] + [t for t, _, _ in KILLS] + [LINE]
+    for text in texts:
+        assert has_needle(text), text
+    assert all(isinstance(n, str) and n for n in NEEDLES)
+
+
+@pytest.mark.parametrize(
+    ("number", "unit", "expected"),
+    [
+        ("0", "bytes", 0),
+        ("2.00", "GiB", 2 * GiB),
+        ("184.73", "MiB", round(184.73 * MiB)),
+        ("136.", "GiB", 136 * GiB),
+        ("1,234", "kB", 1234 * KiB),
+        ("1", "TiB", 1024 * GiB),
+        ("x", "GiB", None),
+        ("1", "parsecs", None),
+    ],
+)
+def test_sizes_are_binary_multiples(number: str, unit: str, expected: int | None) -> None:
+    assert parse_size(number, unit) == expected
