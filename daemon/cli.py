@@ -12,6 +12,7 @@ import click
 
 from oom_sentinel.config.settings import default_toml_text, load_settings
 from oom_sentinel.daemon.cli_run import run_command, status_command
+from oom_sentinel.daemon.cli_runs import runs_command
 from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.cli_states import states_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
@@ -93,3 +94,4 @@ main.add_command(run_command)
 main.add_command(status_command)
 main.add_command(snapshots_group)
 main.add_command(states_group)
+main.add_command(runs_command)
