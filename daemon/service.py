@@ -66,6 +66,7 @@ from oom_sentinel.daemon.comfy_watch import (
     ComfyWatcher,
     PromptDone,
     PromptStarted,
+    WatchOptions,
 )
 from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, discover_instances
 from oom_sentinel.daemon.errors import ConfigError, SentinelError
@@ -368,7 +369,15 @@ class Service:
         last_alive = self.store.get_meta(META_LAST_ALIVE)
         with contextlib.suppress(TypeError, ValueError):
             self._api_horizon_s = min(self.started_s, float(last_alive or self.started_s))
-        self.comfy_watch = ComfyWatcher(lambda m: self._post("api", m))
+        api = self.settings.api
+        self.comfy_watch = ComfyWatcher(
+            lambda m: self._post("api", m),
+            WatchOptions(
+                active_poll_s=self.settings.sampling.active_interval_ms / 1000,
+                idle_poll_s=api.idle_poll_ms / 1000,
+                websocket=api.websocket,
+            ),
+        )
         self.comfy_watch.start()
         self.process_watch = ProcessWatcher(lambda m: self._post("process", m))
         self.process_watch.start()
