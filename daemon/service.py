@@ -342,7 +342,9 @@ class Service:
         #: prompt ids recorded (or pending) lately; the runs table is the durable record
         self._recorded: OrderedDict[str, None] = OrderedDict()
         self._sources: dict[str, frozenset[str]] = {}
-        #: a prompt found in history that ended after this moment becomes an incident
+        #: a prompt found in history (on connect) that ended after this moment becomes an
+        #: incident: the last time a daemon on this data dir was alive, else now -- an OOM
+        #: from before the first start is recorded as a run, not alarmed on
         self._api_horizon_s = self.started_s
 
     # -- start-up ----------------------------------------------------------------------------
@@ -368,7 +370,10 @@ class Service:
         )
         last_alive = self.store.get_meta(META_LAST_ALIVE)
         with contextlib.suppress(TypeError, ValueError):
-            self._api_horizon_s = min(self.started_s, float(last_alive or self.started_s))
+            # it is written every STATUS_INTERVAL_S: anything after the last write - that
+            # interval may have ended while no daemon watched
+            if last_alive is not None:
+                self._api_horizon_s = min(self.started_s, float(last_alive) - STATUS_INTERVAL_S)
         api = self.settings.api
         self.comfy_watch = ComfyWatcher(
             lambda m: self._post("api", m),
@@ -741,7 +746,7 @@ class Service:
                 self._lost.append(_LostRun(run, self.clock()))
             return
         obs = done.observation
-        fresh = not done.backfill or (done.ended_s or done.seen_s) >= self._api_horizon_s - 5.0
+        fresh = not done.backfill or (done.ended_s or done.seen_s) >= self._api_horizon_s
         if obs is not None and fresh and done.prompt_id not in self._handled_prompts:
             self._pending_runs.append(_PendingRun(run, pool_family(obs.event.pool)))
             self._apply(self.tracker.observe(obs, self.clock()))
