@@ -110,6 +110,13 @@ class IncidentSettings(_Section):
     settle_ms: NonNegative = 1000
 
 
+class ApiSettings(_Section):
+    """How each ComfyUI's HTTP API is read (``daemon/comfy_watch.py``)."""
+
+    websocket: bool = True
+    idle_poll_ms: PositiveMs = 10000
+
+
 class SnapshotSettings(_Section):
     max_count: NonNegative = 500
     max_age_days: NonNegative = 90
@@ -179,6 +186,7 @@ class Settings(_Section):
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     def resolved_data_dir(self) -> Path:
         """The data dir: configured, else systemd's $STATE_DIRECTORY, else -- for root, once
