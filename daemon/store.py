@@ -101,6 +101,7 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (key, channel)
     );
     CREATE INDEX alert_outbox_due ON alert_outbox (state, next_attempt_s);
+    """,
     # 3: every prompt ComfyUI ran (runs.py): outcome, peak memory, workflow fingerprint
     """
     CREATE TABLE runs (
