@@ -16,8 +16,8 @@ from oom_sentinel.daemon.cli_diagnose import diagnose
 from oom_sentinel.daemon.cli_doctor import doctor_command
 from oom_sentinel.daemon.cli_notify_agent import notify_agent_command
 from oom_sentinel.daemon.cli_run import run_command, status_command
-from oom_sentinel.daemon.cli_service import service_group
 from oom_sentinel.daemon.cli_runs import runs_command
+from oom_sentinel.daemon.cli_service import service_group
 from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.cli_states import states_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
