@@ -26,6 +26,7 @@ __all__ = [
     "DiscoverySettings",
     "GpuSettings",
     "IncidentSettings",
+    "InstallStateSettings",
     "InstanceSettings",
     "LoadedSettings",
     "LogSettings",
@@ -110,6 +111,19 @@ class SnapshotSettings(_Section):
     max_age_days: NonNegative = 90
 
 
+class InstallStateSettings(_Section):
+    """Install-state history (``daemon/state_history.py``)."""
+
+    enabled: bool = True
+    #: git/custom-node capture without the interpreter: the safety net for missed file events
+    interval_s: PositiveMs = 300
+    #: capture with ComfyUI's interpreter too (pip freeze, torch/CUDA versions)
+    full_interval_s: PositiveMs = 21600
+    debounce_ms: NonNegative = 2000
+    probe_interpreter: bool = True
+    probe_timeout_s: PositiveMs = 60
+
+
 class Settings(_Section):
     """Everything configurable, parsed once and passed explicitly (never read from globals)."""
 
@@ -122,6 +136,7 @@ class Settings(_Section):
     gpu: GpuSettings = Field(default_factory=GpuSettings)
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
+    install_state: InstallStateSettings = Field(default_factory=InstallStateSettings)
 
     def resolved_data_dir(self) -> Path:
         """The data dir: configured, else systemd's $STATE_DIRECTORY, else the platform's."""
