@@ -14,6 +14,7 @@ from oom_sentinel.config.settings import default_toml_text, load_settings
 from oom_sentinel.daemon.cli_diagnose import diagnose
 from oom_sentinel.daemon.cli_doctor import doctor_command
 from oom_sentinel.daemon.cli_run import run_command, status_command
+from oom_sentinel.daemon.cli_runs import runs_command
 from oom_sentinel.daemon.cli_snapshots import snapshots_group
 from oom_sentinel.daemon.cli_states import states_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
@@ -99,3 +100,4 @@ main.add_command(status_command)
 main.add_command(snapshots_group)
 main.add_command(states_group)
 main.add_command(doctor_command)
+main.add_command(runs_command)

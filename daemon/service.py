@@ -12,7 +12,19 @@ Threads, and why each exists:
 - an **APScheduler** ``BackgroundScheduler`` runs the periodic jobs: the memory sampler
   (1 s, 250 ms while a prompt runs), discovery of installs that appear later, retention. Jobs
   hand results to the loop through a queue and wake it;
-- the **watchdog observer** (inside ``LogTailManager``) only sets a wake-up flag.
+- the **watchdog observer** (inside ``LogTailManager``) only sets a wake-up flag;
+- the **API watcher** (``comfy_watch``: one asyncio loop for every instance) follows each
+  ComfyUI's queue and history and hands ``PromptStarted``/``PromptDone``/``ApiStatus`` records
+  to the loop through the same inbox;
+- the **process watcher** (``process_watch``) sleeps on pidfds until a ComfyUI process ends,
+  gathers the kernel's kill evidence and hands a ``ProcessExit`` to the inbox.
+
+Only the main thread touches the tracker, the store and the snapshot writer. A prompt that runs
+out of memory is reported by the API (node, prompt, workflow), often by the log too (numbers),
+and merged by the tracker; the snapshot carries ``prompt.json``/``workflow.json`` and the
+``process``, ``kernel``, ``system_stats`` and ``internal_logs`` sections. Every prompt becomes a
+``runs`` row (``runs.py``); an OOM's row is written only after its snapshot, so a crash in
+between re-reads the prompt from ComfyUI's history instead of losing it.
 
 Exactly-once across ``kill -9``: a log record's offset is committed only after the incident it
 belongs to is on disk; every snapshot records which log records it was built from
@@ -24,6 +36,7 @@ duplicate or a loss.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -32,7 +45,7 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,14 +53,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from oom_sentinel.config.settings import LoadedSettings, Settings
 from oom_sentinel.daemon.advice import AdviceContext, ComfyInstance, GpuProcess, advise
 from oom_sentinel.daemon.atomic import write_json_atomic
 from oom_sentinel.daemon.classify import classify_record
+from oom_sentinel.daemon.comfy_watch import (
+    ApiContext,
+    ApiStatus,
+    ComfyWatcher,
+    PromptDone,
+    PromptStarted,
+)
 from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, discover_instances
 from oom_sentinel.daemon.errors import ConfigError, SentinelError
+from oom_sentinel.daemon.events import Pool
 from oom_sentinel.daemon.gpu_select import select_gpu_probe
 from oom_sentinel.daemon.host_probe import PsutilHostProbe
 from oom_sentinel.daemon.incidents import (
@@ -59,12 +81,20 @@ from oom_sentinel.daemon.incidents import (
     TrackerConfig,
     UpdateIncident,
     WriteSnapshot,
+    pool_family,
 )
 from oom_sentinel.daemon.logtail import LogLine, LogTailManager
-from oom_sentinel.daemon.probes import MemorySample
-from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes
+from oom_sentinel.daemon.process_watch import (
+    ProcessExit,
+    ProcessWatcher,
+    kernel_section,
+    kill_observation,
+    process_section,
+)
+from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes, process_exists
 from oom_sentinel.daemon.records import Record, RecordAssembler
 from oom_sentinel.daemon.retention import prune_snapshots
+from oom_sentinel.daemon.runs import RunRecord, has_run, record_run, run_from_done
 from oom_sentinel.daemon.sdnotify import Notifier, watchdog_interval_s
 from oom_sentinel.daemon.snapshot import (
     HostFacts,
@@ -73,6 +103,7 @@ from oom_sentinel.daemon.snapshot import (
     SnapshotRef,
     clean_leftovers,
     collect_host_facts,
+    iso_utc,
     list_snapshots,
     parse_iso_utc,
     snapshots_dir,
@@ -96,6 +127,14 @@ AFTER_LINES = 60
 #: How often ``status.json`` (read by ``oom-sentinel status``) is refreshed.
 STATUS_INTERVAL_S = 5.0
 STATUS_FILE = "status.json"  # cli_run.STATUS_FILE reads it
+#: A prompt whose server went away waits this long for the process watcher to say whether the
+#: OS killed it (evidence collection may run journalctl, which has a 5 s timeout).
+LOST_RUN_GRACE_S = 15.0
+#: Prompts (API prompt, workflow, error context) kept for snapshots written after the fact.
+CAPTURED_PROMPTS = 64
+#: store meta key: the last time this daemon was alive, so a prompt that failed while it was
+#: down (found in history at the next connect) still becomes an incident
+META_LAST_ALIVE = "last_alive_s"
 
 
 @dataclass(frozen=True)
@@ -120,6 +159,8 @@ class WatchedInstance:
     python: str | None = None
     source: str = "config"
     process: ComfyProcess | None = None
+    #: the user gave the URL (or port): discovery must not change it
+    url_fixed: bool = False
 
     def info(self) -> InstanceInfo:
         return InstanceInfo(name=self.name, path=self.path, url=self.url)
@@ -143,6 +184,33 @@ class _Held:
     key: str
     path: str
     start_offset: int
+
+
+@dataclass
+class _Captured:
+    """What the API gave for one prompt, kept for its snapshot."""
+
+    instance: str
+    prompt: Mapping[str, Any] | None
+    workflow: Mapping[str, Any] | None
+    seen_s: float
+    done: PromptDone | None = None
+
+
+@dataclass(frozen=True)
+class _LostRun:
+    """A prompt whose server went away, waiting for the process watcher's verdict."""
+
+    run: RunRecord
+    since_s: float
+
+
+@dataclass(frozen=True)
+class _PendingRun:
+    """An OOM run, written once its incident's snapshot is on disk."""
+
+    run: RunRecord
+    family: str
 
 
 def _record_id(key: str, record: Record) -> str:
@@ -195,6 +263,15 @@ def _instance_name_for_url(url: str) -> str:
     return parts.netloc or url
 
 
+def _normal_url(url: str) -> str:
+    """``http://localhost:8188/`` and ``http://127.0.0.1:8188`` are one server."""
+    parts = urlsplit(url.rstrip("/"))
+    host = parts.hostname or ""
+    if host in ("localhost", "0.0.0.0", "::1", "::", ""):
+        host = "127.0.0.1"
+    return f"{parts.scheme or 'http'}://{host}:{parts.port or 80}"
+
+
 class Service:
     """The daemon: build with settings, ``start()``, ``run(stop)``, ``close()``."""
 
@@ -239,6 +316,31 @@ class Service:
         self.last_incident: str | None = None
         self.started_s = clock()
         self._last_status = 0.0
+        # -- the API and process watchers, and what they told us ------------------------------
+        self.comfy_watch: ComfyWatcher | None = None
+        self.process_watch: ProcessWatcher | None = None
+        self._api_up: dict[str, bool] = {}
+        #: instance -> (prompt_id, seen running at)
+        self._running: dict[str, tuple[str, float]] = {}
+        #: prompt_id -> what the API gave for it (prompt, workflow, error context)
+        self._captured: OrderedDict[str, _Captured] = OrderedDict()
+        #: instance -> the latest /system_stats and /internal/logs tail
+        self._api_context: dict[str, ApiContext] = {}
+        #: pid -> how it ended (the snapshot's process and kernel sections)
+        self._exits: OrderedDict[int, ProcessExit] = OrderedDict()
+        #: (pid, create time) of processes that ended: never watched again
+        self._dead: set[tuple[int, float | None]] = set()
+        #: prompts whose server went away, waiting for the process watcher's verdict
+        self._lost: list[_LostRun] = []
+        #: OOM runs written once their incident's snapshot is on disk
+        self._pending_runs: list[_PendingRun] = []
+        #: prompt ids the snapshots on disk were built from (read at start-up)
+        self._handled_prompts: set[str] = set()
+        #: prompt ids recorded (or pending) in this process's lifetime
+        self._recorded: set[str] = set()
+        self._sources: dict[str, frozenset[str]] = {}
+        #: a prompt found in history that ended after this moment becomes an incident
+        self._api_horizon_s = self.started_s
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -261,6 +363,14 @@ class Service:
         self.tails = LogTailManager(
             self.store, poll_interval_ms=self.settings.logs.poll_interval_ms
         )
+        last_alive = self.store.get_meta(META_LAST_ALIVE)
+        with contextlib.suppress(TypeError, ValueError):
+            self._api_horizon_s = min(self.started_s, float(last_alive or self.started_s))
+        self.comfy_watch = ComfyWatcher(lambda m: self._post("api", m))
+        self.comfy_watch.start()
+        self.process_watch = ProcessWatcher(lambda m: self._post("process", m))
+        self.process_watch.start()
+        log.info("process watcher: %s", self.process_watch.backend)
         for inst in self._configured_instances():
             self._adopt(inst)
         if self.settings.discovery.enabled or self._explicit:
@@ -268,6 +378,7 @@ class Service:
         for path in (*self.settings.logs.extra, *self.options.watch_logs):
             self._follow(path, instance=self._instance_for_extra_log(path))
         self.tails.start()
+        self._sync_watchers()
 
         self.scheduler = BackgroundScheduler(timezone="UTC", daemon=True)
         self.sampler.start(self.scheduler)
@@ -320,6 +431,7 @@ class Service:
                     url=url,
                     log_paths=(),
                     source="config",
+                    url_fixed=True,
                 )
             else:
                 raise ConfigError(f"{self.loaded.source}: instances[{i}]: needs a path or a url")
@@ -327,8 +439,10 @@ class Service:
                 inst.name = cfg.name
             if cfg.url:
                 inst.url = cfg.url
+                inst.url_fixed = True
             elif cfg.port:
                 inst.url = f"http://127.0.0.1:{cfg.port}"
+                inst.url_fixed = True
             inst.log_paths = tuple(dict.fromkeys((*inst.log_paths, *cfg.logs)))
             out.append(inst)
         for target in self.options.comfyui:
@@ -340,6 +454,7 @@ class Service:
                         url=target.rstrip("/"),
                         log_paths=(),
                         source="cli",
+                        url_fixed=True,
                     )
                 )
             else:
@@ -417,7 +532,7 @@ class Service:
             existing.process = inst.process
             existing.python = inst.python or existing.python
             existing.log_paths = tuple(dict.fromkeys((*existing.log_paths, *inst.log_paths)))
-            if inst.url and existing.source not in ("config", "cli"):
+            if inst.url and not existing.url_fixed:
                 existing.url = inst.url
             inst = existing
         for path in inst.log_paths:
@@ -432,8 +547,7 @@ class Service:
                 inst.name = match.name
                 inst.source = match.source
             self._adopt(inst)
-        if self.sampler is not None:
-            self.sampler.set_watched(i.pid for i in self.instances.values() if i.pid)
+        self._sync_watchers()
 
     def _follow(self, path: str, *, instance: str) -> None:
         assert self.tails is not None
@@ -452,6 +566,334 @@ class Service:
                 return inst.name
         return os.path.basename(path) or path
 
+    # -- ComfyUI's API and processes ------------------------------------------------------------
+
+    def _sync_watchers(self) -> None:
+        """Point the API watcher at every instance's URL and the process watcher at every
+        known, living process; the sampler follows the same pids."""
+        if self.comfy_watch is not None:
+            self.comfy_watch.set_instances(
+                {name: inst.url for name, inst in self.instances.items() if inst.url}
+            )
+        if self.process_watch is not None:
+            watching = self.process_watch.watching()
+            for name, inst in self.instances.items():
+                proc = inst.process
+                if proc is not None and (proc.pid, proc.create_time_s) in self._dead:
+                    inst.pid, inst.process = None, None  # a stale discovery of a dead process
+                    proc = None
+                if proc is None:
+                    if name in watching:
+                        self.process_watch.forget(name)
+                elif watching.get(name) != proc.pid:
+                    self.process_watch.watch(name, proc)
+        if self.sampler is not None:
+            self.sampler.set_watched(i.pid for i in self.instances.values() if i.pid)
+
+    def _lookup_process(self, inst: WatchedInstance) -> ComfyProcess | None:
+        """The running ComfyUI process of ``inst``: by install path, else by URL."""
+        try:
+            procs = find_comfy_processes()
+        except Exception:
+            log.exception("could not list processes")
+            return None
+        procs = [p for p in procs if (p.pid, p.create_time_s) not in self._dead]
+        url = _normal_url(inst.url) if inst.url else None
+        by_url = [p for p in procs if url is not None and _normal_url(p.url) == url]
+        if inst.path:
+            real = os.path.realpath(inst.path)
+            by_path = [
+                p
+                for p in procs
+                if real in (os.path.realpath(p.install_dir), os.path.realpath(p.code_dir))
+            ]
+            both = [p for p in by_path if p in by_url]
+            return (both or by_path or [None])[0]
+        return (by_url or [None])[0]
+
+    def _refresh_sources(self) -> None:
+        """Tell the tracker which sources watch each instance now, so a snapshot waits only
+        for those (a log that does not exist yet, or an API that is down, is not waited for)."""
+        reading: set[str] = set()
+        if self.tails is not None:
+            for key, follower in self.tails.followers.items():
+                state = self._keys.get(key)
+                if state is not None and follower.state.path is not None:
+                    reading.add(state.instance)
+        watching = self.process_watch.watching() if self.process_watch is not None else {}
+        for name in set(self.instances) | reading:
+            sources = set()
+            if name in reading:
+                sources.add("log")
+            if self._api_up.get(name):
+                sources.add("api")
+            if name in watching:
+                sources.add("process")
+            frozen = frozenset(sources)
+            if self._sources.get(name) != frozen:
+                self._sources[name] = frozen
+                self.tracker.set_available_sources(name, frozen)
+
+    def _on_api(self, message: Any) -> None:
+        if isinstance(message, PromptDone):
+            self._on_prompt_done(message)
+        elif isinstance(message, PromptStarted):
+            self._on_prompt_started(message)
+        elif isinstance(message, ApiContext):
+            self._api_context[message.instance] = message
+        elif isinstance(message, ApiStatus):
+            self._on_api_status(message)
+
+    def _on_api_status(self, status: ApiStatus) -> None:
+        self._api_up[status.instance] = status.connected
+        inst = self.instances.get(status.instance)
+        if status.connected:
+            self._api_context[status.instance] = ApiContext(
+                status.instance, status.at_s, status.system_stats, None
+            )
+            if inst is not None:
+                proc = self._lookup_process(inst)
+                if proc is not None and (inst.process is None or inst.process.pid != proc.pid):
+                    log.info("ComfyUI %r is running as pid %d", inst.name, proc.pid)
+                    inst.pid, inst.process = proc.pid, proc
+                    if not inst.python:
+                        inst.python = proc.interpreter
+                    self._sync_watchers()
+        self._refresh_sources()
+
+    def _capture(
+        self,
+        prompt_id: str,
+        instance: str,
+        prompt: Mapping[str, Any] | None,
+        workflow: Mapping[str, Any] | None,
+        seen_s: float,
+        done: PromptDone | None = None,
+    ) -> None:
+        old = self._captured.get(prompt_id)
+        entry = _Captured(
+            instance,
+            prompt if prompt is not None else (old.prompt if old else None),
+            workflow if workflow is not None else (old.workflow if old else None),
+            old.seen_s if old else seen_s,
+            done or (old.done if old else None),
+        )
+        self._captured[prompt_id] = entry
+        self._captured.move_to_end(prompt_id)
+        while len(self._captured) > CAPTURED_PROMPTS:
+            self._captured.popitem(last=False)
+
+    def _on_prompt_started(self, started: PromptStarted) -> None:
+        self._capture(
+            started.prompt_id, started.instance, started.prompt, started.workflow, started.seen_s
+        )
+        self._running[started.instance] = (started.prompt_id, started.seen_s)
+        self._update_sampling()
+
+    def _update_sampling(self) -> None:
+        if self.sampler is not None:
+            self.sampler.set_active(bool(self._running))
+
+    def _on_prompt_done(self, done: PromptDone) -> None:
+        running = self._running.get(done.instance)
+        started_s = None
+        if running is not None and running[0] == done.prompt_id:
+            started_s = running[1]
+            del self._running[done.instance]
+            self._update_sampling()
+        captured = self._captured.get(done.prompt_id)
+        if started_s is None and captured is not None:
+            started_s = captured.seen_s
+        if done.prompt_id in self._recorded:
+            return
+        assert self.store is not None
+        if has_run(self.store, done.instance, done.prompt_id):
+            self._recorded.add(done.prompt_id)
+            return  # reported again after a reconnect
+        self._recorded.add(done.prompt_id)
+        self._capture(done.prompt_id, done.instance, done.prompt, done.workflow, done.seen_s, done)
+        inst = self.instances.get(done.instance)
+        pid = inst.pid if inst is not None else None
+        run = self._run_of(done, pid=pid, started_s=started_s)
+        if done.outcome == "lost":
+            exited = self._recent_exit(done.instance)
+            if exited is not None:  # the process watcher spoke first
+                self._save_run(self._lost_outcome(run, exited))
+            elif pid is None:
+                self._save_run(run)  # no process to ask: crashed
+            else:
+                self._lost.append(_LostRun(run, self.clock()))
+            return
+        obs = done.observation
+        fresh = not done.backfill or (done.ended_s or done.seen_s) >= self._api_horizon_s - 5.0
+        if obs is not None and fresh and done.prompt_id not in self._handled_prompts:
+            self._pending_runs.append(_PendingRun(run, pool_family(obs.event.pool)))
+            self._apply(self.tracker.observe(obs, self.clock()))
+            return
+        self._save_run(run)
+
+    def _recent_exit(self, instance: str) -> ProcessExit | None:
+        now = self.clock()
+        for exit in reversed(self._exits.values()):
+            if exit.instance == instance and now - exit.death.died_at_s < LOST_RUN_GRACE_S:
+                return exit
+        return None
+
+    def _lost_outcome(self, run: RunRecord, exit: ProcessExit) -> RunRecord:
+        """A lost prompt's run, once its process's end is known: killed or crashed."""
+        incident_id = None
+        if exit.os_kill:
+            for inc in self.tracker.open_incidents():
+                if inc.instance == exit.instance and inc.pool is Pool.KILLED_BY_OS:
+                    incident_id = inc.id
+        return dataclasses.replace(
+            run,
+            outcome="killed" if exit.os_kill else "crashed",
+            incident_id=incident_id,
+            pid=run.pid or exit.process.pid,
+        )
+
+    def _run_of(self, done: PromptDone, *, pid: int | None, started_s: float | None) -> RunRecord:
+        """The run row, measured now: one fresh sample closes the memory window."""
+        if self.sampler is not None and done.outcome != "lost":
+            self.sampler.sample_once()
+        samples = self.timeline.snapshot() if self.timeline is not None else ()
+        now = self.clock()
+        return run_from_done(
+            done,
+            recorded_s=now,
+            pid=pid,
+            samples=samples,
+            started_s=started_s,
+            window_end_s=now,
+        )
+
+    def _save_run(self, run: RunRecord) -> None:
+        assert self.store is not None
+        try:
+            record_run(self.store, run)
+        except SentinelError as exc:
+            log.error("could not record run %s: %s", run.prompt_id, exc)
+            return
+        log.debug("run %s on %s: %s", run.prompt_id, run.instance, run.outcome)
+
+    def _flush_runs(self) -> None:
+        """Write the rows of OOM runs whose incident's snapshot is on disk."""
+        if not self._pending_runs:
+            return
+        unwritten: dict[tuple[str, str], str] = {}
+        open_ids: dict[tuple[str, str], str] = {}
+        for inc in self.tracker.open_incidents():
+            key = (inc.instance, pool_family(inc.pool))
+            open_ids[key] = inc.id
+            if not inc.snapshot_written:
+                unwritten[key] = inc.id
+        keep: list[_PendingRun] = []
+        for pending in self._pending_runs:
+            key = (pending.run.instance, pending.family)
+            if key in unwritten:
+                keep.append(pending)
+                continue
+            self._save_run(dataclasses.replace(pending.run, incident_id=open_ids.get(key)))
+        self._pending_runs = keep
+
+    def _expire_lost_runs(self, now: float) -> None:
+        """Prompts whose server went away and no process exit explained it: crashed."""
+        if not self._lost:
+            return
+        keep: list[_LostRun] = []
+        for lost in self._lost:
+            if now - lost.since_s >= LOST_RUN_GRACE_S:
+                self._save_run(lost.run)
+            else:
+                keep.append(lost)
+        self._lost = keep
+
+    def _on_process_exit(self, exit: ProcessExit) -> None:
+        proc = exit.process
+        self._dead.add((proc.pid, proc.create_time_s))
+        self._exits[proc.pid] = exit
+        while len(self._exits) > CAPTURED_PROMPTS:
+            self._exits.popitem(last=False)
+        inst = self.instances.get(exit.instance)
+        if inst is not None and inst.pid == proc.pid:
+            inst.pid, inst.process = None, None
+        # the prompt it was running: still marked running, or just reported lost
+        prompt_id: str | None = None
+        running = self._running.pop(exit.instance, None)
+        if running is not None:
+            prompt_id = running[0]
+            self._update_sampling()
+        lost_here = [lost for lost in self._lost if lost.run.instance == exit.instance]
+        if prompt_id is None and lost_here:
+            prompt_id = lost_here[-1].run.prompt_id
+        if exit.os_kill:
+            obs = kill_observation(exit, prompt_id=prompt_id)
+            self._apply(self.tracker.observe(obs, self.clock()))
+        for lost in lost_here:
+            self._lost.remove(lost)
+            self._save_run(self._lost_outcome(lost.run, exit))
+        self._sync_watchers()
+        self._refresh_sources()
+
+    # -- snapshot content from the API and the processes ----------------------------------------
+
+    def _snapshot_extras(
+        self, incident: Incident, inst: WatchedInstance, memory: Any
+    ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None, dict[str, dict[str, Any]]]:
+        """``prompt.json``, ``workflow.json`` and the optional sections for one incident."""
+        prompt_id: str | None = None
+        exit: ProcessExit | None = None
+        for obs in incident.observations:
+            pid_value = obs.evidence.get("prompt_id")
+            if prompt_id is None and isinstance(pid_value, str):
+                prompt_id = pid_value
+            killed = obs.evidence.get("pid") if obs.source == "process" else None
+            if exit is None and isinstance(killed, int):
+                exit = self._exits.get(killed)
+        if prompt_id is None and incident.instance in self._running:
+            prompt_id = self._running[incident.instance][0]
+        captured = self._captured.get(prompt_id) if prompt_id else None
+        sections: dict[str, dict[str, Any]] = {}
+        proc = exit.process if exit is not None else inst.process
+        gpu_procs = tuple(memory.gpu_processes) if memory is not None else ()
+        own: set[int] = set()
+        if proc is not None and exit is None:
+            with contextlib.suppress(psutil.Error, OSError):
+                own.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
+        try:
+            comfy = [p for p in find_comfy_processes() if process_exists(p.pid, p.create_time_s)]
+        except Exception:
+            comfy = []
+        sections["process"] = process_section(
+            proc, gpu_processes=gpu_procs, own_pids=own, comfy_processes=comfy, exit=exit
+        )
+        if exit is not None:
+            sections["kernel"] = kernel_section(exit.death, exit.evidence)
+        done = captured.done if captured is not None else None
+        context = self._api_context.get(incident.instance)
+        stats = done.system_stats if done is not None and done.system_stats else None
+        logs = done.internal_logs if done is not None and done.internal_logs else None
+        stats_at = logs_at = done.seen_s if done is not None else None
+        if stats is None and context is not None and context.system_stats is not None:
+            stats, stats_at = context.system_stats, context.at_s
+        if logs is None and context is not None and context.internal_logs is not None:
+            logs, logs_at = context.internal_logs, context.at_s
+        if stats is not None:
+            sections["system_stats"] = {
+                "captured": iso_utc(stats_at) if stats_at else None,
+                **dict(stats),
+            }
+        if logs is not None:
+            sections["internal_logs"] = {
+                "captured": iso_utc(logs_at) if logs_at else None,
+                "lines": logs.count("\n"),
+                "tail": logs,
+            }
+        prompt = captured.prompt if captured is not None else None
+        workflow = captured.workflow if captured is not None else None
+        return prompt, workflow, sections
+
     # -- recovery ------------------------------------------------------------------------------
 
     def _recover(self) -> None:
@@ -467,6 +909,9 @@ class Service:
                 rid = evidence.get("record_id")
                 if isinstance(rid, str):
                     self._handled_records.add(rid)
+                prompt_id = evidence.get("prompt_id")
+                if isinstance(prompt_id, str) and obs.get("source") == "api":
+                    self._handled_prompts.add(prompt_id)
             if self.store.incident_for_snapshot(snap.id) is None:
                 row = _row_from_snapshot(snap.data, snap.id)
                 if row is not None:
@@ -483,7 +928,10 @@ class Service:
             self._drain_inbox()
             self._handle_lines(self.tails.poll(), now)
             self._flush_idle_records(now)
+            self._refresh_sources()
             self._apply(self.tracker.tick(self.clock()))
+            self._expire_lost_runs(self.clock())
+            self._flush_runs()
             self._commit_offsets()
             self._ping_watchdog(now)
             if now - self._last_status >= STATUS_INTERVAL_S:
@@ -505,7 +953,15 @@ class Service:
             timeout = min(timeout, RECORD_IDLE_S)
         if self._watchdog_s is not None:
             timeout = min(timeout, max(0.0, self._last_ping + self._watchdog_s - now))
+        if self._lost:
+            oldest = min(lost.since_s for lost in self._lost)
+            timeout = min(timeout, max(0.0, oldest + LOST_RUN_GRACE_S - now))
         return timeout
+
+    def _post(self, kind: str, payload: Any) -> None:
+        """Hand a watcher's record to the main loop (any thread)."""
+        self._inbox.put((kind, payload))
+        self.wake()
 
     def _drain_inbox(self) -> None:
         while True:
@@ -513,8 +969,15 @@ class Service:
                 kind, payload = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "discovered":
-                self._merge_discovered(payload)
+            try:
+                if kind == "discovered":
+                    self._merge_discovered(payload)
+                elif kind == "api":
+                    self._on_api(payload)
+                elif kind == "process":
+                    self._on_process_exit(payload)
+            except SentinelError as exc:
+                log.error("could not handle a %s report: %s", kind, exc)
 
     def _handle_lines(self, lines: Sequence[LogLine], now: float) -> None:
         observations: list[Observation] = []
@@ -623,7 +1086,8 @@ class Service:
         timeline_csv = to_csv(self.timeline.snapshot()) if self.timeline is not None else ""
         if self._host_facts is None:
             self._host_facts = collect_host_facts()
-        advice = advise(incident.event, self._advice_context(inst, memory))
+        prompt, workflow, sections = self._snapshot_extras(incident, inst, memory)
+        advice = advise(incident.event, self._advice_context(inst, sections, memory))
         content = SnapshotContent(
             incident=incident,
             instance=inst.info(),
@@ -633,6 +1097,9 @@ class Service:
             memory=memory,
             log_text=self._log_text(incident),
             timeline_csv=timeline_csv,
+            prompt=prompt,
+            workflow=workflow,
+            sections=sections,
         )
         try:
             ref = write_snapshot(self.snapshots_dir, content)
@@ -655,38 +1122,36 @@ class Service:
                 log.exception("incident callback failed for %s", ref.id)
 
     def _advice_context(
-        self, inst: WatchedInstance, memory: MemorySample | None
-    ) -> AdviceContext:
-        """The evidence beyond the message: who else holds the GPU, the card, the flags."""
-        own = {inst.pid} if inst.pid else set()
+        self, inst: WatchedInstance, sections: Mapping[str, Any], memory: Any
+    ) -> AdviceContext | None:
+        """What advice can use beyond the message: other GPU users, second instances, flags."""
+        process = sections.get("process") or {}
+        others = tuple(
+            GpuProcess(pid=p["pid"], name=p.get("name"), bytes=p.get("used_bytes"))
+            for p in process.get("other_gpu_processes") or ()
+            if not p.get("comfyui")
+        )
+        instances = tuple(
+            ComfyInstance(pid=p["pid"], port=p.get("port"), bytes=p.get("gpu_used_bytes"))
+            for p in process.get("other_instances") or ()
+        )
+        flags = process.get("flags") or {}
+        total_vram = None
+        total_ram = None
         if memory is not None:
-            own |= {t.root_pid for t in memory.process_trees if t.root_pid == inst.pid}
-        others: list[GpuProcess] = []
-        total_vram: int | None = None
-        total_ram: int | None = None
-        if memory is not None:
-            others = [
-                GpuProcess(pid=p.pid, name=p.name, bytes=p.used_bytes)
-                for p in memory.gpu_processes
-                if p.pid not in own
-            ]
-            totals = [g.total_bytes for g in memory.gpus if g.total_bytes]
+            totals = [g.total_bytes for g in memory.gpus if g.total_bytes is not None]
             total_vram = max(totals) if totals else None
-            total_ram = memory.host.ram_total_bytes if memory.host else None
-        siblings = [
-            ComfyInstance(pid=i.pid, port=None)
-            for i in self.instances.values()
-            if i.pid and i.name != inst.name
-        ]
-        proc = inst.process
+            total_ram = memory.host.ram_total_bytes if memory.host is not None else None
+        stats = sections.get("system_stats") or {}
+        system = stats.get("system") if isinstance(stats.get("system"), Mapping) else {}
         return AdviceContext(
-            other_gpu_processes=tuple(others),
-            other_instances=tuple(siblings),
-            launch_flags=tuple(proc.argv[2:]) if proc is not None else (),
+            other_gpu_processes=others,
+            other_instances=instances,
+            launch_flags=tuple(flags.get("memory_args") or ()),
             total_vram_bytes=total_vram,
             total_ram_bytes=total_ram,
-            platform=sys.platform,
-            alloc_conf=proc.pytorch_cuda_alloc_conf if proc is not None else None,
+            platform=system.get("os") if isinstance(system.get("os"), str) else sys.platform,
+            alloc_conf=process.get("pytorch_cuda_alloc_conf"),
         )
 
     def _log_text(self, incident: Incident) -> str:
@@ -771,7 +1236,15 @@ class Service:
             "gpu": self.gpu_line,
             "wake": self.tails.wake_backend if self.tails is not None else None,
             "instances": [
-                {"name": i.name, "path": i.path, "url": i.url, "pid": i.pid, "source": i.source}
+                {
+                    "name": i.name,
+                    "path": i.path,
+                    "url": i.url,
+                    "pid": i.pid,
+                    "source": i.source,
+                    "api": self._api_up.get(i.name, False),
+                    "running_prompt": (self._running.get(i.name) or (None,))[0],
+                }
                 for i in self.instances.values()
             ],
             "logs": logs,
@@ -782,6 +1255,11 @@ class Service:
 
     def _write_status(self, now: float) -> None:
         self._last_status = now
+        if self.store is not None:
+            try:
+                self.store.set_meta(META_LAST_ALIVE, f"{now:.3f}")
+            except SentinelError as exc:
+                log.debug("could not save %s: %s", META_LAST_ALIVE, exc)
         try:
             write_json_atomic(self.data_dir / STATUS_FILE, self.status(now))
         except OSError as exc:
@@ -807,6 +1285,10 @@ class Service:
         if self.scheduler is not None:
             with contextlib.suppress(Exception):
                 self.scheduler.shutdown(wait=False)
+        if self.comfy_watch is not None:
+            self.comfy_watch.stop()
+        if self.process_watch is not None:
+            self.process_watch.stop()
         if self.tails is not None:
             self.tails.close()
         if self.sampler is not None:
@@ -873,7 +1355,6 @@ _SYSLOG_PRIORITY = {"CRITICAL": 2, "ERROR": 3, "WARNING": 4, "INFO": 6, "DEBUG":
 
 
 class _JournalFormatter(logging.Formatter):
-
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         prio = _SYSLOG_PRIORITY.get(record.levelname, 6)

@@ -2,7 +2,8 @@
 
 ``<data_dir>/oom-sentinel.db`` holds what must outlive a restart and is small: the incident rows
 (snapshots on disk stay the source of truth for incident content), the followed logs' offsets
-and a key/value ``meta`` table; later issues add runs, install states and the alert outbox.
+a key/value ``meta`` table and the ``runs`` of every prompt (``runs.py``); later issues add
+install states and the alert outbox.
 
 Opening is careful because the data dir is user-chosen (``--data-dir``): a file that is not
 SQLite, a corrupt one, an SQLite database of another program (we stamp ``PRAGMA
@@ -83,6 +84,35 @@ MIGRATIONS: tuple[str, ...] = (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL
     );
+    """,
+    # 2: every prompt ComfyUI ran (runs.py): outcome, peak memory, workflow fingerprint
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        instance TEXT NOT NULL,
+        prompt_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        started_s REAL,
+        ended_s REAL,
+        fingerprint TEXT,
+        workflow_hash TEXT,
+        peak_rss_bytes INTEGER,
+        peak_vram_bytes INTEGER,
+        peak_gpu_used_bytes INTEGER,
+        pool TEXT,
+        node_id TEXT,
+        node_type TEXT,
+        exception_type TEXT,
+        cached_nodes INTEGER,
+        node_count INTEGER,
+        pid INTEGER,
+        install_state_id TEXT,
+        incident_id TEXT,
+        recorded_s REAL NOT NULL,
+        UNIQUE (instance, prompt_id)
+    );
+    CREATE INDEX runs_by_fingerprint ON runs (fingerprint, ended_s);
+    CREATE INDEX runs_by_recorded ON runs (recorded_s);
     """,
 )
 

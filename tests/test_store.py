@@ -245,16 +245,16 @@ def test_a_new_migration_applies_on_open_and_keeps_data(
         store.save_incident(row(1))
     extended = (
         *MIGRATIONS,
-        "CREATE TABLE runs (id INTEGER PRIMARY KEY, peak_bytes INTEGER);"
-        "CREATE TRIGGER runs_guard BEFORE INSERT ON runs BEGIN SELECT 1; END;",
+        "CREATE TABLE later_table (id INTEGER PRIMARY KEY, peak_bytes INTEGER);"
+        "CREATE TRIGGER later_guard BEFORE INSERT ON later_table BEGIN SELECT 1; END;",
     )
     monkeypatch.setattr(store_mod, "MIGRATIONS", extended)
     with Store.open(tmp_path) as store:
         assert store.schema_version() == len(extended)
         assert store.incident("inc1") == row(1)
-        with store.transaction("save a run") as db:
-            db.execute("INSERT INTO runs (peak_bytes) VALUES (?)", (123,))
-        assert store.query("read runs", "SELECT peak_bytes FROM runs") == [(123,)]
+        with store.transaction("save a row") as db:
+            db.execute("INSERT INTO later_table (peak_bytes) VALUES (?)", (123,))
+        assert store.query("read rows", "SELECT peak_bytes FROM later_table") == [(123,)]
 
 
 def test_a_failing_migration_changes_nothing(

@@ -460,8 +460,11 @@ class PromptQueue:
         with self.mutex:
             for i, entry in enumerate(self.queue):
                 if predicate(entry[2]):
-                    self.queue.pop(i)
-                    heapq.heapify(self.queue)
+                    if len(self.queue) == 1:
+                        self.wipe_queue()  # a status broadcast of its own, then one more
+                    else:
+                        self.queue.pop(i)
+                        heapq.heapify(self.queue)
                     self.server.queue_updated()
                     return True
         return False
@@ -654,7 +657,9 @@ class PromptExecutor:
         signatures = signatures_of(prompt)
         self.cache.set_prompt(signatures)
         cached_nodes = [nid for nid in prompt if self.cache.get(signatures[nid]) is not None]
-        current_outputs = list(cached_nodes)
+        # What the output cache holds keys for: every node of the prompt (none with
+        # --cache-none), not only the cached ones -- as a real v0.8.0 reports it.
+        current_outputs = [] if self.cache.mode == "none" else list(prompt)
         self.add_message(
             "execution_cached", {"nodes": cached_nodes, "prompt_id": prompt_id}, broadcast=False
         )

@@ -138,8 +138,14 @@ class EmptyImage(Node):
         }
 
     def run(self, width: int, height: int, batch_size: int = 1, color: int = 0) -> tuple[Tensor]:
-        # Three single-channel tensors, then a concatenation: the peak is about twice the output.
-        channels = _new_image(batch_size, height, width, "EmptyImage")
+        # Three single-channel tensors (r, g, b), then their concatenation: the peak is about
+        # twice the output, and a failure names the size of one channel, as ComfyUI's does
+        # ("you tried to allocate 68719476736 bytes" for 16384x16384x64).
+        channel = batch_size * height * width * 4
+        channels = [
+            mem.torch_cpu_alloc(mem.scaled_bytes(channel, "EmptyImage", vram=False))
+            for _ in range(3)
+        ]
         out = _new_image(batch_size, height, width, "EmptyImage")
         del channels
         return (out,)

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import struct
 import sys
 import time
@@ -338,8 +339,9 @@ class PromptServer:
             )
 
         async def logs_raw(request: web.Request) -> web.Response:
+            cols, rows = _terminal_size()
             return web.json_response(
-                {"entries": standin_logging.get_logs(), "size": {"cols": None, "rows": None}}
+                {"entries": standin_logging.get_logs(), "size": {"cols": cols, "rows": rows}}
             )
 
         async def folder_paths(request: web.Request) -> web.Response:
@@ -394,6 +396,16 @@ class PromptServer:
             },
             "devices": [device],
         }
+
+
+def _terminal_size() -> tuple[int, int]:
+    """The console's size as ``/internal/logs/raw`` reports it: the terminal's, else
+    $COLUMNS/$LINES, else 80x24 (a real server started without a terminal says 80x24)."""
+    try:
+        size = os.get_terminal_size()
+    except OSError:
+        size = shutil.get_terminal_size((80, 24))
+    return size.columns, size.lines
 
 
 async def _json_or_empty(request: web.Request) -> dict[str, Any]:
