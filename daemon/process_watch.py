@@ -440,6 +440,9 @@ class ProcessWatcher:
                 ready = self._wait(self._timeout())
                 if self._stop.is_set():
                     break
+                # what was forgotten or replaced while we slept is not reported (a reused fd
+                # number in ``ready`` is harmless: ``_ended`` checks the process itself)
+                self._sync()
                 self._check(ready)
                 self._refresh_readings()
             except Exception:

@@ -133,6 +133,8 @@ STATUS_FILE = "status.json"  # cli_run.STATUS_FILE reads it
 LOST_RUN_GRACE_S = 15.0
 #: Prompts (API prompt, workflow, error context) kept for snapshots written after the fact.
 CAPTURED_PROMPTS = 64
+#: Prompt ids remembered as handled without asking the store again.
+RECENT_PROMPT_IDS = 4096
 #: store meta key: the last time this daemon was alive, so a prompt that failed while it was
 #: down (found in history at the next connect) still becomes an incident
 META_LAST_ALIVE = "last_alive_s"
@@ -337,8 +339,8 @@ class Service:
         self._pending_runs: list[_PendingRun] = []
         #: prompt ids the snapshots on disk were built from (read at start-up)
         self._handled_prompts: set[str] = set()
-        #: prompt ids recorded (or pending) in this process's lifetime
-        self._recorded: set[str] = set()
+        #: prompt ids recorded (or pending) lately; the runs table is the durable record
+        self._recorded: OrderedDict[str, None] = OrderedDict()
         self._sources: dict[str, frozenset[str]] = {}
         #: a prompt found in history that ended after this moment becomes an incident
         self._api_horizon_s = self.started_s
@@ -627,7 +629,11 @@ class Service:
         if self.tails is not None:
             for key, follower in self.tails.followers.items():
                 state = self._keys.get(key)
-                if state is not None and follower.state.path is not None:
+                if state is None or state.instance in reading:
+                    continue
+                # read already, or there to be read at the next poll (a file that does not
+                # exist yet -- Manager's log before its first start -- is not waited for)
+                if follower.state.path is not None or os.path.exists(key):
                     reading.add(state.instance)
         watching = self.process_watch.watching() if self.process_watch is not None else {}
         for name in set(self.instances) | reading:
@@ -716,10 +722,11 @@ class Service:
         if done.prompt_id in self._recorded:
             return
         assert self.store is not None
+        self._recorded[done.prompt_id] = None
+        while len(self._recorded) > RECENT_PROMPT_IDS:
+            self._recorded.popitem(last=False)
         if has_run(self.store, done.instance, done.prompt_id):
-            self._recorded.add(done.prompt_id)
             return  # reported again after a reconnect
-        self._recorded.add(done.prompt_id)
         self._capture(done.prompt_id, done.instance, done.prompt, done.workflow, done.seen_s, done)
         inst = self.instances.get(done.instance)
         pid = inst.pid if inst is not None else None
@@ -944,12 +951,12 @@ class Service:
         self.notifier.ready(self.summary())
         while not stop.is_set():
             now = self.clock()
+            self._refresh_sources()
             self._drain_inbox()
             if self.install_states is not None:
                 self.install_states.update(self.instances.values())
             self._handle_lines(self.tails.poll(), now)
             self._flush_idle_records(now)
-            self._refresh_sources()
             self._apply(self.tracker.tick(self.clock()))
             self._expire_lost_runs(self.clock())
             self._flush_runs()

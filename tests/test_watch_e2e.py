@@ -1,0 +1,416 @@
+"""``oom-sentinel run`` as a real process watching the stand-in ComfyUI as a real process.
+
+What a user gets from the API and process watchers: a GPU OOM whose ``prompt.json`` posts back
+as is, a RAM ``MemoryError`` under an address-space limit, a SIGKILL while RSS climbs that
+becomes a ``killed-by-os`` snapshot with the climb in its timeline, twenty ComfyUI restarts
+under one daemon with every prompt recorded once, a second instance flagged, the log and the
+API merged into one snapshot -- and secrets from ``extra_data`` in no snapshot file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
+from standin_proc import STANDIN_DIR, StandinProcess, free_port, start_standin
+
+from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.runs import RunRecord, list_runs
+from oom_sentinel.daemon.store import Store
+
+pytestmark = pytest.mark.timeout(240)
+
+MIB = 1024 * 1024
+SECRET_KEY = "comfyui-SECRETKEY-4c1d9e"
+SECRET_TOKEN = "hf_SECRETTOKEN9f8e7d6c5b4a3"
+STATUSES = {"saw-kill", "no-kill", "unreadable", "unavailable"}
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+
+def make_install(path: Path) -> Path:
+    """A ComfyUI-looking install of the stand-in (``comfyui_version.py`` beside ``main.py``),
+    so the daemon's process discovery recognises it."""
+    path.mkdir(parents=True)
+    for source in STANDIN_DIR.glob("*.py"):
+        shutil.copy(source, path / source.name)
+    (path / "comfyui_version.py").write_text('__version__ = "0.8.0"\n')
+    return path
+
+
+def config(*, storm_window_s: float = 300, extra: str = "") -> str:
+    return (
+        "[discovery]\nenabled = false\n[logs]\npoll_interval_ms = 500\n"
+        f"[incidents]\nstorm_window_s = {storm_window_s}\n{extra}"
+    )
+
+
+def one_node(class_type: str, **inputs: Any) -> dict[str, Any]:
+    return {
+        "1": {"class_type": class_type, "inputs": inputs},
+        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+    }
+
+
+def post(srv: StandinProcess, prompt: dict[str, Any], **body: Any) -> str:
+    status, answer = srv.post_json("/prompt", {"prompt": prompt, "client_id": "tab", **body})
+    assert status == 200, answer
+    return str(answer["prompt_id"])
+
+
+def wait_api_up(daemon: Daemon, url: str) -> None:
+    wait_for(
+        lambda: f"API at {url} is up" in daemon.stderr(),
+        30,
+        f"the daemon to reach {url}; it said:\n{daemon.stderr()}",
+    )
+
+
+def wait_snapshots(daemon: Daemon, n: int, timeout_s: float = 30.0) -> list[Path]:
+    def enough() -> list[Path] | None:
+        found = snapshot_dirs(daemon.data_dir)
+        return found if len(found) >= n else None
+
+    result: list[Path] = wait_for(enough, timeout_s, f"{n} snapshot(s); daemon:\n{daemon.stderr()}")
+    return result
+
+
+def runs(data_dir: Path) -> list[RunRecord]:
+    store = Store.open_existing(data_dir)
+    if store is None:
+        return []
+    with store:
+        return list_runs(store)
+
+
+def wait_run(daemon: Daemon, prompt_id: str, timeout_s: float = 30.0) -> RunRecord:
+    def found() -> RunRecord | None:
+        return next((r for r in runs(daemon.data_dir) if r.prompt_id == prompt_id), None)
+
+    result: RunRecord = wait_for(found, timeout_s, f"run {prompt_id}; daemon:\n{daemon.stderr()}")
+    return result
+
+
+def files_text(snapshot: Path) -> str:
+    return "".join(p.read_text("utf-8", errors="replace") for p in sorted(snapshot.iterdir()))
+
+
+def secret_extra_data() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A workflow whose widget holds a token in a URL, and extra_data with an API key."""
+    url = f"https://huggingface.co/org/model/resolve/main/lora.safetensors?token={SECRET_TOKEN}"
+    workflow = {
+        "id": "wf-e2e",
+        "nodes": [{"id": 1, "type": "AllocateVRAM", "widgets_values": [9000, 1, 0, url]}],
+        "links": [],
+    }
+    extra = {"extra_pnginfo": {"workflow": workflow}, "api_key_comfy_org": SECRET_KEY}
+    return workflow, extra
+
+
+@pytest.fixture
+def install(tmp_path: Path) -> Path:
+    return make_install(tmp_path / "ComfyUI")
+
+
+@pytest.fixture
+def gpu(tmp_path: Path) -> Path:
+    root = tmp_path / "gpu"
+    FakeGpuDir(root).create([FakeDevice(0, "NVIDIA GeForce RTX 4060", 8192 * MIB)])
+    return root
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Callable[..., StandinProcess]]:
+    procs: list[StandinProcess] = []
+
+    def start(name: str, install: Path, **kw: Any) -> StandinProcess:
+        proc = start_standin(tmp_path / name, code_dir=install, base_directory=False, **kw)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    running: list[Daemon] = []
+    yield running
+    for d in running:
+        if d.proc is not None and d.proc.poll() is None:
+            d.stop()
+
+
+# ---- the tests ---------------------------------------------------------------------------------
+
+
+def test_a_gpu_oom_reported_by_the_api_is_a_replayable_snapshot_without_secrets(
+    tmp_path: Path,
+    install: Path,
+    gpu: Path,
+    started: Callable[..., StandinProcess],
+    daemons: list[Daemon],
+) -> None:
+    srv = started("base", install, fake_gpu=gpu)
+    daemon = Daemon(
+        tmp_path, comfyui=[srv.url], config=config(), env={"OOM_SENTINEL_FAKE_GPU": str(gpu)}
+    ).start()
+    daemons.append(daemon)
+    wait_api_up(daemon, srv.url)
+    _, extra = secret_extra_data()
+    link = f"https://example.com/dl?id=7&token={SECRET_TOKEN}"
+    prompt = one_node("AllocateVRAM", mib=9000, value=link)
+    pid = post(srv, prompt, extra_data=extra)
+
+    (snap,) = wait_snapshots(daemon, 1)
+    data = load_snapshot_json(snap)
+    assert data["event"]["pool"] == "gpu"
+    assert data["event"]["node_type"] == "AllocateVRAM" and data["event"]["node_id"] == "1"
+    assert data["event"]["exception_type"] == "torch.OutOfMemoryError"
+    (api,) = [o for o in data["observations"] if o["source"] == "api"]
+    assert api["evidence"]["prompt_id"] == pid and api["evidence"]["node_type"] == "AllocateVRAM"
+    assert data["files"] == {
+        "log": "log.txt",
+        "timeline": "timeline.csv",
+        "prompt": "prompt.json",
+        "workflow": "workflow.json",
+    }
+    # the prompt as ComfyUI ran it (the token in a URL redacted), and it posts back as is
+    saved_prompt = json.loads((snap / "prompt.json").read_text())
+    assert saved_prompt["1"]["class_type"] == "AllocateVRAM"
+    assert saved_prompt["1"]["inputs"]["mib"] == 9000 and saved_prompt["2"] == prompt["2"]
+    status, answer = srv.post_json("/prompt", {"prompt": saved_prompt})
+    assert status == 200 and answer["node_errors"] == {}, answer
+    saved_workflow = json.loads((snap / "workflow.json").read_text())
+    assert saved_workflow["id"] == "wf-e2e" and saved_workflow["nodes"][0]["type"] == "AllocateVRAM"
+    # the process, ComfyUI's view of memory and its console
+    process = data["process"]
+    assert process["pid"] == srv.pid and process["alive"] is True
+    assert process["flags"]["port"] == srv.port and process["second_instance"] is False
+    assert process["interpreter"] and process["cwd"]
+    stats = data["system_stats"]
+    assert stats["devices"][0]["type"] == "cuda" and stats["system"]["comfyui_version"]
+    assert "Got an OOM, unloading all loaded models." in data["internal_logs"]["tail"]
+    assert "kernel" not in data
+    # no secret in any file of the snapshot, nor in what the daemon logged
+    everything = files_text(snap)
+    assert SECRET_KEY not in everything and SECRET_TOKEN not in everything
+    assert SECRET_KEY not in daemon.stderr() and SECRET_TOKEN not in daemon.stderr()
+    # and the run is recorded, linked to the incident
+    run = wait_run(daemon, pid)
+    assert run.outcome == "oom" and run.pool == "gpu" and run.node_type == "AllocateVRAM"
+    assert run.incident_id == data["incident"]["id"] and run.fingerprint
+    assert run.pid == srv.pid
+    assert daemon.stop() == 0
+    assert "Traceback" not in daemon.stderr()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "exception_type"),
+    [
+        (one_node("AllocateRAM", mib=2048), "MemoryError"),
+        (one_node("EmptyImage", width=8192, height=8192, batch_size=4, color=0), "RuntimeError"),
+    ],
+    ids=["python-memoryerror", "torch-cpu-allocator"],
+)
+def test_a_ram_failure_under_an_address_space_limit_is_a_ram_snapshot(
+    tmp_path: Path,
+    install: Path,
+    started: Callable[..., StandinProcess],
+    daemons: list[Daemon],
+    prompt: dict[str, Any],
+    exception_type: str,
+) -> None:
+    srv = started("base", install, rlimit_as_headroom_mib=300)
+    daemon = Daemon(tmp_path, comfyui=[srv.url], config=config()).start()
+    daemons.append(daemon)
+    wait_api_up(daemon, srv.url)
+    pid = post(srv, prompt)
+    (snap,) = wait_snapshots(daemon, 1)
+    data = load_snapshot_json(snap)
+    assert data["event"]["pool"] == "ram" and data["event"]["backend"] == "cpu"
+    assert data["event"]["exception_type"] == exception_type
+    assert data["event"]["node_type"] == prompt["1"]["class_type"]
+    assert json.loads((snap / "prompt.json").read_text()) == prompt
+    assert data["files"]["workflow"] is None  # posted without a UI workflow
+    assert srv.alive(), "ComfyUI survives a Python-level OOM"
+    assert wait_run(daemon, pid).outcome == "oom"
+
+
+def test_a_sigkill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_climb(
+    tmp_path: Path, install: Path, started: Callable[..., StandinProcess], daemons: list[Daemon]
+) -> None:
+    srv = started("base", install)
+    daemon = Daemon(tmp_path, comfyui=[str(install)], config=config()).start()
+    daemons.append(daemon)
+    wait_api_up(daemon, srv.url)
+    wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
+    prompt = one_node("AllocateRAM", mib=1200, steps=40, step_delay_ms=100)
+    pid = post(srv, prompt)
+    victim = psutil.Process(srv.pid)
+    wait_for(lambda: victim.memory_info().rss > 500 * MIB, 30, "RSS to climb")
+    os.kill(srv.pid, signal.SIGKILL)  # not reaped until the end: the daemon reads the status
+
+    (snap,) = wait_snapshots(daemon, 1)
+    data = load_snapshot_json(snap)
+    assert data["event"]["pool"] == "killed-by-os"
+    assert data["event"]["killed_pid"] == srv.pid
+    (proc_obs,) = [o for o in data["observations"] if o["source"] == "process"]
+    assert proc_obs["evidence"]["signal"] == signal.SIGKILL
+    assert proc_obs["evidence"]["prompt_id"] == pid
+    kernel = data["kernel"]
+    assert kernel["pid"] == srv.pid and kernel["signal"] == signal.SIGKILL
+    assert {s["source"] for s in kernel["sources"]} >= {"vmstat", "cgroup", "kmsg", "journal"}
+    for source in kernel["sources"]:
+        assert source["status"] in STATUSES
+        if source["status"] in ("unreadable", "unavailable"):
+            assert source["reason"], source
+    assert kernel["summary"].startswith(f"process {srv.pid} ")
+    process = data["process"]
+    assert process["pid"] == srv.pid and process["alive"] is False
+    assert process["exit"]["signal"] == signal.SIGKILL and process["exit"]["os_kill"] is True
+    # the prompt that was running, captured from the queue before the process died
+    assert json.loads((snap / "prompt.json").read_text()) == prompt
+    # the climb, sampled every 250 ms while the prompt ran, up to the death
+    rows = list(csv.DictReader(io.StringIO((snap / "timeline.csv").read_text())))
+    column = f"pid{srv.pid}_rss_bytes"
+    rss = [int(r[column]) for r in rows if r.get(column)]
+    assert len(rss) >= 3 and max(rss) >= 400 * MIB and rss[0] < max(rss) - 200 * MIB
+    assert rss.index(max(rss)) >= len(rss) - 2, "the last samples before the death are the peak"
+    run = wait_run(daemon, pid)
+    assert run.outcome == "killed" and run.incident_id == data["incident"]["id"]
+    assert run.peak_rss_bytes is not None and run.peak_rss_bytes >= 400 * MIB
+    srv.proc.wait()
+    assert daemon.stop() == 0
+
+
+def test_twenty_comfyui_restarts_under_one_daemon_lose_and_duplicate_nothing(
+    tmp_path: Path, install: Path, gpu: Path, daemons: list[Daemon]
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    daemon = Daemon(
+        tmp_path,
+        comfyui=[url],
+        config=config(storm_window_s=0),  # every OOM its own incident, to count them
+        env={"OOM_SENTINEL_FAKE_GPU": str(gpu)},
+    ).start()
+    daemons.append(daemon)
+    daemon_pid = daemon.proc.pid if daemon.proc is not None else None
+    expected: dict[str, str] = {}
+    pids: set[int] = set()
+    for i in range(20):
+        srv = start_standin(
+            tmp_path / f"run{i}", code_dir=install, base_directory=False, port=port, fake_gpu=gpu
+        )
+        try:
+            pids.add(srv.pid)
+            if i % 2:
+                prompt_id = post(srv, one_node("AllocateVRAM", mib=9000 + i))
+                expected[prompt_id] = "oom"
+            else:
+                prompt_id = post(
+                    srv, one_node("EmptyImage", width=8, height=8, batch_size=1, color=i)
+                )
+                expected[prompt_id] = "success"
+            wait_run(daemon, prompt_id)
+        finally:
+            # a clean stop, reaped only once the daemon has seen the end (so it reads the
+            # exit status instead of guessing)
+            srv.proc.send_signal(signal.SIGINT)
+            wait_for(lambda srv=srv: f"(pid {srv.pid}) ended" in daemon.stderr(), 30, "the end")  # type: ignore[misc]
+            srv.proc.wait(10)
+    assert daemon.proc is not None and daemon.proc.poll() is None
+    assert daemon.proc.pid == daemon_pid
+    recorded = runs(daemon.data_dir)
+    assert sorted(r.prompt_id for r in recorded) == sorted(expected)
+    assert {r.prompt_id: r.outcome for r in recorded} == expected
+    assert {r.pid for r in recorded} == pids, "each run names the process that ran it"
+    snaps = wait_snapshots(daemon, 10)
+    assert len(snaps) == 10
+    snapped = sorted(
+        o["evidence"]["prompt_id"]
+        for s in snaps
+        for o in load_snapshot_json(s)["observations"]
+        if o["source"] == "api"
+    )
+    assert snapped == sorted(p for p, outcome in expected.items() if outcome == "oom")
+    assert all(load_snapshot_json(s)["event"]["pool"] == "gpu" for s in snaps)
+    assert "Traceback" not in daemon.stderr()
+    assert daemon.stop() == 0
+
+
+def test_a_second_instance_is_flagged_in_the_snapshot(
+    tmp_path: Path,
+    install: Path,
+    gpu: Path,
+    started: Callable[..., StandinProcess],
+    daemons: list[Daemon],
+) -> None:
+    watched = started("main", install, fake_gpu=gpu)
+    second = started("second", install, fake_gpu=gpu)
+    daemon = Daemon(
+        tmp_path, comfyui=[watched.url], config=config(), env={"OOM_SENTINEL_FAKE_GPU": str(gpu)}
+    ).start()
+    daemons.append(daemon)
+    wait_api_up(daemon, watched.url)
+    post(watched, one_node("AllocateVRAM", mib=9000))
+    (snap,) = wait_snapshots(daemon, 1)
+    data = load_snapshot_json(snap)
+    process = data["process"]
+    assert process["pid"] == watched.pid and process["second_instance"] is True
+    (other,) = process["other_instances"]
+    assert other["pid"] == second.pid and other["port"] == second.port
+    assert other["gpu_used_bytes"] is not None  # the fake GPU lists its CUDA context
+    kinds = {c["kind"] for c in process["conflicts"]}
+    assert {"same-gpu", "same-install"} <= kinds
+    gpu_users = {p["pid"]: p for p in process["other_gpu_processes"]}
+    assert gpu_users[second.pid]["comfyui"] is True
+    assert any(a["key"] == "stop-second-instance" for a in data["advice"])
+    assert daemon.stop() == 0
+
+
+def test_the_log_and_the_api_make_one_snapshot(
+    tmp_path: Path,
+    install: Path,
+    gpu: Path,
+    started: Callable[..., StandinProcess],
+    daemons: list[Daemon],
+) -> None:
+    srv = started("base", install, fake_gpu=gpu, manager_log=True)
+    daemon = Daemon(
+        tmp_path,
+        comfyui=[str(install)],
+        config=config(),
+        env={"OOM_SENTINEL_FAKE_GPU": str(gpu)},
+    ).start()
+    daemons.append(daemon)
+    wait_api_up(daemon, srv.url)
+    wait_for(lambda: f"comfyui_{srv.port}.log" in daemon.stderr(), 30, "the Manager log")
+    # a log already there is followed from where it ends at the follower's first poll
+    time.sleep(1.5)
+    pid = post(srv, one_node("AllocateVRAM", mib=9000))
+    (snap,) = wait_snapshots(daemon, 1)
+    time.sleep(1.0)  # nothing else arrives
+    assert len(snapshot_dirs(daemon.data_dir)) == 1
+    data = load_snapshot_json(snap)
+    assert data["sources"] == ["api", "log"]
+    assert data["event"]["node_type"] == "AllocateVRAM"  # from the API
+    assert data["event"]["requested_bytes"] is not None  # from the message
+    assert "!!! Exception during processing !!!" in (snap / "log.txt").read_text()
+    assert {o["source"] for o in data["observations"]} == {"api", "log"}
+    assert wait_run(daemon, pid).outcome == "oom"
+    assert daemon.stop() == 0
