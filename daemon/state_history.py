@@ -67,6 +67,7 @@ from oom_sentinel.daemon.regression import (
     RegressionVerdict,
     assess_regression,
     good_run_from_record,
+    same_code_state,
 )
 from oom_sentinel.daemon.snapshot import iso_utc
 from oom_sentinel.daemon.state_diff import diff_states, repos_for_state
@@ -419,15 +420,41 @@ def state_for_run(
 ) -> StateObservation | None:
     """The observation of the state a prompt ran under: the state current when its ComfyUI
     process started (the code it loaded), else -- process unknown, or started before any
-    observation -- when the prompt started, else the current one."""
+    observation -- when the prompt started, else the current one. A reconstructed state is
+    replaced by the capture that followed it when the code did not change in between."""
+    found: StateObservation | None = None
     for moment in (process_start_s, started_s):
         if moment is None:
             continue
-        obs = _latest(store, instance, moment, ATTRIBUTION_SOURCES)
-        if obs is not None:
-            return obs
-    if started_s is None and process_start_s is None:
-        return _latest(store, instance, None, ATTRIBUTION_SOURCES)
+        found = _latest(store, instance, moment, ATTRIBUTION_SOURCES)
+        if found is not None:
+            break
+    if found is None and started_s is None and process_start_s is None:
+        found = _latest(store, instance, None, ATTRIBUTION_SOURCES)
+    if found is not None and found.source != "capture":
+        return _captured_equivalent(store, found) or found
+    return found
+
+
+def _captured_equivalent(store: Store, obs: StateObservation) -> StateObservation | None:
+    """The first capture after ``obs`` when the code did not change in between: it is the same
+    state with more facts (pip, versions, dirty files) than a reflog reconstruction has."""
+    rows = store.query(
+        "read install-state history",
+        f"SELECT {_OBS_COLUMNS} FROM state_observations WHERE instance = ? AND at_s > ? "
+        "AND source IN ('capture', 'reflog') ORDER BY at_s, id LIMIT 50",
+        (obs.instance, obs.at_s),
+    )
+    base = load_state(store, obs.state_id)
+    if base is None:
+        return None
+    for row in rows:
+        later = _obs(row)
+        state = load_state(store, later.state_id)
+        if state is None or not same_code_state(base, state):
+            return None
+        if later.source == "capture":
+            return later
     return None
 
 
@@ -879,7 +906,11 @@ class InstallStateTracker:
             )
 
     def _log_change(self, name: str, old: InstallState | None, new: InstallState) -> None:
-        if old is None:
+        lines: list[str] = []
+        if old is not None:
+            lines = diff_states(old, new, repos=repos_for_state(old, new)).summary_lines()
+            lines = [line for line in lines if not line.startswith("pip: unknown")]
+        if not lines:  # the first state, or the same code with more facts than before
             core = new.comfyui.commit[:12] if new.comfyui.commit else "no git"
             log.info(
                 "install state of %r: %s (ComfyUI %s, %d custom node(s)%s)",
@@ -890,15 +921,13 @@ class InstallStateTracker:
                 ", pip recorded" if new.pip is not None else "",
             )
             return
-        lines = diff_states(old, new, repos=repos_for_state(old, new)).summary_lines()
-        lines = [line for line in lines if not line.startswith("pip: unknown")]
         shown = "; ".join(lines[:5]) + (f"; {len(lines) - 5} more" if len(lines) > 5 else "")
         log.info(
-            "install state of %r changed: %s -> %s%s",
+            "install state of %r changed: %s -> %s (%s)",
             name,
-            old.state_id,
+            old.state_id if old is not None else "none",
             new.state_id,
-            f" ({shown})" if shown else "",
+            shown,
         )
 
     # -- file events ---------------------------------------------------------------------------
