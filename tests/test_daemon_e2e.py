@@ -143,7 +143,8 @@ def test_sigterm_and_sigint_stop_it_cleanly(tmp_path: Path) -> None:
 def test_without_any_install_it_keeps_running_and_says_what_it_waits_for(tmp_path: Path) -> None:
     daemon = Daemon(tmp_path, config="[logs]\npoll_interval_ms = 500\n").start()
     try:
-        assert "no ComfyUI install found yet" in daemon.stderr()
+        # logged just after the ready line the harness waits for
+        wait_for(lambda: "no ComfyUI install found yet" in daemon.stderr(), what="the hint")
         # an install that appears later is picked up by discovery: see test_daemon_discovery
     finally:
         assert daemon.stop() == 0
