@@ -13,10 +13,11 @@ instance was in a state from a moment on (``at_s``), and how we know (``source``
   first file event of the change, not from when the capture finished.
 - ``reflog``: states rebuilt from the git reflogs of ComfyUI and every node
   (``reflog.import_install_history``), so updates made before the daemon was installed, or
-  while it was down, are known. Imported at every start; an observation is keyed by its
-  moment, so a re-import adds only moves that are new (the first reconstruction of a moment
-  wins).
-- ``manager``: ComfyUI-Manager's snapshot files, keyed by file. Listed and diffable, but not
+  while it was down, are known. Imported with every full capture (start, ComfyUI restarts,
+  ``full_interval_s``); an observation is keyed by its moment, so a re-import adds only moves
+  that are new (the first reconstruction of a moment wins).
+- ``manager``: ComfyUI-Manager's snapshot files (every layout's folder, under the running
+  process's ``--user-directory`` when known), keyed by file. Listed and diffable, but not
   used to attribute runs: Manager names packs by URL and leaves disabled registry packs out,
   so its states differ from our captures in ways that are not updates.
 
@@ -544,6 +545,7 @@ class _InstanceLike(Protocol):
     path: str | None
     python: str | None
     pid: int | None
+    process: Any
 
 
 @dataclass(frozen=True)
@@ -563,6 +565,8 @@ class _Target:
     name: str
     path: str
     python: str | None
+    #: ComfyUI's --user-directory when its process is known (Manager keeps snapshots there)
+    user_dir: str | None = None
     root: Path | None = None
     last: InstallState | None = None
     last_pid: int | None = None
@@ -667,12 +671,15 @@ class InstallStateTracker:
                 if not inst.path:
                     continue  # an URL-only instance: no install to read
                 t = self._targets.get(inst.name)
+                user_dir = getattr(getattr(inst, "process", None), "user_dir", None)
                 if t is None:
-                    t = _Target(inst.name, inst.path, inst.python, last_pid=inst.pid)
+                    t = _Target(inst.name, inst.path, inst.python, user_dir, last_pid=inst.pid)
                     t.requested_mono = now
                     self._targets[inst.name] = t
                     wake = True
                     continue
+                if isinstance(user_dir, str):
+                    t.user_dir = user_dir
                 if inst.python and inst.python != t.python:
                     t.python = inst.python
                     wake |= self._due(t, now, full=True, why="interpreter found")
@@ -847,7 +854,6 @@ class InstallStateTracker:
                 t.error = str(exc)
                 return
         root = t.root
-        first = not t.started
         interpreter, run_as = self._interpreter(t, root) if full else (None, None)
         now = self.clock()
         state = capture_install(
@@ -866,7 +872,7 @@ class InstallStateTracker:
         elif env is not None and env.error is not None and t.error != env.error:
             log.warning("install state of %r: interpreter probe failed: %s", t.name, env.error)
         self.captures += 1
-        if first:
+        if full:  # at start, restarts and periodic full captures; idempotent
             self._import_history(t, root, state)
         at = pending_since if pending_since is not None else now
         previous = current_state(self.store, t.name)
@@ -892,7 +898,7 @@ class InstallStateTracker:
         try:
             history = import_install_history(root, current)
             added = import_reflog_history(self.store, t.name, history)
-            manager = import_manager_snapshots(self.store, t.name, manager_states(root))
+            manager = import_manager_snapshots(self.store, t.name, manager_states(root, t.user_dir))
         except (OSError, SentinelError) as exc:
             log.warning("install history of %r not imported: %s", t.name, exc)
             return

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from install_builder import Install, build_install, commit_files, git
@@ -280,6 +281,7 @@ class Inst:
     path: str | None
     python: str | None = None
     pid: int | None = None
+    process: Any = None
 
 
 def counting_python(tmp_path: Path) -> tuple[Path, Path]:
@@ -397,6 +399,20 @@ def test_a_new_node_folder_and_a_disabled_one_are_noticed(
     wait(lambda: "new-pack" in current_state(store, "main")[1].node_table())  # type: ignore[index]
     os.rename(cn / "ComfyUI-Foo", cn / "ComfyUI-Foo.disabled")
     wait(lambda: current_state(store, "main")[1].node("ComfyUI-Foo").disabled)  # type: ignore[index,union-attr]
+
+
+def test_a_restarted_daemon_adds_nothing_for_an_unchanged_install(
+    store: Store, pulled: Install, tracker_factory: object
+) -> None:
+    seen: list[list[tuple[str, float, str]]] = []
+    for _start in range(2):
+        tracker: InstallStateTracker = tracker_factory(probe_interpreter=False)  # type: ignore[operator]
+        tracker.update([Inst("main", str(pulled.root))])
+        assert tracker.settle("main", 60)
+        tracker.close()
+        seen.append([(o.source, o.at_s, o.state_id) for o in observations(store, instance="main")])
+    assert seen[0] == seen[1]
+    assert [source for source, _at, _id in seen[1]].count("capture") == 1
 
 
 def test_a_comfyui_restart_asks_the_interpreter_again(
