@@ -579,6 +579,8 @@ class _Target:
     event_due_mono: float | None = None
     want_full: bool = True
     busy: bool = False
+    #: the capture in flight records a change announced by file events
+    busy_with_change: bool = False
     why: str = "start"
     error: str | None = None
     #: watched directory -> (recursive, names that matter or None for any)
@@ -708,9 +710,14 @@ class InstallStateTracker:
             t.why = why
         return True
 
-    def settle(self, instance: str, timeout_s: float = SETTLE_TIMEOUT_S) -> bool:
-        """Wait (bounded) until no capture of ``instance`` is pending from a file event, in
-        flight, or still to run for the first time; True when settled."""
+    def settle(
+        self, instance: str, timeout_s: float = SETTLE_TIMEOUT_S, *, everything: bool = False
+    ) -> bool:
+        """Wait (bounded) until the changes file events announced for ``instance`` are
+        recorded (debouncing is cut short); True when settled. ``everything``: also wait for
+        the first capture and any other due or running one (tests, tools). The main loop uses
+        the default: a change seconds before a run matters, while the start capture (the
+        interpreter may take a minute) must not stall the loop."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             t = self._targets.get(instance)
@@ -719,12 +726,24 @@ class InstallStateTracker:
             if t.pending_since is not None:
                 t.event_due_mono = time.monotonic()  # no more debouncing
                 self._cond.notify_all()
-            while t.busy or t.pending_since is not None or not t.started:
+
+            def waiting() -> bool:
+                if t.pending_since is not None or (t.busy and t.busy_with_change):
+                    return True
+                return everything and (t.busy or not t.started or t.due_mono is not None)
+
+            while waiting():
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping:
                     return False
                 self._cond.wait(left)
             return True
+
+    def change_pending(self, instance: str) -> bool:
+        """Whether file events announced a change of ``instance`` not yet recorded."""
+        with self._cond:
+            t = self._targets.get(instance)
+            return t is not None and (t.pending_since is not None or t.busy_with_change)
 
     def tracks(self, instance: str) -> bool:
         with self._cond:
@@ -818,6 +837,7 @@ class InstallStateTracker:
                 target.want_full = False
                 pending = target.pending_since
                 target.pending_since = None
+                target.busy_with_change = pending is not None
                 why = target.why
             try:
                 self._capture(target, full=full, pending_since=pending, why=why)
@@ -825,7 +845,7 @@ class InstallStateTracker:
                 log.exception("install state of %r: capture failed", target.name)
             finally:
                 with self._cond:
-                    target.busy = False
+                    target.busy = target.busy_with_change = False
                     target.started = True
                     self._cond.notify_all()
 

@@ -344,7 +344,7 @@ def test_start_capture_asks_the_interpreter_and_imports_the_reflog(
     python, log = counting_python(tmp_path)
     tracker: InstallStateTracker = tracker_factory()  # type: ignore[operator]
     tracker.update([Inst("main", str(pulled.root), str(python), pid=None)])
-    assert tracker.settle("main", 60)
+    assert tracker.settle("main", 60, everything=True)
     obs, current = current_state(store, "main")  # type: ignore[misc]
     assert obs.source == "capture" and obs.detail == "start"
     assert current.pip is not None and current.interpreter is not None
@@ -362,7 +362,7 @@ def test_a_git_pull_in_a_node_is_captured_from_its_file_events_without_the_inter
     python, log = counting_python(tmp_path)
     tracker: InstallStateTracker = tracker_factory()  # type: ignore[operator]
     tracker.update([Inst("main", str(pulled.root), str(python))])
-    assert tracker.settle("main", 60)
+    assert tracker.settle("main", 60, everything=True)
     _, before = current_state(store, "main")  # type: ignore[misc]
     up = pulled.upstreams["ComfyUI-Foo"]
     new = commit_files(up, {"nodes.py": "V = 9\n"}, "ComfyUI-Foo 9", pulled.clock.tick())
@@ -387,12 +387,31 @@ def test_a_git_pull_in_a_node_is_captured_from_its_file_events_without_the_inter
     assert tracker.captures == captures
 
 
+def test_settle_records_an_announced_change_without_waiting_out_the_debounce(
+    store: Store, pulled: Install, tracker_factory: object
+) -> None:
+    # A snapshot written seconds after a pull must see the new state: settle() cuts the
+    # (here: one minute) debounce short.
+    tracker: InstallStateTracker = tracker_factory(  # type: ignore[operator]
+        probe_interpreter=False, debounce_ms=60_000
+    )
+    tracker.update([Inst("main", str(pulled.root))])
+    assert tracker.settle("main", 60, everything=True)
+    old = pulled.shas["ComfyUI-Foo"][0]
+    git(pulled.custom_nodes / "ComfyUI-Foo", "checkout", "-q", old)
+    wait(lambda: tracker.change_pending("main"))
+    assert tracker.settle("main", 20)
+    assert not tracker.change_pending("main")
+    _, now = current_state(store, "main")  # type: ignore[misc]
+    assert now.node_table()["ComfyUI-Foo"].commit == old
+
+
 def test_a_new_node_folder_and_a_disabled_one_are_noticed(
     store: Store, pulled: Install, tracker_factory: object
 ) -> None:
     tracker: InstallStateTracker = tracker_factory(probe_interpreter=False)  # type: ignore[operator]
     tracker.update([Inst("main", str(pulled.root))])
-    assert tracker.settle("main", 60)
+    assert tracker.settle("main", 60, everything=True)
     cn = pulled.custom_nodes
     node = build_node_repo(cn.parent.parent / "new-pack-upstream", 3, pack_name="new-pack")
     shutil.copytree(node.path, cn / "new-pack")
@@ -408,7 +427,7 @@ def test_a_restarted_daemon_adds_nothing_for_an_unchanged_install(
     for _start in range(2):
         tracker: InstallStateTracker = tracker_factory(probe_interpreter=False)  # type: ignore[operator]
         tracker.update([Inst("main", str(pulled.root))])
-        assert tracker.settle("main", 60)
+        assert tracker.settle("main", 60, everything=True)
         tracker.close()
         seen.append([(o.source, o.at_s, o.state_id) for o in observations(store, instance="main")])
     assert seen[0] == seen[1]
@@ -421,13 +440,13 @@ def test_a_comfyui_restart_asks_the_interpreter_again(
     python, log = counting_python(tmp_path)
     tracker: InstallStateTracker = tracker_factory()  # type: ignore[operator]
     tracker.update([Inst("main", str(pulled.root), str(python), pid=100)])
-    assert tracker.settle("main", 60)
+    assert tracker.settle("main", 60, everything=True)
     tracker.update([Inst("main", str(pulled.root), str(python), pid=100)])  # same process
-    assert tracker.settle("main", 60) and len(runs_of(log)) == 2
+    assert tracker.settle("main", 60, everything=True) and len(runs_of(log)) == 2
     tracker.update([Inst("main", str(pulled.root), str(python), pid=None)])  # it stopped
     tracker.update([Inst("main", str(pulled.root), str(python), pid=200)])  # and restarted
     wait(lambda: len(runs_of(log)) == 4)
-    assert tracker.settle("main", 60)
+    assert tracker.settle("main", 60, everything=True)
 
 
 def test_periodic_capture_finds_what_file_events_missed(
@@ -437,14 +456,14 @@ def test_periodic_capture_finds_what_file_events_missed(
         use_observer=False, probe_interpreter=False
     )
     tracker.update([Inst("main", str(pulled.root))])
-    assert tracker.settle("main", 60)
+    assert tracker.settle("main", 60, everything=True)
     first = tracker.captures
     git(pulled.custom_nodes / "ComfyUI-Foo", "checkout", "-q", pulled.shas["ComfyUI-Foo"][0])
     time.sleep(0.5)
     assert tracker.captures == first  # no observer: nothing noticed yet
     tracker.request_all()
     wait(lambda: tracker.captures > first)
-    assert tracker.settle("main", 60)
+    assert tracker.settle("main", 60, everything=True)
     _, now = current_state(store, "main")  # type: ignore[misc]
     assert now.node_table()["ComfyUI-Foo"].commit == pulled.shas["ComfyUI-Foo"][0]
 
@@ -455,9 +474,9 @@ def test_a_path_that_is_not_an_install_is_reported_once_and_does_not_block(
     tracker: InstallStateTracker = tracker_factory(probe_interpreter=False)  # type: ignore[operator]
     (tmp_path / "empty").mkdir()
     tracker.update([Inst("ghost", str(tmp_path / "empty"))])
-    assert tracker.settle("ghost", 30)
+    assert tracker.settle("ghost", 30, everything=True)
     tracker.request_all()
-    assert tracker.settle("ghost", 30)
+    assert tracker.settle("ghost", 30, everything=True)
     assert current_state(store, "ghost") is None
     assert sum("not a ComfyUI install" in r.getMessage() for r in caplog.records) == 1
 
@@ -475,6 +494,6 @@ def test_as_root_the_interpreter_runs_as_the_owner_of_the_install(
             parent.chmod(mode | stat.S_IXOTH)
     tracker: InstallStateTracker = tracker_factory(euid=0)  # type: ignore[operator]
     tracker.update([Inst("main", str(pulled.root), str(python))])
-    assert tracker.settle("main", 60)
+    assert tracker.settle("main", 60, everything=True)
     uids = {line.split()[0] for line in runs_of(log)}
     assert uids == {str(nobody)}
