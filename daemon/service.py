@@ -844,11 +844,13 @@ class Service:
         inst = self.instances.get(exit.instance)
         if inst is not None and inst.pid == proc.pid:
             inst.pid, inst.process = None, None
-        # the prompt it was running: still marked running, or just reported lost
+        # the prompt it was running: still marked running, or just reported lost (a prompt
+        # seen after the death runs on the restarted ComfyUI and is left alone)
         prompt_id: str | None = None
-        running = self._running.pop(exit.instance, None)
-        if running is not None:
+        running = self._running.get(exit.instance)
+        if running is not None and running[1] <= exit.death.died_at_s:
             prompt_id = running[0]
+            del self._running[exit.instance]
             self._update_sampling()
         lost_here = [lost for lost in self._lost if lost.run.instance == exit.instance]
         if prompt_id is None and lost_here:
