@@ -651,15 +651,15 @@ class InstallStateTracker:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        if self._thread is not None:
+            # A capture in flight finishes first (the interpreter has its own timeout); the
+            # thread is a daemon thread, so a stuck one cannot hold the process.
+            self._thread.join(timeout=10)
         observer, self._observer = self._observer, None
         if observer is not None:
             with contextlib.suppress(Exception):
                 observer.stop()
                 observer.join(timeout=5)
-        if self._thread is not None:
-            # A capture in flight finishes (the interpreter has its own timeout); the thread
-            # is a daemon thread, so a stuck one cannot hold the process.
-            self._thread.join(timeout=10)
 
     # -- from the main loop --------------------------------------------------------------------
 
@@ -983,7 +983,7 @@ class InstallStateTracker:
 
     def _resync_watches(self, t: _Target, root: Path) -> None:
         """Watch what this install's next change will touch (new node repos included)."""
-        if self._observer is None:
+        if self._observer is None or self._stopping:
             return
         specs = _watch_specs(root)
         with self._cond:
