@@ -106,6 +106,13 @@ class IncidentSettings(_Section):
     settle_ms: NonNegative = 1000
 
 
+class ApiSettings(_Section):
+    """How each ComfyUI's HTTP API is read (``daemon/comfy_watch.py``)."""
+
+    websocket: bool = True
+    idle_poll_ms: PositiveMs = 10000
+
+
 class SnapshotSettings(_Section):
     max_count: NonNegative = 500
     max_age_days: NonNegative = 90
@@ -137,6 +144,7 @@ class Settings(_Section):
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
     install_state: InstallStateSettings = Field(default_factory=InstallStateSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     def resolved_data_dir(self) -> Path:
         """The data dir: configured, else systemd's $STATE_DIRECTORY, else the platform's."""

@@ -11,8 +11,9 @@ How the API is read, and why:
   websocket sees ``status`` broadcasts and nothing else. So the websocket (our own ``clientId``)
   is only a wake-up hint: every ``status`` (a prompt queued, started or finished) triggers a
   ``GET /queue`` at once. ``/queue`` is also polled every 250 ms while something is queued or
-  running, and every 10 s when idle (1 s while the websocket is down). Idle cost is one small
-  request every 10 s and a parked socket.
+  running, and every 10 s when idle. Idle cost is one small request every 10 s and a parked
+  socket. Without a websocket (down, or turned off) the idle poll runs every second and also
+  reads the newest history entry, so a prompt too short to be seen in the queue is still found.
 - **The running item carries the prompt**: ``queue_running`` items are ``[number, id, prompt,
   extra_data, outputs]`` with the UI workflow in ``extra_data.extra_pnginfo.workflow``
   (facts 1.3), so the prompt is captured the moment it is seen, pending or running.
@@ -94,6 +95,10 @@ class WatchOptions:
     logs_tail_lines: int = 200
     #: prompt ids remembered as reported (bounded)
     remembered_ids: int = 4096
+    #: open a websocket for status broadcasts (off: poll only -- e.g. behind a proxy that
+    #: does not pass websockets; prompts shorter than ``idle_poll_no_ws_s`` are then found in
+    #: history by checking its newest entry on every idle poll)
+    websocket: bool = True
 
 
 # ---- messages to the service -------------------------------------------------------------------
@@ -356,10 +361,14 @@ class _InstanceWatch:
         self.ws_dropped = False
         self._last_remaining = None
         self.announced = self.seen_new = 0
-        ws_task = asyncio.create_task(self._ws_loop(client), name=f"ws-{self.name}")
-        # give the websocket a moment so the first status counts from the start
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.kick.wait(), 0.5)
+        ws_task = asyncio.create_task(
+            self._ws_loop(client) if self.options.websocket else asyncio.sleep(0),
+            name=f"ws-{self.name}",
+        )
+        if self.options.websocket:
+            # give the websocket a moment so the first status counts from the start
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.kick.wait(), 0.5)
         self.emit(
             ApiStatus(
                 self.name,
@@ -494,6 +503,13 @@ class _InstanceWatch:
             self.announced = self.seen_new = 0
             if missing > 0:
                 await self._sweep(client, missing + 2, backfill=False)
+            elif not self.ws_up and await self._newest_is_new(client):
+                # no status broadcasts to count prompts by: the newest history entry tells
+                await self._sweep(client, 8, backfill=False)
+
+    async def _newest_is_new(self, client: ComfyClient) -> bool:
+        newest = await client.history(max_items=1)
+        return any(pid not in self.reported for pid in newest)
 
     async def _finish(self, client: ComfyClient, tracked: _Tracked) -> None:
         prompt_id = tracked.item.prompt_id

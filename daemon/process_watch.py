@@ -383,9 +383,13 @@ class ProcessWatcher:
         self._wanted: dict[str, ComfyProcess] = {}
         self._targets: dict[str, _Target] = {}
         self._stop = threading.Event()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        #: wakes the polling fallback (no pipe to select on there: Windows has none)
+        self._woken = threading.Event()
+        self._wake_r = self._wake_w = -1
+        if self.use_pidfd:
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_r, False)
+            os.set_blocking(self._wake_w, False)
         self._thread: threading.Thread | None = None
 
     @property
@@ -424,13 +428,16 @@ class ProcessWatcher:
             self._close(target)
         self._targets.clear()
         for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._wake_r = self._wake_w = -1
 
     def _wake(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"x")
+        self._woken.set()
+        if self._wake_w >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
 
     # -- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
@@ -496,8 +503,8 @@ class ProcessWatcher:
     def _wait(self, timeout_s: float) -> set[int]:
         """Sleep until a pidfd is readable, a wake-up or the timeout; returns ready pidfds."""
         if not self.use_pidfd:
-            self._stop.wait(min(timeout_s, self.poll_interval_s))
-            self._drain_wake()
+            self._woken.wait(min(timeout_s, self.poll_interval_s))
+            self._woken.clear()
             return set()
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)

@@ -66,6 +66,7 @@ from oom_sentinel.daemon.comfy_watch import (
     ComfyWatcher,
     PromptDone,
     PromptStarted,
+    WatchOptions,
 )
 from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, discover_instances
 from oom_sentinel.daemon.errors import ConfigError, SentinelError
@@ -342,7 +343,9 @@ class Service:
         #: prompt ids recorded (or pending) lately; the runs table is the durable record
         self._recorded: OrderedDict[str, None] = OrderedDict()
         self._sources: dict[str, frozenset[str]] = {}
-        #: a prompt found in history that ended after this moment becomes an incident
+        #: a prompt found in history (on connect) that ended after this moment becomes an
+        #: incident: the last time a daemon on this data dir was alive, else now -- an OOM
+        #: from before the first start is recorded as a run, not alarmed on
         self._api_horizon_s = self.started_s
         #: install states over time (state_history.py): runs' states, regression suspicion
         self.install_states: InstallStateTracker | None = None
@@ -370,8 +373,19 @@ class Service:
         )
         last_alive = self.store.get_meta(META_LAST_ALIVE)
         with contextlib.suppress(TypeError, ValueError):
-            self._api_horizon_s = min(self.started_s, float(last_alive or self.started_s))
-        self.comfy_watch = ComfyWatcher(lambda m: self._post("api", m))
+            # it is written every STATUS_INTERVAL_S: anything after the last write - that
+            # interval may have ended while no daemon watched
+            if last_alive is not None:
+                self._api_horizon_s = min(self.started_s, float(last_alive) - STATUS_INTERVAL_S)
+        api = self.settings.api
+        self.comfy_watch = ComfyWatcher(
+            lambda m: self._post("api", m),
+            WatchOptions(
+                active_poll_s=self.settings.sampling.active_interval_ms / 1000,
+                idle_poll_s=api.idle_poll_ms / 1000,
+                websocket=api.websocket,
+            ),
+        )
         self.comfy_watch.start()
         self.process_watch = ProcessWatcher(lambda m: self._post("process", m))
         self.process_watch.start()
@@ -741,7 +755,7 @@ class Service:
                 self._lost.append(_LostRun(run, self.clock()))
             return
         obs = done.observation
-        fresh = not done.backfill or (done.ended_s or done.seen_s) >= self._api_horizon_s - 5.0
+        fresh = not done.backfill or (done.ended_s or done.seen_s) >= self._api_horizon_s
         if obs is not None and fresh and done.prompt_id not in self._handled_prompts:
             self._pending_runs.append(_PendingRun(run, pool_family(obs.event.pool)))
             self._apply(self.tracker.observe(obs, self.clock()))

@@ -377,3 +377,30 @@ def test_instances_can_be_dropped_and_the_thread_stopped(inbox: Inbox, srv: Stan
     finally:
         w.stop()
     assert not thread.is_alive()
+
+
+def test_without_a_websocket_polling_still_reports_every_prompt_once(
+    inbox: Inbox, srv: StandinProcess
+) -> None:
+    w = ComfyWatcher(inbox, WatchOptions(websocket=False))
+    w.start()
+    try:
+        w.set_instances({"main": srv.url})
+        up = inbox.next(ApiStatus)
+        assert up.connected and up.websocket is False
+        slow = post(srv, one_node("Sleep", seconds=2.5))
+        assert inbox.next(PromptStarted).prompt_id == slow
+        assert inbox.next(PromptDone).prompt_id == slow
+        fast = [
+            post(srv, one_node("EmptyImage", width=8, height=8, batch_size=1, color=c))
+            for c in range(40, 43)
+        ]
+        for pid in fast:
+            wait_history(srv, pid)
+        reported: list[str] = []
+        while set(reported) != set(fast):
+            reported.append(inbox.next(PromptDone).prompt_id)
+        reported += [m.prompt_id for m in inbox.drain(2.5) if isinstance(m, PromptDone)]
+        assert sorted(reported) == sorted(fast)
+    finally:
+        w.stop()

@@ -414,3 +414,51 @@ def test_the_log_and_the_api_make_one_snapshot(
     assert {o["source"] for o in data["observations"]} == {"api", "log"}
     assert wait_run(daemon, pid).outcome == "oom"
     assert daemon.stop() == 0
+
+
+def test_a_daemon_killed_and_restarted_catches_up_from_history_exactly_once(
+    tmp_path: Path,
+    install: Path,
+    gpu: Path,
+    started: Callable[..., StandinProcess],
+    daemons: list[Daemon],
+) -> None:
+    srv = started("base", install, fake_gpu=gpu)
+    env = {"OOM_SENTINEL_FAKE_GPU": str(gpu)}
+    # an OOM from before any daemon ran: a run, but no alarm on old news
+    ancient = post(srv, one_node("AllocateVRAM", mib=9000))
+    wait_for(lambda: srv.get_json(f"/history/{ancient}"), 30, "the old prompt")
+    first = Daemon(tmp_path, comfyui=[srv.url], config=config(storm_window_s=0), env=env).start()
+    daemons.append(first)
+    wait_api_up(first, srv.url)
+    assert wait_run(first, ancient).outcome == "oom"
+    assert snapshot_dirs(first.data_dir) == []
+    before_oom = post(srv, one_node("AllocateVRAM", mib=9001))
+    before_ok = post(srv, one_node("EmptyImage", width=8, height=8, batch_size=1, color=1))
+    wait_snapshots(first, 1)
+    wait_run(first, before_oom)
+    wait_run(first, before_ok)
+    first.kill9()
+    # while no daemon runs, ComfyUI goes on
+    down_oom = post(srv, one_node("AllocateVRAM", mib=9002))
+    down_ok = post(srv, one_node("EmptyImage", width=8, height=8, batch_size=1, color=2))
+    wait_for(lambda: srv.get_json(f"/history/{down_ok}"), 30, "the prompts to finish")
+    first.stderr_path.rename(tmp_path / "first.stderr")  # the ready line is the new one's
+    second = Daemon(tmp_path, comfyui=[srv.url], config=config(storm_window_s=0), env=env).start()
+    daemons.append(second)
+    assert wait_run(second, down_oom).outcome == "oom"
+    assert wait_run(second, down_ok).outcome == "success"
+    snaps = wait_snapshots(second, 2)
+    time.sleep(1.0)  # nothing more arrives
+    assert len(snapshot_dirs(second.data_dir)) == 2
+    snapped = sorted(
+        o["evidence"]["prompt_id"]
+        for s in snaps
+        for o in load_snapshot_json(s)["observations"]
+        if o["source"] == "api"
+    )
+    assert snapped == sorted([before_oom, down_oom])
+    assert sorted(r.prompt_id for r in runs(second.data_dir)) == sorted(
+        [ancient, before_oom, before_ok, down_oom, down_ok]
+    )
+    assert second.stop() == 0
