@@ -199,7 +199,8 @@ def test_a_gpu_oom_reported_by_the_api_is_a_replayable_snapshot_without_secrets(
     # the process, ComfyUI's view of memory and its console
     process = data["process"]
     assert process["pid"] == srv.pid and process["alive"] is True
-    assert process["flags"]["port"] == srv.port and process["second_instance"] is False
+    assert process["flags"]["port"] == srv.port
+    # (other ComfyUI-looking processes on a shared test machine may be listed as well)
     assert process["interpreter"] and process["cwd"]
     stats = data["system_stats"]
     assert stats["devices"][0]["type"] == "cuda" and stats["system"]["comfyui_version"]
@@ -372,8 +373,9 @@ def test_a_second_instance_is_flagged_in_the_snapshot(
     data = load_snapshot_json(snap)
     process = data["process"]
     assert process["pid"] == watched.pid and process["second_instance"] is True
-    (other,) = process["other_instances"]
-    assert other["pid"] == second.pid and other["port"] == second.port
+    # only ours: a shared test machine may run other ComfyUI-looking processes too
+    (other,) = [o for o in process["other_instances"] if o["pid"] == second.pid]
+    assert other["port"] == second.port
     assert other["gpu_used_bytes"] is not None  # the fake GPU lists its CUDA context
     kinds = {c["kind"] for c in process["conflicts"]}
     assert {"same-gpu", "same-install"} <= kinds
