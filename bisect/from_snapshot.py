@@ -16,12 +16,11 @@ any kind, ``disabled``             ``disabled``
 not listed                         ``absent``
 =================================  =============================================
 
-Where a snapshot keeps things (``snapshot.schema.json`` leaves these sections to later
-issues, so several spellings are read and the first present wins):
+Where a snapshot keeps things (the daemon writes them; ``daemon/snapshot.schema.json`` and
+``daemon/regression.py`` define the shapes):
 
-* ``regression.good_state`` / ``regression.good``: the state under which the workflow last
-  fitted; ``regression.bad_state`` / ``regression.bad``, else ``install_state`` (the state
-  at the crash; also ``install_state.state``): the bad endpoint.
+* ``regression.last_good_state``: the state under which the workflow last fitted;
+  ``regression.bad_state``, else ``install_state`` (the state at the crash): the bad endpoint.
 * ``prompt.json`` next to ``snapshot.json``: the API prompt.
 * ``process.argv`` (the flags after ``main.py``) or ``process.flags``: the launch flags.
 * ``instance.path``: the install; ``install_state.interpreter.executable`` (or
@@ -111,7 +110,7 @@ def snapshot_state(snapshot: Snapshot, which: str) -> State:
     regression = data.get("regression") if isinstance(data.get("regression"), Mapping) else {}
     where = f"snapshot {snapshot.id}"
     if which == "good":
-        for key in ("good_state", "good"):
+        for key in ("last_good_state",):
             ist = _install_state(regression.get(key), f"{where}: regression.{key}")
             if ist is not None:
                 return state_from_install_state(ist, f"{where}: regression.{key}")
@@ -119,7 +118,7 @@ def snapshot_state(snapshot: Snapshot, which: str) -> State:
             f"{where}: records no earlier good state (it is not a suspected regression); "
             "give --good yourself with oom-bisect run"
         )
-    keys = (("regression", "bad_state"), ("regression", "bad")) if which == "bad" else ()
+    keys = (("regression", "bad_state"),) if which == "bad" else ()
     for section, key in (*keys, ("", "install_state")):
         raw = regression.get(key) if section else data.get(key)
         label = f"{section}.{key}" if section else key
@@ -149,7 +148,7 @@ def read_snapshot_start(snapshot: Snapshot) -> SnapshotStart:
     try:
         good: State | None = snapshot_state(snapshot, "good")
     except InputError:
-        if regression.get("good_state") or regression.get("good"):
+        if regression.get("last_good_state"):
             raise
         good = None
     try:

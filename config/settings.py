@@ -27,6 +27,7 @@ __all__ = [
     "DiscoverySettings",
     "GpuSettings",
     "IncidentSettings",
+    "InstallStateSettings",
     "InstanceSettings",
     "LoadedSettings",
     "LogSettings",
@@ -172,6 +173,19 @@ class MetricsSettings(_Section):
     listen: Annotated[str, AfterValidator(_loopback_listen)] = "127.0.0.1:9866"
 
 
+class InstallStateSettings(_Section):
+    """Install-state history (``daemon/state_history.py``)."""
+
+    enabled: bool = True
+    #: git/custom-node capture without the interpreter: the safety net for missed file events
+    interval_s: PositiveMs = 300
+    #: capture with ComfyUI's interpreter too (pip freeze, torch/CUDA versions)
+    full_interval_s: PositiveMs = 21600
+    debounce_ms: NonNegative = 2000
+    probe_interpreter: bool = True
+    probe_timeout_s: PositiveMs = 60
+
+
 class Settings(_Section):
     """Everything configurable, parsed once and passed explicitly (never read from globals)."""
 
@@ -186,6 +200,7 @@ class Settings(_Section):
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    install_state: InstallStateSettings = Field(default_factory=InstallStateSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
 
     def resolved_data_dir(self) -> Path:

@@ -1,13 +1,16 @@
-"""``oom-sentinel states``: look at install states without the daemon — capture an install,
-show a state file (ours or ComfyUI-Manager's), diff two states, reconstruct the past from the
-reflogs, and export a state as a Manager snapshot.
+"""``oom-sentinel states``: install states -- those the daemon recorded (``list``, ``show ID``,
+``diff A B`` by state id, from the store in the data dir) and those on disk (capture an install,
+show a state file of ours or ComfyUI-Manager's, diff two of them, reconstruct the past from the
+reflogs, export a state as a Manager snapshot).
 
-The store-backed commands (``states list``, ``states show ID``) join this group once the store
-exists; everything here works on paths and files only.
+Wherever a command takes a state, it takes a state id (or a unique prefix), a state file, or
+(``diff``) an install directory, which is captured now. The store is opened only when an
+argument is neither a file nor a directory, so the file commands work without a daemon.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,14 @@ from oom_sentinel.daemon.manager_snapshots import (
 )
 from oom_sentinel.daemon.reflog import import_install_history, state_before_last
 from oom_sentinel.daemon.state_diff import diff_states, repos_for_state
+from oom_sentinel.daemon.state_history import (
+    StateListing,
+    list_states,
+    load_state,
+    observations,
+    resolve_state_ref,
+)
+from oom_sentinel.daemon.store import Store
 
 __all__ = ["state_summary", "states_group"]
 
@@ -141,8 +152,62 @@ def _interpreter_for(root: Path, python: str | None, no_python: bool) -> str | P
     return find_interpreter(root)
 
 
-def _load(arg: str, python: str | None, no_python: bool, timeout_s: float) -> InstallState:
-    """A state from a file (ours or Manager's) or by capturing the install at a directory."""
+class _StoreAccess:
+    """The daemon's store, opened on first use (file arguments never need it)."""
+
+    def __init__(self, data_dir: str | None, config_path: str | None) -> None:
+        self._data_dir = data_dir
+        self._config_path = config_path
+        self._store: Store | None = None
+
+    @property
+    def directory(self) -> Path:
+        if self._data_dir:
+            return Path(self._data_dir).expanduser()
+        from oom_sentinel.config.settings import load_settings
+
+        return load_settings(self._config_path).settings.resolved_data_dir()
+
+    def get(self) -> Store:
+        if self._store is None:
+            directory = self.directory
+            store = Store.open_existing(directory)
+            if store is None:
+                raise InputError(
+                    f"{directory}: no oom-sentinel store here (the daemon has not run with this "
+                    "data dir; give --data-dir)"
+                )
+            self._store = store
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def _stored(ref: str, stores: _StoreAccess) -> InstallState:
+    """The recorded state ``ref`` names (an id or a unique prefix); anything that cannot be a
+    state id is a file that does not exist."""
+    if not re.fullmatch(r"[0-9a-fA-F]{4,16}", ref.strip()):
+        raise InputError(f"{Path(ref).expanduser()}: no such file")
+    store = stores.get()
+    state_id = resolve_state_ref(store, ref)
+    state = load_state(store, state_id)
+    if state is None:  # removed between the two reads
+        raise InputError(f"no install state {state_id} in {store.path}")
+    return state
+
+
+def _load(
+    arg: str,
+    python: str | None,
+    no_python: bool,
+    timeout_s: float,
+    stores: _StoreAccess,
+) -> InstallState:
+    """A state from a file (ours or Manager's), by capturing the install at a directory, or
+    from the store by id."""
     path = Path(arg).expanduser()
     if path.is_dir():
         root = resolve_comfyui_root(path)
@@ -151,9 +216,9 @@ def _load(arg: str, python: str | None, no_python: bool, timeout_s: float) -> In
             interpreter=_interpreter_for(root, python, no_python),
             timeout_s=timeout_s,
         )
-    if not path.exists():
-        raise InputError(f"{path}: no such file or directory")
-    return read_state_file(path)
+    if path.exists():
+        return read_state_file(path)
+    return _stored(arg, stores)
 
 
 _python_options = [
@@ -182,6 +247,23 @@ def _with_python_options(func: Any) -> Any:
     return func
 
 
+_store_options = [
+    click.option(
+        "--data-dir",
+        type=click.Path(file_okay=False),
+        help="Data directory of the daemon's store (default: from the config, else the "
+        "platform's data dir).",
+    ),
+    click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Config file."),
+]
+
+
+def _with_store_options(func: Any) -> Any:
+    for option in reversed(_store_options):
+        func = option(func)
+    return func
+
+
 # ---------------------------------------------------------------------------------------------
 # Commands
 
@@ -191,8 +273,49 @@ def states_group() -> None:
     """Install states: ComfyUI's commit, every custom node, the Python environment."""
 
 
+@states_group.command("list")
+@click.option("--instance", help="Only states this ComfyUI instance was observed in.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_with_store_options
+@handle_errors(PROG)
+def states_list(
+    instance: str | None, as_json: bool, data_dir: str | None, config_path: str | None
+) -> None:
+    """Install states the daemon recorded, most recently observed first."""
+    stores = _StoreAccess(data_dir, config_path)
+    store = Store.open_existing(stores.directory)
+    if store is None:
+        listing: list[StateListing] = []
+    else:
+        with store:
+            listing = list_states(store, instance=instance)
+    if as_json:
+        echo_json({"states": [item.to_json() for item in listing]})
+        return
+    if not listing:
+        click.echo(f"no install states recorded in {stores.directory}")
+        return
+    header = ("state", "last observed", "instances", "from", "ComfyUI", "nodes", "pip", "")
+    rows = [
+        (
+            item.state_id,
+            _iso(item.last_at_s) or "-",
+            ",".join(item.instances) or "-",
+            ",".join(item.sources) or item.source,
+            item.comfyui_commit[:12] if item.comfyui_commit else "-",
+            str(item.node_count),
+            "yes" if item.has_pip else "-",
+            f"current ({', '.join(item.current_for)})" if item.current_for else "",
+        )
+        for item in listing
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    for row in (header, *rows):
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
 @states_group.command("show")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("ref")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option(
     "--resolve",
@@ -200,19 +323,41 @@ def states_group() -> None:
     type=click.Path(file_okay=False),
     help="Fill 'unknown' commits of a Manager file from the install at this path.",
 )
+@_with_store_options
 @handle_errors(PROG)
-def states_show(file: str, as_json: bool, resolve_root: str | None) -> None:
-    """Show the state in FILE: a ComfyUI-Manager snapshot (.json/.yaml) or a state file."""
-    path = Path(file)
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    state = read_state_file(path)
+def states_show(
+    ref: str,
+    as_json: bool,
+    resolve_root: str | None,
+    data_dir: str | None,
+    config_path: str | None,
+) -> None:
+    """Show a state: REF is a state id the daemon recorded (or a unique prefix), a
+    ComfyUI-Manager snapshot (.json/.yaml) or a state file."""
+    path = Path(ref).expanduser()
+    stores = _StoreAccess(data_dir, config_path)
+    seen: list[dict[str, Any]] = []
+    try:
+        if path.is_dir():
+            raise InputError(f"{path}: a directory; use `states capture` for an install")
+        if path.exists():
+            state = read_state_file(path)
+        else:
+            state = _stored(ref, stores)
+            seen = [o.to_json() for o in observations(stores.get(), state_id=state.state_id)]
+    finally:
+        stores.close()
     if resolve_root:
         state = resolve_unknown_commits(state, capture_install(resolve_root))
     if as_json:
-        echo_json(state_summary(state))
-    else:
-        _print_state(state)
+        echo_json({**state_summary(state), "observations": seen})
+        return
+    _print_state(state)
+    for o in seen:
+        click.echo(
+            f"observed: {o['instance']} from {_iso(o['at_s'])} ({o['source']}"
+            f"{': ' + o['detail'] if o['detail'] else ''})"
+        )
 
 
 @states_group.command("capture")
@@ -257,6 +402,7 @@ def states_capture(
     help="Resolve commit ranges in the repos of the install at this path.",
 )
 @_with_python_options
+@_with_store_options
 @handle_errors(PROG)
 def states_diff(
     old: str,
@@ -266,11 +412,19 @@ def states_diff(
     python: str | None,
     no_python: bool,
     timeout_s: float,
+    data_dir: str | None,
+    config_path: str | None,
 ) -> None:
-    """What changed from OLD to NEW (each a state file, a Manager snapshot or an install
-    directory, which is captured now)."""
-    a = _load(old, python, no_python, timeout_s)
-    b = _load(new, python, no_python, timeout_s)
+    """What changed from OLD to NEW: per repo the commit range (count, first and last
+    subjects), nodes added, removed, enabled or disabled, and pip changes. Each of OLD and NEW
+    is a state id the daemon recorded, a state file, a Manager snapshot or an install directory
+    (captured now)."""
+    stores = _StoreAccess(data_dir, config_path)
+    try:
+        a = _load(old, python, no_python, timeout_s, stores)
+        b = _load(new, python, no_python, timeout_s, stores)
+    finally:
+        stores.close()
     repo_states = [s for s in (a, b) if s.root is not None]
     if repos_root:
         repo_states.append(capture_install(resolve_comfyui_root(repos_root)))

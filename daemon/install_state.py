@@ -814,13 +814,15 @@ def capture_install(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     extra_custom_nodes_dirs: Sequence[str | Path] = (),
     now_epoch_s: float | None = None,
+    run_as: tuple[int, int] | None = None,
 ) -> InstallState:
     """The install at ``path`` as it is now. Reads only.
 
     ``interpreter``: ComfyUI's Python (see ``interpreter.find_interpreter``); when given,
     its torch/CUDA facts and (with ``pip``) ``pip freeze`` are recorded. ``None`` skips it
     (git and node state only: cheap enough to run on every file-system change).
-    ``extra_custom_nodes_dirs``: further custom-node folders (``extra_model_paths.yaml``)."""
+    ``extra_custom_nodes_dirs``: further custom-node folders (``extra_model_paths.yaml``).
+    ``run_as``: (uid, gid) to run the interpreter as (see ``interpreter.run_interpreter``)."""
     root = resolve_comfyui_root(path)
     head = git_head(root) if (root / ".git").exists() else GitHead(None, None, None)
     dirty = _dirty_files(root) if head.commit is not None else None
@@ -837,7 +839,9 @@ def capture_install(
     facts: InterpreterFacts | None = None
     pip_lines: tuple[str, ...] | None = None
     if interpreter is not None:
-        facts, pip_lines = probe_interpreter(interpreter, pip=pip, timeout_s=timeout_s)
+        facts, pip_lines = probe_interpreter(
+            interpreter, pip=pip, timeout_s=timeout_s, run_as=run_as
+        )
     return InstallState(
         comfyui=core,
         nodes=tuple(nodes),

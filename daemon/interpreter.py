@@ -370,15 +370,26 @@ def run_interpreter(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    run_as: tuple[int, int] | None = None,
 ) -> InterpreterRun:
     """Run ``python *args`` with a timeout; on timeout kill its whole process group (pip and
-    torch may start children that would otherwise keep the pipes open)."""
+    torch may start children that would otherwise keep the pipes open).
+
+    ``run_as`` (uid, gid), POSIX only: run as that user with no supplementary groups and
+    their HOME -- a daemon running as root must not run code from a user's environment
+    (``sitecustomize``, ``.pth`` files) as root."""
     exe = os.fspath(python)
     popen_kwargs: dict[str, Any] = {}
+    extra_env = dict(env or {})
     if os.name == "nt":
         popen_kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
     else:
         popen_kwargs["start_new_session"] = True
+        if run_as is not None:
+            popen_kwargs.update(user=run_as[0], group=run_as[1])
+            if os.geteuid() == 0:  # dropping root's groups needs root (setgroups)
+                popen_kwargs["extra_groups"] = []
+            extra_env.setdefault("HOME", _home_of(run_as[0]))
     try:
         proc = subprocess.Popen(
             [exe, *args],
@@ -387,7 +398,7 @@ def run_interpreter(
             stderr=subprocess.PIPE,
             # Not the install's root: its folders (utils/, app/) would shadow modules.
             cwd=os.path.dirname(os.path.abspath(exe)) or None,
-            env=_child_env(env),
+            env=_child_env(extra_env),
             **popen_kwargs,
         )
     except OSError as exc:
@@ -400,6 +411,15 @@ def run_interpreter(
             out, err = proc.communicate()
             return InterpreterRun(None, _decode(out), _decode(err), timed_out=True)
     return InterpreterRun(proc.returncode, _decode(out), _decode(err), timed_out=False)
+
+
+def _home_of(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_dir
+    except (ImportError, KeyError):
+        return "/"
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -426,6 +446,7 @@ def probe_interpreter(
     *,
     pip: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    run_as: tuple[int, int] | None = None,
 ) -> tuple[InterpreterFacts, tuple[str, ...] | None]:
     """Facts about ``python`` and (with ``pip``) its ``pip freeze`` lines.
 
@@ -435,7 +456,7 @@ def probe_interpreter(
     exe = os.fspath(python)
     if not os.path.exists(exe):
         raise ProbeError(f"{exe}: interpreter not found")
-    run = run_interpreter(exe, ["-c", FACTS_SCRIPT], timeout_s=timeout_s)
+    run = run_interpreter(exe, ["-c", FACTS_SCRIPT], timeout_s=timeout_s, run_as=run_as)
     if run.timed_out:
         facts = InterpreterFacts(
             executable=exe, error=f"timed out after {timeout_s:g} s and was killed"
@@ -449,7 +470,7 @@ def probe_interpreter(
         facts = parse_facts_output(run.stdout, exe)
     if not pip or facts.error is not None:
         return facts, None
-    freeze = run_interpreter(exe, ["-m", "pip", "freeze"], timeout_s=timeout_s)
+    freeze = run_interpreter(exe, ["-m", "pip", "freeze"], timeout_s=timeout_s, run_as=run_as)
     if freeze.returncode == 0 and not freeze.timed_out:
         return facts, parse_freeze(freeze.stdout)
     # No pip in that environment (uv venvs): the metadata listing is the same information.

@@ -445,6 +445,22 @@ class LogFollower:
             self.error = None
         return out
 
+    def prepare(self) -> None:
+        """Fix where reading starts -- the saved position, else the end of the file now --
+        without reading, so every line written after this call is read by the next ``poll``.
+        ``LogTailManager.start`` calls it before the daemon says it is ready: a record written
+        between the ready line and the first poll must not be taken for old content."""
+        try:
+            if not self._started:
+                self._start()
+                self._started = True
+            if self._file is None:
+                self._adopt_live()
+        except InputError as exc:
+            if str(exc) != self.error:
+                log.warning("%s", exc)
+            self.error = str(exc)
+
     def commit(self, path: str, offset: int) -> None:
         """Persist that every line before ``offset`` in ``path`` is fully handled.
 
@@ -1032,6 +1048,8 @@ class LogTailManager:
         if self._started:
             return
         self._started = True
+        for follower in self._followers.values():
+            follower.prepare()
         self._waker.refresh()
         if self._waker.backend == "poll":
             log.info(

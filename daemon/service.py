@@ -114,6 +114,7 @@ from oom_sentinel.daemon.snapshot import (
     snapshots_dir,
     write_snapshot,
 )
+from oom_sentinel.daemon.state_history import InstallStateTracker
 from oom_sentinel.daemon.store import IncidentRow, Store
 from oom_sentinel.daemon.timeline import Sampler, Timeline, to_csv
 
@@ -353,6 +354,8 @@ class Service:
         #: incident: the last time a daemon on this data dir was alive, else now -- an OOM
         #: from before the first start is recorded as a run, not alarmed on
         self._api_horizon_s = self.started_s
+        #: install states over time (state_history.py): runs' states, regression suspicion
+        self.install_states: InstallStateTracker | None = None
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -438,6 +441,12 @@ class Service:
         self.scheduler.add_job(
             self._retention_job, "interval", hours=1, id="retention", coalesce=True
         )
+        if self.settings.install_state.enabled:
+            self.install_states = InstallStateTracker(
+                self.store, self.settings.install_state, clock=self.clock
+            )
+            self.install_states.start(self.scheduler)
+            self.install_states.update(self.instances.values())
         self.scheduler.start()
         self.alerts.start()
         self._retention_job()
@@ -811,6 +820,15 @@ class Service:
             self.sampler.sample_once()
         samples = self.timeline.snapshot() if self.timeline is not None else ()
         now = self.clock()
+        state_id = None
+        if self.install_states is not None:
+            inst = self.instances.get(done.instance)
+            proc = inst.process if inst is not None else None
+            state_id = self.install_states.state_id_for_run(
+                done.instance,
+                started_s=done.started_s or started_s or done.seen_s,
+                process_start_s=proc.create_time_s if proc and proc.pid == pid else None,
+            )
         return run_from_done(
             done,
             recorded_s=now,
@@ -818,6 +836,7 @@ class Service:
             samples=samples,
             started_s=started_s,
             window_end_s=now,
+            install_state_id=state_id,
         )
 
     def _save_run(self, run: RunRecord) -> None:
@@ -984,6 +1003,8 @@ class Service:
                 self.reload()
             self._refresh_sources()
             self._drain_inbox()
+            if self.install_states is not None:
+                self.install_states.update(self.instances.values())
             self._handle_lines(self.tails.poll(), now)
             self._flush_idle_records(now)
             self._apply(self.tracker.tick(self.clock()))
@@ -1154,8 +1175,22 @@ class Service:
             self._host_facts = collect_host_facts()
         prompt, workflow, sections = self._snapshot_extras(incident, inst, memory)
         advice = advise(incident.event, self._advice_context(inst, sections, memory))
+        parts = None
+        if self.install_states is not None:
+            parts = self.install_states.snapshot_parts(
+                incident.instance,
+                prompt=prompt,
+                started_s=incident.first_seen_s,
+                process_start_s=inst.process.create_time_s if inst.process else None,
+            )
+        if parts is not None:
+            sections.update(parts.sections)
+            advice = [parts.advice, *advice] if parts.advice is not None else advice
+        suffix = parts.summary_suffix if parts is not None else None
         content = SnapshotContent(
-            incident=incident,
+            incident=dataclasses.replace(incident, summary=incident.summary + suffix)
+            if suffix
+            else incident,
             instance=inst.info(),
             host=self._host_facts,
             created_s=self.clock(),
@@ -1185,6 +1220,8 @@ class Service:
         if self.alerts is not None:
             self.alerts.on_incident_written(incident, ref)
         log.warning("OOM on %s: %s -- snapshot %s", incident.instance, incident.summary, ref.path)
+        if suffix:
+            log.warning("suspected regression after an install change: run oom-bisect %s", ref.id)
         if self.on_incident is not None:
             try:
                 self.on_incident(incident, ref)
@@ -1423,6 +1460,8 @@ class Service:
             self.comfy_watch.stop()
         if self.process_watch is not None:
             self.process_watch.stop()
+        if self.install_states is not None:
+            self.install_states.close()
         if self.tails is not None:
             self.tails.close()
         if self.sampler is not None:

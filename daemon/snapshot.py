@@ -45,6 +45,7 @@ __all__ = [
     "OPTIONAL_SECTIONS",
     "SCHEMA_VERSION",
     "SNAPSHOTS_SUBDIR",
+    "SNAPSHOT_ID_PLACEHOLDER",
     "SNAPSHOT_NAME_RE",
     "AdviceItem",
     "HostFacts",
@@ -83,6 +84,9 @@ OPTIONAL_SECTIONS = (
     "system_stats",
     "internal_logs",
 )
+#: Stands for the snapshot's id in ``summary``, ``advice[].text`` and the ``regression``
+#: section until the writer has named the directory (``oom-bisect <snapshot-id>``).
+SNAPSHOT_ID_PLACEHOLDER = "<snapshot-id>"
 #: where snapshots live inside the data dir
 SNAPSHOTS_SUBDIR = "snapshots"
 TMP_PREFIX = ".tmp-"
@@ -360,7 +364,28 @@ def build_snapshot_json(content: SnapshotContent, snapshot_id: str) -> dict[str,
     # redacted, but the id and file names are ours).
     cleaned["id"] = snapshot_id
     cleaned["files"] = data["files"]
+    _fill_snapshot_id(cleaned, snapshot_id)
     return cleaned
+
+
+def _fill_snapshot_id(data: dict[str, Any], snapshot_id: str) -> None:
+    """Replace ``SNAPSHOT_ID_PLACEHOLDER`` where the text names this snapshot (the id is only
+    known once the directory has its name)."""
+
+    def fill(value: Any) -> Any:
+        return (
+            value.replace(SNAPSHOT_ID_PLACEHOLDER, snapshot_id) if isinstance(value, str) else value
+        )
+
+    data["summary"] = fill(data.get("summary"))
+    for item in data.get("advice") or ():
+        if isinstance(item, dict):
+            item["text"] = fill(item.get("text"))
+    regression = data.get("regression")
+    if isinstance(regression, dict):
+        for key in ("bisect_command", "reason"):
+            if key in regression:
+                regression[key] = fill(regression[key])
 
 
 def _dump_json(data: Any) -> bytes:

@@ -2,8 +2,8 @@
 
 ``<data_dir>/oom-sentinel.db`` holds what must outlive a restart and is small: the incident rows
 (snapshots on disk stay the source of truth for incident content), the followed logs' offsets
-a key/value ``meta`` table and the ``runs`` of every prompt (``runs.py``); later issues add
-install states and the alert outbox.
+a key/value ``meta`` table, the ``runs`` of every prompt (``runs.py``) and the install states
+with their observations (``state_history.py``); later issues add the alert outbox.
 
 Opening is careful because the data dir is user-chosen (``--data-dir``): a file that is not
 SQLite, a corrupt one, an SQLite database of another program (we stamp ``PRAGMA
@@ -130,6 +130,31 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX runs_by_fingerprint ON runs (fingerprint, ended_s);
     CREATE INDEX runs_by_recorded ON runs (recorded_s);
+    """,
+    # 4: install states and when each instance was seen in which (state_history.py)
+    """
+    CREATE TABLE install_states (
+        state_id TEXT PRIMARY KEY,
+        state_json TEXT NOT NULL,
+        source TEXT NOT NULL,
+        comfyui_commit TEXT,
+        node_count INTEGER NOT NULL,
+        has_pip INTEGER NOT NULL,
+        recorded_s REAL NOT NULL
+    );
+    CREATE TABLE state_observations (
+        id INTEGER PRIMARY KEY,
+        instance TEXT NOT NULL,
+        state_id TEXT NOT NULL REFERENCES install_states (state_id),
+        at_s REAL NOT NULL,
+        source TEXT NOT NULL,
+        detail TEXT,
+        dedup_key TEXT NOT NULL,
+        recorded_s REAL NOT NULL,
+        UNIQUE (instance, dedup_key)
+    );
+    CREATE INDEX state_observations_by_time ON state_observations (instance, at_s);
+    CREATE INDEX state_observations_by_state ON state_observations (state_id);
     """,
 )
 

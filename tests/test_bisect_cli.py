@@ -442,7 +442,7 @@ def test_a_snapshot_gives_states_prompt_flags_python_and_the_card_size(tmp_path)
         tmp_path,
         {
             "regression": {
-                "good_state": _ist(SHA_A, CustomNode("p", "git", commit=SHA_A)).to_dict(),
+                "last_good_state": _ist(SHA_A, CustomNode("p", "git", commit=SHA_A)).to_dict(),
                 "bad_state": _ist(SHA_B, CustomNode("p", "git", commit=SHA_B)).to_dict(),
             },
             "install_state": {"interpreter": {"executable": "/opt/ComfyUI/.venv/bin/python"}},
@@ -475,7 +475,7 @@ def test_snapshot_words_resolve_as_states(inst, tmp_path) -> None:
     path = _write_snapshot(
         tmp_path,
         {
-            "regression": {"good": good.to_dict(), "bad": bad.to_dict()},
+            "regression": {"last_good_state": good.to_dict(), "bad_state": bad.to_dict()},
             "install_state": bad.to_dict(),
         },
     )
@@ -546,6 +546,11 @@ def test_a_snapshot_of_a_vram_oom_watches_vram_only(tmp_path) -> None:
 
     path = _write_snapshot(
         tmp_path,
-        {"regression": {"good": _ist(SHA_A).to_dict(), "bad": _ist(SHA_B).to_dict()}},
+        {
+            "regression": {
+                "last_good_state": _ist(SHA_A).to_dict(),
+                "bad_state": _ist(SHA_B).to_dict(),
+            }
+        },
     )
     assert read_snapshot_start(load_snapshot(path)).pool == "vram"

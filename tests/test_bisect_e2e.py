@@ -465,7 +465,7 @@ def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -
             created_s=1767348672.25,
             prompt=vram_workflow(),
             sections={
-                "regression": {"good_state": ist(180), "bad_state": ist(319)},
+                "regression": {"last_good_state": ist(180), "bad_state": ist(319)},
                 "install_state": {"interpreter": {"executable": sys.executable}},
                 "process": {"argv": [sys.executable, "main.py", "--reserve-vram", "1"]},
             },

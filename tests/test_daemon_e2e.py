@@ -112,10 +112,12 @@ def test_kill_9_between_records_captures_every_incident_exactly_once(tmp_path: P
     n = 4
     for i in range(n):
         daemon = Daemon(tmp_path, logs=[log], config=config).start()
-        append(log, cuda_oom_record(T0 + timedelta(minutes=10 * i), requested_gib=1.0 + i))
-        if i % 2 == 0:
-            _wait_snapshots(daemon, i + 1)  # handled, then killed
-        daemon.kill9()  # odd rounds: killed before (or while) it handled the record
+        try:
+            append(log, cuda_oom_record(T0 + timedelta(minutes=10 * i), requested_gib=1.0 + i))
+            if i % 2 == 0:
+                _wait_snapshots(daemon, i + 1)  # handled, then killed
+        finally:
+            daemon.kill9()  # odd rounds: killed before (or while) it handled the record
     daemon = Daemon(tmp_path, logs=[log], config=config).start()
     try:
         snaps = _wait_snapshots(daemon, n)
@@ -145,7 +147,11 @@ def test_without_any_install_it_keeps_running_and_says_what_it_waits_for(tmp_pat
     config = "[discovery]\nprocesses = false\n[logs]\npoll_interval_ms = 500\n"
     daemon = Daemon(tmp_path, config=config).start()
     try:
-        wait_for(lambda: "no ComfyUI install found yet" in daemon.stderr(), what="waiting line")
+        # logged just after the ready line the harness waits for
+        try:
+            wait_for(lambda: "no ComfyUI install found yet" in daemon.stderr(), what="the hint")
+        except AssertionError as exc:  # e.g. another ComfyUI running on this machine
+            raise AssertionError(f"{exc}; the daemon said:\n{daemon.stderr()}") from None
         # an install that appears later is picked up by discovery: see test_daemon_discovery
     finally:
         assert daemon.stop() == 0

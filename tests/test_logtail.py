@@ -623,3 +623,15 @@ def test_committing_the_same_position_again_writes_nothing(live: Path) -> None:
         follower.commit(lines[1].path, lines[1].start_offset)
         assert follower.poll() == []
     assert store.saves == before + 1
+
+
+def test_lines_written_between_start_and_the_first_poll_are_read(live: Path) -> None:
+    # The daemon says it is ready after start(); a record appended right then is new, not
+    # part of the old content the follower skips.
+    append(live, "old 1\nold 2\n")
+    manager = LogTailManager(MemoryOffsetStore(), use_observer=False)
+    manager.add(live)
+    manager.start()
+    append(live, "new\n")
+    assert texts(manager.poll()) == ["new"]
+    manager.close()

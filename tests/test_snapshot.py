@@ -16,6 +16,7 @@ import pytest
 import snapshot_samples as samples
 
 from oom_sentinel.daemon.errors import InputError
+from oom_sentinel.daemon.install_state import CoreState, InstallState
 from oom_sentinel.daemon.snapshot import (
     SCHEMA_PATH,
     SnapshotNotFound,
@@ -125,9 +126,12 @@ def test_optional_sections_are_objects_and_unknown_ones_refused(tmp_path: Path) 
     ref = write_snapshot(tmp_path, samples.content())
     data = json.loads((ref.path / "snapshot.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
-    validator.validate({**data, "install_state": {"comfyui": {"commit": "abc"}}})
+    state = InstallState(CoreState(commit="abc1234")).to_dict()
+    validator.validate({**data, "install_state": state})
     with pytest.raises(jsonschema.ValidationError):
         validator.validate({**data, "install_state": "not an object"})
+    with pytest.raises(jsonschema.ValidationError):  # defined now: a state, not any object
+        validator.validate({**data, "install_state": {"comfyui": {"commit": "abc"}}})
     with pytest.raises(jsonschema.ValidationError):
         validator.validate({**data, "surprise": {}})
     with pytest.raises(ValueError, match="unknown snapshot sections"):

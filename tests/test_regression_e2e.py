@@ -1,0 +1,241 @@
+"""The "OOM after update" scenario end to end, with real processes and real git.
+
+A user's install -- the stand-in ComfyUI cloned from its repo, with a custom node pack cloned
+into ``custom_nodes/`` and a few commits behind its upstream -- runs as a real process on the
+fake GPU; ``oom-sentinel run`` watches it as a real process:
+
+    W (5000 MiB) fits ──> git pull in the pack ──> ComfyUI restarted ──> W runs out of memory
+         state A          (commit 5 doubles AllocateVRAM)   state B       snapshot: A -> B, oom-bisect
+
+Before the update, a bigger workflow runs out of memory under A too: the install did not
+change since W last fitted, so that snapshot does not suspect an update.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
+from standin_proc import StandinProcess, free_port, start_standin
+from standin_repos import BuiltRepo, build_core_repo, build_node_repo
+
+from oom_sentinel.daemon.install_state import InstallState
+from oom_sentinel.daemon.regression import BISECT_ADVICE_KEY
+from oom_sentinel.daemon.runs import RunRecord, list_runs
+from oom_sentinel.daemon.snapshot import load_snapshot
+from oom_sentinel.daemon.state_history import list_states
+from oom_sentinel.daemon.store import Store
+
+pytestmark = pytest.mark.timeout(240)
+
+MIB = 1024 * 1024
+PACK = "ComfyUI-FastAlloc"
+#: the user's clone is at commit 3; upstream's commit 5 doubles AllocateVRAM's memory
+USER_AT, BAD_AT, N_COMMITS = 3, 5, 8
+W = {
+    "1": {"class_type": "AllocateVRAM", "inputs": {"mib": 5000}},
+    "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+}
+TOO_BIG = {
+    "1": {"class_type": "AllocateVRAM", "inputs": {"mib": 9000}},
+    "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def post(srv: StandinProcess, prompt: dict[str, Any]) -> str:
+    status, answer = srv.post_json("/prompt", {"prompt": prompt, "client_id": "user"})
+    assert status == 200, answer
+    return str(answer["prompt_id"])
+
+
+def runs(data_dir: Path) -> list[RunRecord]:
+    store = Store.open_existing(data_dir)
+    if store is None:
+        return []
+    with store:
+        return list_runs(store)
+
+
+def wait_run(daemon: Daemon, prompt_id: str) -> RunRecord:
+    def found() -> RunRecord | None:
+        return next((r for r in runs(daemon.data_dir) if r.prompt_id == prompt_id), None)
+
+    run: RunRecord = wait_for(found, 60, f"run {prompt_id}; daemon said:\n{daemon.stderr()}")
+    return run
+
+
+def current_state_id(data_dir: Path) -> str | None:
+    store = Store.open_existing(data_dir)
+    if store is None:
+        return None
+    with store:
+        return next((s.state_id for s in list_states(store) if s.current_for), None)
+
+
+def wait_snapshot(daemon: Daemon, n: int) -> Path:
+    found: list[Path] = wait_for(
+        lambda: (lambda s: s if len(s) >= n else None)(snapshot_dirs(daemon.data_dir)),
+        60,
+        f"snapshot {n}; daemon said:\n{daemon.stderr()}",
+    )
+    return found[n - 1]
+
+
+@pytest.fixture
+def user_install(tmp_path: Path) -> Iterator[tuple[Path, BuiltRepo]]:
+    repos = tmp_path / "upstream"
+    core = build_core_repo(repos / "ComfyUI", 6, bad_commit_index=None)
+    pack = build_node_repo(
+        repos / PACK,
+        N_COMMITS,
+        bad_commit_index=BAD_AT,
+        bad_scale=("AllocateVRAM", 2.0),
+        branch="main",
+    )
+    install = tmp_path / "ComfyUI"
+    git(tmp_path, "clone", "-q", str(core.path), str(install))
+    clone = install / "custom_nodes" / PACK
+    git(install, "clone", "-q", str(pack.path), str(clone))
+    git(clone, "reset", "-q", "--hard", pack.commits[USER_AT])  # installed a while ago
+    yield install, pack
+
+
+@pytest.fixture
+def gpu(tmp_path: Path) -> Path:
+    from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+
+    root = tmp_path / "gpu"
+    FakeGpuDir(root).create([FakeDevice(0, "NVIDIA GeForce RTX 4060", 8192 * MIB)])
+    return root
+
+
+def test_workflow_that_fit_before_a_git_pull_and_ooms_after_names_both_states_and_oom_bisect(
+    tmp_path: Path, user_install: tuple[Path, BuiltRepo], gpu: Path
+) -> None:
+    install, pack = user_install
+    port = free_port()
+    servers: list[StandinProcess] = []
+
+    def start_comfyui() -> StandinProcess:
+        srv = start_standin(
+            tmp_path / "run", code_dir=install, fake_gpu=gpu, base_directory=False, port=port
+        )
+        servers.append(srv)
+        return srv
+
+    srv = start_comfyui()
+    config = (
+        "[discovery]\nenabled = false\ninterval_s = 1\n[logs]\npoll_interval_ms = 500\n"
+        "[incidents]\nstorm_window_s = 0\n[install_state]\ndebounce_ms = 300\n"
+    )
+    daemon = Daemon(
+        tmp_path, comfyui=[str(install)], config=config, env={"OOM_SENTINEL_FAKE_GPU": str(gpu)}
+    )
+    try:
+        daemon.start()
+        wait_for(lambda: f"API at {srv.url} is up" in daemon.stderr(), 60, "the API watcher")
+        state_a = wait_for(lambda: current_state_id(daemon.data_dir), 60, "the first capture")
+
+        # 1. W fits under state A.
+        w_ok = wait_run(daemon, post(srv, W))
+        assert w_ok.outcome == "success" and w_ok.install_state_id == state_a
+        assert w_ok.peak_vram_bytes is not None and w_ok.peak_vram_bytes >= 5000 * MIB
+
+        # 2. A workflow that never fit runs out of memory under the same state: no suspicion.
+        post(srv, TOO_BIG)
+        same = load_snapshot_json(wait_snapshot(daemon, 1))
+        assert same["regression"]["suspected"] is False
+        assert "has not changed" in same["regression"]["reason"]
+        assert same["regression"]["bisect_command"] is None
+        assert same["install_state"]["state_id"] == state_a
+        assert all(a["key"] != BISECT_ADVICE_KEY for a in same["advice"])
+        assert "oom-bisect" not in same["summary"]
+
+        # 3. The user updates the pack with a real git pull; the daemon notices by itself.
+        clone = install / "custom_nodes" / PACK
+        git(clone, "pull", "-q", "--ff-only")
+        assert git(clone, "rev-parse", "HEAD") == pack.head
+        state_b = wait_for(
+            lambda: (lambda s: s if s not in (None, state_a) else None)(
+                current_state_id(daemon.data_dir)
+            ),
+            60,
+            f"the update to be captured; daemon said:\n{daemon.stderr()}",
+        )
+
+        # 4. ComfyUI restarted (new code loaded); W runs out of memory.
+        srv.stop()
+        srv = start_comfyui()
+        wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 60, "the new process")
+        post(srv, W)
+        snap = wait_snapshot(daemon, 2)
+        data = load_snapshot(snap).data  # validated against snapshot.schema.json
+    finally:
+        for s in servers:
+            s.stop()
+        rc = daemon.stop()
+    assert rc == 0 and "Traceback" not in daemon.all_stderr()
+
+    assert data["event"]["pool"] == "gpu" and data["event"]["node_type"] == "AllocateVRAM"
+    regression = data["regression"]
+    assert regression["suspected"] is True and regression["match"] == "workflow"
+    assert regression["bisect_command"] == f"oom-bisect {snap.name}"
+    assert f"oom-bisect {snap.name}" in data["summary"]
+    assert data["advice"][0]["key"] == BISECT_ADVICE_KEY
+    assert f"`oom-bisect {snap.name}`" in data["advice"][0]["text"]
+    # both states, whole, as oom-bisect reads them
+    good = InstallState.from_dict(regression["last_good_state"], "last_good_state")
+    bad = InstallState.from_dict(regression["bad_state"], "bad_state")
+    assert (good.state_id, bad.state_id) == (state_a, state_b)
+    assert (regression["last_good_state_id"], regression["bad_state_id"]) == (state_a, state_b)
+    assert good.node(PACK).commit == pack.commits[USER_AT]  # type: ignore[union-attr]
+    assert bad.node(PACK).commit == pack.head  # type: ignore[union-attr]
+    assert good.comfyui.commit == bad.comfyui.commit
+    assert good.pip is not None and good.pip == bad.pip  # the interpreter was asked, once
+    assert data["install_state"]["state_id"] == state_b
+    # the last good run and its memory
+    last = regression["last_good_run"]
+    assert last["prompt_id"] == w_ok.prompt_id and last["state_id"] == state_a
+    assert last["peak_vram_bytes"] == w_ok.peak_vram_bytes
+    # the diff: the pack moved 4 commits, its first and last subjects; nothing else changed
+    diff = regression["diff"]
+    (repo,) = diff["repos"]
+    assert repo["repo"] == PACK and repo["core"] is False
+    assert (repo["old_commit"], repo["new_commit"]) == (pack.commits[USER_AT], pack.head)
+    rng = repo["range"]
+    assert (rng["ahead"], rng["behind"]) == (N_COMMITS - 1 - USER_AT, 0)
+    assert rng["first_subject"] == pack.subjects[USER_AT + 1]
+    assert rng["last_subject"] == pack.subjects[-1]
+    assert diff["nodes"] == [] and diff["pip"] == []
+    assert any(PACK in line and "4 new commits" in line for line in regression["diff_summary"])
+
+    # the same diff from the command line, by state id
+    cli = subprocess.run(
+        [
+            *daemon.args[:3],
+            "states",
+            "diff",
+            state_a,
+            state_b,
+            "--data-dir",
+            str(daemon.data_dir),
+            "--json",
+        ],
+        env=daemon.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["repos"] == diff["repos"]
