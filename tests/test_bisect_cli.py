@@ -7,6 +7,7 @@ Runs that start ComfyUI are in test_bisect_e2e.py; here nothing is measured.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -40,6 +41,9 @@ from oom_sentinel.bisect.states import State, scan_install
 from oom_sentinel.bisect.verdict import Threshold
 from oom_sentinel.daemon.errors import EXIT_CONFIG, EXIT_ERROR, EXIT_INPUT, ConfigError, InputError
 from oom_sentinel.daemon.install_state import CoreState, CustomNode, InstallState
+from oom_sentinel.daemon.interpreter import InterpreterFacts
+from oom_sentinel.daemon.regression import RegressionVerdict
+from oom_sentinel.daemon.state_diff import diff_states
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 GIB = 1024**3
@@ -380,6 +384,18 @@ def _ist(core: str, *nodes: CustomNode) -> InstallState:
     return InstallState(CoreState(commit=core), nodes=nodes)
 
 
+def _regression(good: InstallState, bad: InstallState) -> dict[str, Any]:
+    """The ``regression`` section the daemon writes for a suspected regression."""
+    return RegressionVerdict(
+        suspected=True,
+        reason="the workflow last fitted under another install state",
+        match="workflow",
+        bad_state=bad,
+        last_good_state=good,
+        diff=diff_states(good, bad),
+    ).to_section()
+
+
 def test_recorded_install_states_map_to_bisect_states() -> None:
     ist = _ist(
         SHA_A,
@@ -441,11 +457,14 @@ def test_a_snapshot_gives_states_prompt_flags_python_and_the_card_size(tmp_path)
     path = _write_snapshot(
         tmp_path,
         {
-            "regression": {
-                "last_good_state": _ist(SHA_A, CustomNode("p", "git", commit=SHA_A)).to_dict(),
-                "bad_state": _ist(SHA_B, CustomNode("p", "git", commit=SHA_B)).to_dict(),
-            },
-            "install_state": {"interpreter": {"executable": "/opt/ComfyUI/.venv/bin/python"}},
+            "regression": _regression(
+                _ist(SHA_A, CustomNode("p", "git", commit=SHA_A)),
+                _ist(SHA_B, CustomNode("p", "git", commit=SHA_B)),
+            ),
+            "install_state": dataclasses.replace(
+                _ist(SHA_B, CustomNode("p", "git", commit=SHA_B)),
+                interpreter=InterpreterFacts(executable="/opt/ComfyUI/.venv/bin/python"),
+            ).to_dict(),
             "process": {"argv": ["/opt/ComfyUI/.venv/bin/python", "main.py", "--lowvram"]},
         },
     )
@@ -475,7 +494,7 @@ def test_snapshot_words_resolve_as_states(inst, tmp_path) -> None:
     path = _write_snapshot(
         tmp_path,
         {
-            "regression": {"last_good_state": good.to_dict(), "bad_state": bad.to_dict()},
+            "regression": _regression(good, bad),
             "install_state": bad.to_dict(),
         },
     )
@@ -547,10 +566,7 @@ def test_a_snapshot_of_a_vram_oom_watches_vram_only(tmp_path) -> None:
     path = _write_snapshot(
         tmp_path,
         {
-            "regression": {
-                "last_good_state": _ist(SHA_A).to_dict(),
-                "bad_state": _ist(SHA_B).to_dict(),
-            }
+            "regression": _regression(_ist(SHA_A), _ist(SHA_B)),
         },
     )
     assert read_snapshot_start(load_snapshot(path)).pool == "vram"

@@ -37,6 +37,9 @@ from oom_sentinel.bisect.plan import Found, Plan, Test, next_step
 from oom_sentinel.bisect.states import State
 from oom_sentinel.bisect.verdict import Verdict
 from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.interpreter import InterpreterFacts
+from oom_sentinel.daemon.regression import RegressionVerdict
+from oom_sentinel.daemon.state_diff import diff_states
 
 pytestmark = pytest.mark.slow
 
@@ -450,10 +453,13 @@ def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -
     inst = make_install(tmp_path)
     core, nodes = inst.core, inst.nodes
 
-    def ist(core_index: int) -> dict[str, Any]:
+    def ist(core_index: int) -> InstallState:
         packs = tuple(CustomNode(n, "git", commit=b.head) for n, b in nodes.items())
-        state = InstallState(CoreState(commit=core.commits[core_index]), nodes=packs)
-        return state.to_dict()
+        return InstallState(
+            CoreState(commit=core.commits[core_index]),
+            nodes=packs,
+            interpreter=InterpreterFacts(executable=sys.executable),
+        )
 
     data_dir = tmp_path / "data"
     ref = write_snapshot(
@@ -465,8 +471,15 @@ def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -
             created_s=1767348672.25,
             prompt=vram_workflow(),
             sections={
-                "regression": {"last_good_state": ist(180), "bad_state": ist(319)},
-                "install_state": {"interpreter": {"executable": sys.executable}},
+                "regression": RegressionVerdict(
+                    suspected=True,
+                    reason="the workflow last fitted under another install state",
+                    match="workflow",
+                    bad_state=ist(319),
+                    last_good_state=ist(180),
+                    diff=diff_states(ist(180), ist(319)),
+                ).to_section(),
+                "install_state": ist(319).to_dict(),
                 "process": {"argv": [sys.executable, "main.py", "--reserve-vram", "1"]},
             },
         ),
