@@ -21,6 +21,7 @@ state is kept in the store's ``meta`` table, so grouping and rate limits hold ac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -125,11 +126,16 @@ class AlertDispatcher:
         """After a ``WriteSnapshot``: alert the new incident (or fold it into its group).
         ``snapshot_json`` saves re-reading ``ref``'s snapshot.json when the caller has it."""
         now = self._clock()
+        snapshot = snapshot_json if snapshot_json is not None else _read_snapshot_json(ref)
         facts = IncidentFacts.from_incident(incident, ref)
+        regression = (snapshot or {}).get("regression")
+        if isinstance(regression, Mapping) and regression.get("suspected") is True:
+            # The same failure under a new install state is news, not a storm repeat: an update
+            # made it happen, and the alert must carry the oom-bisect command at once.
+            facts = dataclasses.replace(
+                facts, group=f"{facts.group}@{regression.get('bad_state_id') or 'changed'}"
+            )
         intents = self.policy.on_incident_written(facts, now)
-        snapshot = snapshot_json
-        if snapshot is None and any(isinstance(i, IncidentAlert) for i in intents):
-            snapshot = _read_snapshot_json(ref)
         return self._queue(intents, now, snapshot)
 
     def on_incident_updated(self, incident: Incident) -> list[Alert]:

@@ -182,7 +182,7 @@ def _regression_lines(data: Mapping[str, Any], snapshot_id: str | None) -> list[
     regression = data.get("regression")
     if not isinstance(regression, Mapping) or regression.get("suspected") is not True:
         return []
-    command = _str(regression.get("command"))
+    command = _str(regression.get("bisect_command"))
     if command is None or not command.startswith("oom-bisect"):
         command = f"oom-bisect {snapshot_id}" if snapshot_id else None
     why = _str(regression.get("summary")) or _str(regression.get("reason"))

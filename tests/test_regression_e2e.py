@@ -23,6 +23,7 @@ import pytest
 from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
 from standin_proc import StandinProcess, free_port, start_standin
 from standin_repos import BuiltRepo, build_core_repo, build_node_repo
+from webhook import Receiver
 
 from oom_sentinel.daemon.install_state import InstallState
 from oom_sentinel.daemon.regression import BISECT_ADVICE_KEY
@@ -135,9 +136,11 @@ def test_workflow_that_fit_before_a_git_pull_and_ooms_after_names_both_states_an
         return srv
 
     srv = start_comfyui()
+    receiver = Receiver()
     config = (
         "[discovery]\nenabled = false\ninterval_s = 1\n[logs]\npoll_interval_ms = 500\n"
         "[incidents]\nstorm_window_s = 0\n[install_state]\ndebounce_ms = 300\n"
+        f'[alerts]\nurls = ["{receiver.url()}"]\nretry_initial_s = 1\n'
     )
     daemon = Daemon(
         tmp_path, comfyui=[str(install)], config=config, env={"OOM_SENTINEL_FAKE_GPU": str(gpu)}
@@ -181,7 +184,14 @@ def test_workflow_that_fit_before_a_git_pull_and_ooms_after_names_both_states_an
         post(srv, W)
         snap = wait_snapshot(daemon, 2)
         data = load_snapshot(snap).data  # validated against snapshot.schema.json
+        # the alert for it is not folded into the earlier OOM's group: it names the bisect
+        wait_for(
+            lambda: any(f"oom-bisect {snap.name}" in t for t in receiver.texts()),
+            60,
+            f"the regression alert; got {receiver.texts()}",
+        )
     finally:
+        receiver.close()
         for s in servers:
             s.stop()
         rc = daemon.stop()

@@ -11,58 +11,19 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from daemon_harness import Daemon, append, cuda_oom_record, snapshot_dirs, wait_for
 from standin_proc import start_standin
+from webhook import Receiver
 
 from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
 
 pytestmark = pytest.mark.timeout(180)
 MIB = 1024 * 1024
-
-
-class Receiver:
-    """A webhook endpoint on 127.0.0.1 that keeps every JSON body it is sent."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                try:
-                    outer.bodies.append(json.loads(raw))
-                except ValueError:
-                    outer.bodies.append({"raw": raw.decode("utf-8", "replace")})
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def url(self, path: str = "hook") -> str:
-        return f"json://127.0.0.1:{self.port}/{path}"
-
-    def texts(self) -> list[str]:
-        return [json.dumps(b) for b in self.bodies]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
