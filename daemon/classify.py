@@ -21,9 +21,18 @@ every K/M/G here is 1024-based.
 from __future__ import annotations
 
 import io
+import multiprocessing
+import os
+import pickle
 import re
-from collections.abc import Iterable, Iterator, Mapping
+import stat
+import sys
+import tempfile
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any, BinaryIO
 
 from oom_sentinel.daemon.events import Backend, OomEvent, OtherProcess, Pool
@@ -1019,6 +1028,63 @@ _RECORD_START = re.compile(
     rb"|\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] |Traceback \(most|!!! Exception|# ComfyUI Error|Error occurred when"
 )
 
+# -- the prefilter -----------------------------------------------------------------------------
+#
+# A prefilter maps (buffer, end) to the ascending positions in ``buffer[:end]`` where a needle
+# starts, with at least one position on every line that holds a needle. The scanner only works
+# per line (a hit opens or extends the window around its line), so a position per needle-holding
+# line is all it needs, and it never sees a position that is not a needle: the set of lines it
+# opens windows for is exactly the set of lines ``has_needle`` accepts, whichever prefilter runs.
+
+#: Type of a prefilter: (buffer, end) -> needle positions (see above).
+Prefilter = Callable[[bytes | bytearray, int], list[int]]
+
+
+def _hits_by_find(buf: bytes | bytearray, end: int) -> list[int]:
+    """Every needle occurrence, by one ``bytes.find`` pass per needle (the stdlib fallback)."""
+    out: list[int] = []
+    find = buf.find
+    for needle in _NEEDLES_B:
+        pos = find(needle, 0, end)
+        while pos >= 0:
+            out.append(pos)
+            pos = find(needle, pos + 1, end)
+    out.sort()
+    return out
+
+
+def _automaton_prefilter() -> Prefilter | None:
+    """All needles in one pass of a SIMD-accelerated Aho-Corasick automaton (``ahocorasick-rs``,
+    the optional ``fast`` extra), or None when it is not installed.
+
+    Leftmost-first matching reports non-overlapping matches only, but a needle occurrence it
+    skips overlaps a reported one (it started inside it), and needles hold no newline, so both
+    sit on the same line: every needle-holding line still gets a position.
+    """
+    try:
+        import ahocorasick_rs
+    except ImportError:
+        return None
+    automaton = ahocorasick_rs.BytesAhoCorasick(
+        list(_NEEDLES_B), matchkind=ahocorasick_rs.MatchKind.LeftmostFirst
+    )
+    find_all = automaton.find_matches_as_indexes
+
+    def hits(buf: bytes | bytearray, end: int) -> list[int]:
+        with memoryview(buf) as view, view[:end] as part:
+            return [match[1] for match in find_all(part)]
+
+    return hits
+
+
+#: The prefilters this install has, by name; ``scan_stream(prefilter=...)`` picks one.
+PREFILTERS: dict[str, Prefilter] = {"find": _hits_by_find}
+_ac_hits = _automaton_prefilter()
+if _ac_hits is not None:
+    PREFILTERS["ahocorasick"] = _ac_hits
+#: What ``scan_stream`` uses unless told otherwise: the automaton when installed.
+DEFAULT_PREFILTER = "ahocorasick" if _ac_hits is not None else "find"
+
 
 class _StreamScanner:
     """Needle-driven scan of a byte stream; see ``scan_stream``.
@@ -1026,25 +1092,41 @@ class _StreamScanner:
     Invariants: ``buf`` starts at a line start; ``limit`` ends the complete lines in it; the
     window (when open) has fed every line before ``fed_pos``; needles before ``scan_pos`` are
     handled; ``floor`` is the first position a new window may feed (earlier lines belong to
-    records already classified).
+    records already classified); ``hits`` are the prefilter's needle positions in
+    ``buf[:limit]``.
+
+    What it finds does not depend on where its reads end (on lines up to ``_MAX_LINE``): a
+    refill keeps every line a later window's lookbehind may reach (``_keep_from``). Only the
+    cut of a longer line falls where a read ends, which is why a parallel scan aligns its reads
+    with the sequential scan's (``_RangeReader``).
     """
 
-    def __init__(self, stream: BinaryIO, chunk_size: int) -> None:
+    def __init__(
+        self,
+        stream: BinaryIO,
+        chunk_size: int,
+        hits_of: Prefilter,
+        *,
+        start_offset: int = 0,
+        first_line_no: int = 1,
+    ) -> None:
         self.stream = stream
         self.chunk_size = max(4096, chunk_size)
+        self.hits_of = hits_of
         self.buf = bytearray()
         self.spare = bytearray(self.chunk_size)
         self.spare_view = memoryview(self.spare)
-        self.buf_off = 0
+        self.buf_off = start_offset
         self.limit = 0
         self.cnt_pos = 0  # a line start in buf ...
-        self.cnt_line = 1  # ... and its line number
+        self.cnt_line = first_line_no  # ... and its line number
         self.scan_pos = 0
         self.floor = 0
-        self.cache = [-1] * len(_NEEDLES_B)  # next position of each needle (-2: none before limit)
+        self.hits: list[int] = []
         self.asm: RecordAssembler | None = None
         self.fed_pos = 0
-        self.fed_line = 1
+        self.fed_line = first_line_no
+        self.first_line_no = first_line_no
         self.last_hit_line = 0
         self.folder = _Folder()
         self.eof = False
@@ -1072,37 +1154,42 @@ class _StreamScanner:
         return len(data)
 
     def needle_at_or_after(self, start: int) -> int:
-        best = -1
-        buf, limit, cache = self.buf, self.limit, self.cache
-        for i, needle in enumerate(_NEEDLES_B):
-            pos = cache[i]
-            if pos == -2:
-                continue
-            if pos < start:
-                pos = buf.find(needle, start, limit)
-                if pos < 0:
-                    cache[i] = -2
-                    continue
-                cache[i] = pos
-            if best < 0 or pos < best:
-                best = pos
-        return best
+        hits = self.hits
+        i = bisect_left(hits, start)
+        return hits[i] if i < len(hits) else -1
+
+    def _keep_from(self, start: int) -> int:
+        """Where a refill may cut the buffer when no window is open and ``start`` (a line start)
+        is the next position to scan: no earlier than any line that ``open_window`` could
+        reach from a needle at or after ``start``.
+
+        The walk is ``open_window``'s without its stop at record starts. A walk from a later
+        line has gone at least as many lines and bytes when it passes any line here, so it
+        stops no earlier. Memory stays bounded: a line that does not fit in
+        ``_LOOKBEHIND_BYTES + _MAX_LINE`` is not kept, and neither is anything before a cut
+        (``start`` inside an over-long line), as before this rule kept lookbehind at all.
+        """
+        if start > 0 and self.buf[start - 1] != 10:  # b"\n"
+            return start
+        floor = max(self.floor, 0)
+        lowest = max(floor, start - _LOOKBEHIND_BYTES - _MAX_LINE)
+        pos, back = start, 0
+        while back < LOOKBEHIND_LINES and pos > floor and start - pos < _LOOKBEHIND_BYTES:
+            nl = self.buf.rfind(b"\n", lowest, pos - 1)
+            if nl >= 0:
+                pos = nl + 1
+            elif lowest == floor:
+                pos = floor
+            else:
+                break  # the line before is too long to keep
+            back += 1
+        return pos
 
     def fill(self) -> None:
-        keep = self.scan_pos
-        if self.asm is not None:
-            keep = min(keep, self.fed_pos)
-        else:
-            lo = keep
-            for _ in range(LOOKBEHIND_LINES + 3):
-                if lo <= self.floor:
-                    break
-                lo = self.buf.rfind(b"\n", 0, lo - 1) + 1
-                if keep - lo > _LOOKBEHIND_BYTES:
-                    lo = keep  # over-long lines: no lookbehind worth keeping
-                    break
-            keep = max(lo, min(self.floor, keep))
+        keep = self.scan_pos if self.asm is None else min(self.scan_pos, self.fed_pos)
         keep = max(0, min(keep, self.limit))
+        if self.asm is None:
+            keep = self._keep_from(keep)
         self.line_at(keep)
         # One bytearray, trimmed at the front and refilled with readinto from one reused
         # buffer: no fresh multi-megabyte allocation (and its page faults) per chunk.
@@ -1122,7 +1209,7 @@ class _StreamScanner:
             if end <= self.limit and len(self.buf) - self.limit > _MAX_LINE:
                 end = len(self.buf)  # an over-long line: cut it here
             self.limit = max(end, self.limit)
-        self.cache = [-1] * len(_NEEDLES_B)
+        self.hits = self.hits_of(self.buf, self.limit)
 
     def close_window(self) -> list[Finding]:
         if self.asm is not None:
@@ -1154,10 +1241,7 @@ class _StreamScanner:
         buf, limit = self.buf, self.limit
         nxt = self.needle_at_or_after(self.fed_pos)
         while self.fed_pos < limit:
-            if (
-                buf[self.fed_pos : self.fed_pos + 1] in (b" ", b"\t")
-                and asm.pending_line_no is not None
-            ):
+            if buf[self.fed_pos] in (32, 9) and asm.pending_line_no is not None:  # " ", "\t"
                 # a run of indented lines (a traceback body) joins the pending record in bulk
                 m = _INDENTED_RUN.match(buf, self.fed_pos, limit)
                 if m and m.end() > self.fed_pos:
@@ -1245,15 +1329,274 @@ class _StreamScanner:
             self.asm = None
         yield from self.folder.finish()
 
+    def lines_read(self) -> int:
+        """After ``run``: the number of newlines in everything read."""
+        return self.line_at(len(self.buf)) - self.first_line_no
 
-def scan_stream(stream: BinaryIO, *, chunk_size: int = _CHUNK) -> Iterator[Finding]:
+
+# -- parallel scan of a big regular file ------------------------------------------------------
+#
+# A big regular file is cut into byte ranges that worker processes scan at once (the rest of
+# the scan is Python, so only processes spread it over cores). The findings are exactly the
+# sequential scan's, in file order, because a range only starts at a *seam*: a line that
+#
+# * starts a record unconditionally (a wrapper prefix, records.py), so whatever record was
+#   pending before it ends right before it, in the sequential scan as in the range before; and
+# * is followed by ``_SEAM_LINES`` needle-free lines, none over ``_MAX_LINE``: the sequential
+#   scan's next needle is then too far from its last fed line to be contiguous, so it closes
+#   the window there (a gap: nothing folds across it), and that needle's lookbehind
+#   (≤ ``LOOKBEHIND_LINES``) cannot reach back to the seam, so the range's scanner, which
+#   starts fresh at the seam, opens the same window with the same records.
+#
+# Each range's reads end where the sequential scan's reads end (``_RangeReader``), and the
+# scanner keeps what a lookbehind needs across a refill (``_StreamScanner._keep_from``), so
+# inside a range the two scans see the same buffers. Worker findings go to an unlinked temp
+# file, not to memory, until their turn comes: memory stays flat whatever the file holds.
+
+#: a range handed to another process is at least this big (its start-up must pay)
+PARALLEL_RANGE_BYTES = 32 * 1024 * 1024
+#: needle-free lines a seam needs after it (see above: more than the contiguity distance)
+_SEAM_LINES = 2 * _CONTIGUOUS_LINES
+#: how far past a nominal split point a seam is looked for before giving that split up
+_SEAM_SEARCH_BYTES = 2 * 1024 * 1024
+
+
+class _RangeReader(io.RawIOBase):
+    """Bytes ``[start, end)`` of a file descriptor by positional reads (no shared file
+    position), in reads that end where a sequential scan from ``base`` ends its reads:
+    at ``base + k * chunk``."""
+
+    def __init__(self, fd: int, start: int, end: int, base: int, chunk: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.pos = start
+        self.end = end
+        self.base = base
+        self.chunk = max(4096, chunk)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        want = min(
+            len(buffer), self.end - self.pos, self.chunk - (self.pos - self.base) % self.chunk
+        )
+        got = 0
+        with memoryview(buffer) as view:
+            while got < want:
+                data = os.pread(self.fd, want - got, self.pos + got)
+                if not data:
+                    break  # the file shrank: end of data
+                view[got : got + len(data)] = data
+                got += len(data)
+        self.pos += got
+        if got < want:
+            self.end = self.pos
+        return got
+
+
+def _is_seam_line(line: bytes) -> bool:
+    """Does this line (no newline) start a record whatever came before it (records.py)?"""
+    text = line.decode("utf-8", "replace")
+    if text.endswith("\r"):
+        text = text.rstrip("\r")
+    return text[:1] not in (" ", "\t") and split_prefix(text).starts_record
+
+
+def _seam_after(fd: int, pos: int, end: int, hits_of: Prefilter) -> int | None:
+    """The first seam (see above) at a line start in ``(pos, end)``, looked for within
+    ``_SEAM_SEARCH_BYTES``; None when there is none there."""
+    data = os.pread(fd, max(0, min(end, pos + _SEAM_SEARCH_BYTES) - pos), pos)
+    hits = hits_of(data, len(data))
+    cand = data.find(b"\n") + 1
+    while 0 < cand < len(data):
+        zone_end = cand
+        for _ in range(_SEAM_LINES):
+            nl = data.find(b"\n", zone_end)
+            if nl < 0:
+                return None  # ran out of data: no room for a seam here
+            if nl - zone_end >= _MAX_LINE:
+                break
+            zone_end = nl + 1
+        else:
+            i = bisect_left(hits, zone_end) - 1
+            if i < 0 or hits[i] < cand:
+                if _is_seam_line(data[cand : data.find(b"\n", cand)]):
+                    return pos + cand
+                cand = data.find(b"\n", cand) + 1
+                continue
+            cand = data.find(b"\n", hits[i]) + 1  # restart after the last needle in the zone
+            continue
+        cand = data.find(b"\n", zone_end) + 1  # restart after the over-long line
+    return None
+
+
+def _plan_ranges(
+    fd: int, start: int, size: int, parts: int, hits_of: Prefilter
+) -> list[tuple[int, int]]:
+    """Up to ``parts`` ranges covering ``[start, size)``, each but the first beginning at a
+    seam near an even split (fewer when no seam is found near a split point)."""
+    bounds = [start]
+    for k in range(1, parts):
+        nominal = start + (size - start) * k // parts
+        if nominal <= bounds[-1]:
+            continue
+        seam = _seam_after(fd, nominal, size, hits_of)
+        if seam is not None and bounds[-1] < seam < size:
+            bounds.append(seam)
+    bounds.append(size)
+    return list(pairwise(bounds))
+
+
+def _scan_range_to_file(
+    fd: int, lo: int, hi: int, base: int, chunk_size: int, prefilter: str, out_fd: int
+) -> None:
+    """Worker process: scan ``[lo, hi)`` and pickle its findings (line numbers counted from the
+    range start) and then ``("end", newlines in the range)`` to ``out_fd``."""
+    scanner = _StreamScanner(
+        _RangeReader(fd, lo, hi, base, chunk_size),  # type: ignore[arg-type]
+        chunk_size,
+        PREFILTERS[prefilter],
+        start_offset=lo,
+    )
+    with open(out_fd, "wb", closefd=False) as out:
+        for finding in scanner.run():
+            pickle.dump(finding, out, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(("end", scanner.lines_read()), out, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _shifted(finding: Finding, lines: int) -> Finding:
+    record = replace(finding.record, line_no=finding.record.line_no + lines)
+    return Finding(record, finding.event, finding.line_no + lines, finding.end_line_no + lines)
+
+
+def _read_spill(spill: BinaryIO) -> tuple[list[Finding], int] | None:
+    """A worker's findings and newline count, or None when it did not finish writing them."""
+    spill.seek(0)
+    found: list[Finding] = []
+    try:
+        while True:
+            item = pickle.load(spill)
+            if isinstance(item, Finding):
+                found.append(item)
+            elif isinstance(item, tuple) and item[:1] == ("end",):
+                return found, int(item[1])
+            else:
+                return None
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _scan_ranges(
+    fd: int, ranges: list[tuple[int, int]], chunk_size: int, prefilter: str
+) -> Iterator[Finding]:
+    """Scan ``ranges`` (contiguous, the first one starting where a sequential scan would) with
+    one forked worker per range after the first, which this process scans itself."""
+    base = ranges[0][0]
+    hits_of = PREFILTERS[prefilter]
+    ctx = multiprocessing.get_context("fork")
+    jobs: list[tuple[Any, BinaryIO, int, int]] = []
+    try:
+        for lo, hi in ranges[1:]:
+            spill = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
+            proc = ctx.Process(
+                target=_scan_range_to_file,
+                args=(fd, lo, hi, base, chunk_size, prefilter, spill.fileno()),
+                daemon=True,
+            )
+            proc.start()
+            jobs.append((proc, spill, lo, hi))
+        lo, hi = ranges[0]
+        scanner = _StreamScanner(
+            _RangeReader(fd, lo, hi, base, chunk_size),  # type: ignore[arg-type]
+            chunk_size,
+            hits_of,
+            start_offset=lo,
+        )
+        yield from scanner.run()
+        lines = scanner.lines_read()
+        for proc, spill, lo, hi in jobs:
+            proc.join()
+            done = _read_spill(spill) if proc.exitcode == 0 else None
+            if done is None:  # the worker died: scan its range here (same findings, slower)
+                scanner = _StreamScanner(
+                    _RangeReader(fd, lo, hi, base, chunk_size),  # type: ignore[arg-type]
+                    chunk_size,
+                    hits_of,
+                    start_offset=lo,
+                    first_line_no=lines + 1,
+                )
+                yield from scanner.run()
+                lines += scanner.lines_read()
+                continue
+            found, newlines = done
+            for finding in found:
+                yield _shifted(finding, lines)
+            lines += newlines
+            del found
+    finally:
+        for proc, spill, _, _ in jobs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+            spill.close()
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _parallel_source(stream: BinaryIO) -> tuple[int, int, int] | None:
+    """(fd, position, size) when ``stream`` is a regular file this process may fork to scan."""
+    if not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return None  # fork is only safe (and cheap) on Linux, from a single-threaded process
+    try:
+        fd = stream.fileno()
+        st = os.fstat(fd)
+        pos = stream.tell()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size <= pos:
+        return None
+    return fd, pos, st.st_size
+
+
+def scan_stream(
+    stream: BinaryIO,
+    *,
+    chunk_size: int = _CHUNK,
+    prefilter: str | None = None,
+    workers: int | None = 1,
+    range_bytes: int = PARALLEL_RANGE_BYTES,
+) -> Iterator[Finding]:
     """Scan a binary stream for OOM events in constant memory; what ``diagnose`` runs.
 
     Only the lines around a needle (``NEEDLES``) are decoded and assembled into records
     (from up to ``LOOKBEHIND_LINES`` before it until its record is complete); everything else
-    is skipped at ``bytes.find`` speed. On ordinary logs the findings equal those of
-    ``iter_findings`` over the same lines; they can differ only when one record is longer
-    than the lookbehind and its needle sits past it (the event is the same, its record
-    starts later).
+    is skipped at prefilter speed (``prefilter``: a name in ``PREFILTERS``, by default
+    ``DEFAULT_PREFILTER``). On ordinary logs the findings equal those of ``iter_findings``
+    over the same lines; they can differ only when one record is longer than the lookbehind
+    and its needle sits past it (the event is the same, its record starts later).
+
+    ``workers`` > 1 (or None: one per CPU) lets a regular file of at least two
+    ``range_bytes`` be scanned by that many processes (Linux, single-threaded callers); the
+    findings are the same, in the same order (see "parallel scan" above). The scan reads the
+    file up to the size it had when the scan started.
     """
-    yield from _StreamScanner(stream, chunk_size).run()
+    name = prefilter or DEFAULT_PREFILTER
+    if name not in PREFILTERS:
+        raise ValueError(f"unknown prefilter {name!r}; this install has {sorted(PREFILTERS)}")
+    want = _cpu_count() if workers is None else workers
+    source = _parallel_source(stream) if want > 1 else None
+    if source is not None:
+        fd, pos, size = source
+        parts = min(want, (size - pos) // max(1, range_bytes))
+        ranges = _plan_ranges(fd, pos, size, parts, PREFILTERS[name]) if parts > 1 else []
+        if len(ranges) > 1:
+            yield from _scan_ranges(fd, ranges, chunk_size, name)
+            stream.seek(size)
+            return
+    yield from _StreamScanner(stream, chunk_size, PREFILTERS[name]).run()
