@@ -20,6 +20,7 @@ every K/M/G here is 1024-based.
 
 from __future__ import annotations
 
+import functools
 import io
 import multiprocessing
 import os
@@ -306,12 +307,33 @@ def classify_record(text: str) -> OomEvent | None:
     return found.event if found is not None else None
 
 
+#: normalized records up to this long are remembered (``_classify_normalized``)
+_MEMO_CHARS = 8192
+
+
 def _classify(text: str) -> _Found | None:
     if not isinstance(text, str) or not has_needle(text):
         return None
     if "\x1b" in text:
         text = strip_ansi(text)
     lines = _normalize(text)
+    key = "\n".join(lines)  # lines hold no newline: the join is one-to-one
+    if len(key) <= _MEMO_CHARS:
+        return _classify_normalized(key)
+    return _classify_lines(lines)
+
+
+@functools.lru_cache(maxsize=256)
+def _classify_normalized(key: str) -> _Found | None:
+    """``_classify_lines`` of ``key.split("\\n")``, remembered: what follows normalization is a
+    pure function of the normalized lines, and an OOM storm repeats the same record with only
+    its timestamps changed (``Got an OOM, unloading all loaded models.``, a soft OOM's retry
+    line, the same traceback). At most 256 × ``_MEMO_CHARS`` characters are held."""
+    return _classify_lines(key.split("\n"))
+
+
+def _classify_lines(lines: list[str]) -> _Found | None:
+    """``_classify`` of a record already split into normalized lines (``_normalize``)."""
     # The rules read the record's "focus": every line that does not start with whitespace,
     # plus indented lines holding a needle. Traceback frames (most of a big record) drop out,
     # and no OOM text is lost: messages, exception lines, report fields and the numbers of
