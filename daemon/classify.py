@@ -857,11 +857,7 @@ class _Folder:
         hint = None
         if found is None:
             text = record.text
-            maybe_boundary = "got prompt" in text or "Prompt executed" in text or "nterrupt" in text
-            if maybe_boundary and split_prefix(text.split("\n", 1)[0]).message.strip().startswith(
-                _BOUNDARIES
-            ):
-                self._boundary = True
+            self.note_boundary(text)
             first_raw = text.split("\n", 1)[0]
             # a node-type hint has no space; what follows the last prefix end ("] ", " - ")
             # has one whenever the message does, so this skips the prefix parse for most lines
@@ -879,6 +875,15 @@ class _Folder:
         self._prev = record
         self._prev_hint = hint
         return out
+
+    def note_boundary(self, text: str) -> None:
+        """What a record without an event does to folding: a prompt boundary (``got prompt``,
+        ``Prompt executed in``, an interrupt) keeps events on either side apart."""
+        maybe_boundary = "got prompt" in text or "Prompt executed" in text or "nterrupt" in text
+        if maybe_boundary and split_prefix(text.split("\n", 1)[0]).message.strip().startswith(
+            _BOUNDARIES
+        ):
+            self._boundary = True
 
     @staticmethod
     def _is_single_line(record: Record) -> bool:
@@ -1044,6 +1049,12 @@ _LOOKBEHIND_BYTES = 64 * 1024
 _CONTIGUOUS_LINES = MERGE_GAP_LINES + LOOKBEHIND_LINES
 _CONTIGUOUS_BYTES = 1024 * 1024
 _INDENTED_RUN = re.compile(rb"(?:[ \t][^\n]*\n)+")
+#: a run of "plain" lines: each starts a record whatever precedes it (ComfyUI-Manager's prefix,
+#: which split_prefix always takes, ASCII digits only), is short, and has no CR or ANSI code
+_PLAIN_RUN = re.compile(
+    rb"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d(?:\.\d+)?)?\][^\n\r\x1b]{0,4000}\n)+"
+)
+_BOUNDARY_BYTES = (b"got prompt", b"Prompt executed", b"nterrupt")
 #: lines that probably start a record: the lookbehind stops a little before them
 _RECORD_START = re.compile(
     rb"\[\d{4}-\d\d-\d\d \d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,]\d+ - |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
@@ -1282,6 +1293,7 @@ class _StreamScanner:
                         self.fed_pos = run_end
                         self.fed_line += count
                         continue
+            skip = self._plain_run(nxt) if buf[self.fed_pos] == 91 else None  # "["
             nl = buf.find(b"\n", self.fed_pos, limit)
             end = nl + 1 if nl >= 0 else limit
             line_end = nl if nl >= 0 else limit
@@ -1298,7 +1310,54 @@ class _StreamScanner:
             self.fed_line += 1
             if line > self.last_hit_line and asm.pending_line_no == line:
                 break  # the record with the last needle is complete
+            if skip is not None:
+                self._skip_plain(*skip)
         self.scan_pos = max(self.scan_pos, self.fed_pos)
+
+    def _plain_run(self, nxt: int) -> tuple[int, int] | None:
+        """(end, lines) of what ``_skip_plain`` may skip after the line at ``fed_pos``, when
+        it starts a run of at least four plain lines (``_PLAIN_RUN``) that ends before the line
+        of the next needle ``nxt`` and before ``last_hit_line``; else None.
+
+        Such a run is the filler between two needles of one window (up to
+        ``_CONTIGUOUS_LINES`` of progress bars and model loads). Each of its lines is a
+        single-line record without a needle, ended by the next line: the window must count
+        them and see the prompt boundaries among them, and the record before the last two
+        decides the node-type hint, but nothing else about them can change what is found.
+        """
+        if nxt < 0 or self.last_hit_line - self.fed_line < 4:
+            return None
+        buf, pos = self.buf, self.fed_pos
+        stop = buf.rfind(b"\n", pos, nxt) + 1  # the needle's line start
+        m = _PLAIN_RUN.match(buf, pos, stop)
+        if m is None:
+            return None
+        lines = buf.count(b"\n", pos, m.end())
+        if lines < 4 or self.fed_line + lines > self.last_hit_line:
+            return None
+        # keep the last two lines of the run: the second-to-last ends the record that the
+        # window feeds normally (and pushes), the last one stays pending
+        end = buf.rfind(b"\n", pos, buf.rfind(b"\n", pos, m.end() - 1)) + 1
+        return end, lines - 3
+
+    def _skip_plain(self, end: int, lines: int) -> None:
+        """Skip ``lines`` plain lines from ``fed_pos`` to ``end`` (see ``_plain_run``), the line
+        before them being the pending record: as feeding them would, note their prompt
+        boundaries and number the lines after them; the pending record is ended (and pushed)
+        by the next line fed, with the same effect as the last skipped line's record."""
+        asm = self.asm
+        assert asm is not None
+        buf, pos = self.buf, self.fed_pos
+        for marker in _BOUNDARY_BYTES:
+            at = buf.find(marker, pos, end)
+            while at >= 0:
+                start = max(pos, buf.rfind(b"\n", pos, at) + 1)
+                stop = buf.find(b"\n", at, end)
+                self.folder.note_boundary(buf[start:stop].decode("utf-8", "replace"))
+                at = buf.find(marker, stop, end)
+        asm.skip_lines(lines)
+        self.fed_pos = end
+        self.fed_line += lines
 
     def settled(self) -> bool:
         asm = self.asm

@@ -227,6 +227,12 @@ class RecordAssembler:
         self._end = max(self._end, end_offset)
         return True
 
+    def skip_lines(self, count: int) -> None:
+        """``count`` lines were not fed: each was a single-line record of its own that the caller
+        dealt with (the byte scanner's plain-line runs). Only line numbering moves on; the
+        pending record is ended by the next line fed, which must start a record."""
+        self._next_line_no += count
+
     def flush(self) -> list[Record]:
         """End the pending record (end of file, or the file went idle)."""
         if not self._count:

@@ -304,3 +304,113 @@ def test_no_seam_inside_a_stretch_full_of_needles(tmp_path: Path) -> None:
         assert classify._plan_ranges(f.fileno(), 0, path.stat().st_size, 4, PREFILTERS["find"]) == [
             (0, path.stat().st_size)
         ]
+
+
+# -- runs of plain lines between two needles --------------------------------------------------------
+
+STAMP = "[2026-01-02 10:11:12.345] "
+WINDOW_LINES = [
+    STAMP + "got prompt",
+    STAMP + "Prompt executed in 3.21 seconds",
+    STAMP + "Interrupting prompt 1234",
+    STAMP + "Processing interrupted",
+    STAMP + "50%|█████     | 15/30 [00:10<00:10,  1.50it/s]",
+    STAMP + "Requested to load SDXL",
+    STAMP + "KSampler",
+    "[2026-01-02 10:11] VAEDecode",
+    STAMP + "VAEDecode\r",
+    "\x1b[32m" + STAMP + "loaded completely\x1b[0m",
+    "KSampler",
+    "",
+    STAMP + "Got an OOM, unloading all loaded models.",
+    STAMP
+    + "Warning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding.",
+    STAMP
+    + "!!! Exception during processing !!! CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 8.00 GiB of which 1.00 MiB is free.",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.",
+    STAMP + "Memory summary: |=====|",
+    "|            CUDA OOMs: 1            |",
+    STAMP + "Killed",
+    "Killed",
+]
+
+
+FILLER = WINDOW_LINES[:12]
+NEEDLE_LINES = WINDOW_LINES[12:]
+segments = st.lists(
+    st.one_of(
+        st.sampled_from(NEEDLE_LINES).map(lambda line: [line]),
+        st.lists(st.sampled_from(FILLER), max_size=140),
+        st.integers(min_value=0, max_value=140).map(
+            lambda n: [STAMP + "Requested to load SDXL"] * n
+        ),
+    ),
+    min_size=1,
+    max_size=8,
+).map(lambda parts: [line for part in parts for line in part] or [""])
+
+
+@FUZZ
+@given(lines=segments, chunk=st.sampled_from([4096, 6000, 1 << 20]))
+def test_filler_between_needles_is_skipped_without_changing_anything(
+    lines: list[str], chunk: int
+) -> None:
+    """Windows spanning many plain lines (fed in bulk) find what the line-by-line scan finds:
+    same events, same lines, prompt boundaries and node-type hints included."""
+    data = ("\n".join(lines) + "\n").encode()
+    by_bytes = [
+        (f.line_no, f.end_line_no, f.record.text, f.event)
+        for f in scan_stream(io.BytesIO(data), chunk_size=chunk)
+    ]
+    by_lines = [
+        (f.line_no, f.end_line_no, f.record.text, f.event)
+        for f in iter_findings(data.decode().split("\n")[:-1])
+    ]
+    assert by_bytes == by_lines
+
+
+@pytest.mark.parametrize(
+    ("middle", "events"),
+    [
+        (STAMP + "got prompt", 2),
+        (STAMP + "Prompt executed in 3.21 seconds", 2),
+        (STAMP + "Interrupting prompt 1234", 2),
+        (STAMP + "Requested to load SDXL", 1),
+    ],
+    ids=["got-prompt", "prompt-executed", "interrupt", "no-boundary"],
+)
+def test_a_prompt_boundary_inside_skipped_filler_still_keeps_events_apart(
+    middle: str, events: int
+) -> None:
+    oom = (
+        STAMP
+        + "!!! Exception during processing !!! CUDA out of memory. Tried to allocate 20.00 MiB."
+    )
+    filler = [STAMP + f"{i}%|██   | {i}/30 [00:01<00:09]" for i in range(30)]
+    lines = [
+        oom,
+        *filler[:15],
+        middle,
+        *filler[15:],
+        STAMP + "Got an OOM, unloading all loaded models.",
+    ]
+    data = ("\n".join(lines) + "\n").encode()
+    got = list(scan_stream(io.BytesIO(data)))
+    want = list(iter_findings(lines))
+    assert [(f.line_no, f.end_line_no, f.event) for f in got] == [
+        (f.line_no, f.end_line_no, f.event) for f in want
+    ]
+    assert len(got) == events
+
+
+def test_a_node_name_line_ending_skipped_filler_names_the_node() -> None:
+    filler = [STAMP + f"{i}%|██   | {i}/30 [00:01<00:09]" for i in range(30)]
+    lines = [
+        STAMP + "Got an OOM, unloading all loaded models.",
+        *filler,
+        STAMP + "VAEDecode",
+        STAMP + "CUDA out of memory. Tried to allocate 20.00 MiB.",
+    ]
+    got = list(scan_stream(io.BytesIO(("\n".join(lines) + "\n").encode())))
+    assert [f.event.node_type for f in got] == [f.event.node_type for f in iter_findings(lines)]
+    assert got[-1].event.node_type == "VAEDecode"
