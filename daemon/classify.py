@@ -12,6 +12,9 @@ A rule fires on a *message structure*, never on the bare words "out of memory": 
 Every rule needs one of ``NEEDLES`` in the text. That is the cheap prefilter the file scanner
 runs over raw bytes before anything is decoded or split into lines, and because
 ``classify_record`` checks the same needles first, the prefilter can never hide an event.
+Both prefilters (``PREFILTERS``: one Aho-Corasick pass when ``ahocorasick-rs`` is installed,
+else one ``bytes.find`` pass per needle) report every line that holds one of these needles,
+and nothing else, so the scanner's windows are the same whichever runs.
 
 Units: torch (CUDA/HIP/XPU ``format_size``), MPS (``GB``/``MB`` computed with 1024), numpy
 (``MiB``/``GiB``), the kernel (``kB``) and earlyoom (``MiB``) all print binary multiples, so
@@ -41,10 +44,14 @@ from oom_sentinel.daemon.logformat import split_prefix, strip_ansi
 from oom_sentinel.daemon.records import Record, RecordAssembler
 
 __all__ = [
+    "DEFAULT_PREFILTER",
     "LOOKBEHIND_LINES",
     "MERGE_GAP_LINES",
     "NEEDLES",
+    "PARALLEL_RANGE_BYTES",
+    "PREFILTERS",
     "Finding",
+    "Prefilter",
     "classify_execution_error",
     "classify_record",
     "has_needle",
@@ -1551,55 +1558,72 @@ def _shifted(finding: Finding, lines: int) -> Finding:
     return Finding(record, finding.event, finding.line_no + lines, finding.end_line_no + lines)
 
 
-def _read_spill(spill: BinaryIO) -> tuple[list[Finding], int] | None:
-    """A worker's findings and newline count, or None when it did not finish writing them."""
-    spill.seek(0)
-    found: list[Finding] = []
+def _start_worker(
+    ctx: Any, fd: int, lo: int, hi: int, base: int, chunk_size: int, prefilter: str
+) -> tuple[Any, BinaryIO] | None:
+    """A forked worker scanning ``[lo, hi)`` into a fresh unlinked temp file, or None when
+    either cannot be had (the range is then scanned here)."""
     try:
-        while True:
-            item = pickle.load(spill)
-            if isinstance(item, Finding):
-                found.append(item)
-            elif isinstance(item, tuple) and item[:1] == ("end",):
-                return found, int(item[1])
-            else:
-                return None
-    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError):
+        spill = tempfile.TemporaryFile()  # noqa: SIM115 - the caller closes it
+    except OSError:
         return None
+    try:
+        proc = ctx.Process(
+            target=_scan_range_to_file,
+            args=(fd, lo, hi, base, chunk_size, prefilter, spill.fileno()),
+            daemon=True,
+        )
+        proc.start()
+    except OSError:
+        spill.close()
+        return None
+    return proc, spill  # type: ignore[return-value]
 
 
 def _scan_ranges(
     fd: int, ranges: list[tuple[int, int]], chunk_size: int, prefilter: str
 ) -> Iterator[Finding]:
     """Scan ``ranges`` (contiguous, the first one starting where a sequential scan would) with
-    one forked worker per range after the first, which this process scans itself."""
+    one forked worker per range after the first, which this process scans itself.
+
+    A worker's findings are replayed from its temp file one at a time (memory stays flat). A
+    range whose worker could not start, died, or left an unreadable file is scanned here
+    instead, skipping the findings already replayed: a scan of a range always finds the same.
+    """
     base = ranges[0][0]
     hits_of = PREFILTERS[prefilter]
     ctx = multiprocessing.get_context("fork")
-    jobs: list[tuple[Any, BinaryIO, int, int]] = []
+    jobs: list[tuple[tuple[Any, BinaryIO] | None, int, int]] = []
     try:
         for lo, hi in ranges[1:]:
-            spill = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
-            proc = ctx.Process(
-                target=_scan_range_to_file,
-                args=(fd, lo, hi, base, chunk_size, prefilter, spill.fileno()),
-                daemon=True,
-            )
-            proc.start()
-            jobs.append((proc, spill, lo, hi))
-        lo, hi = ranges[0]
-        scanner = _StreamScanner(
-            _RangeReader(fd, lo, hi, base, chunk_size),  # type: ignore[arg-type]
-            chunk_size,
-            hits_of,
-            start_offset=lo,
-        )
-        yield from scanner.run()
-        lines = scanner.lines_read()
-        for proc, spill, lo, hi in jobs:
-            proc.join()
-            done = _read_spill(spill) if proc.exitcode == 0 else None
-            if done is None:  # the worker died: scan its range here (same findings, slower)
+            jobs.append((_start_worker(ctx, fd, lo, hi, base, chunk_size, prefilter), lo, hi))
+        lines = 0
+        for job, lo, hi in [(None, *ranges[0]), *jobs]:
+            sent = 0
+            newlines: int | None = None
+            if job is not None:
+                proc, spill = job
+                proc.join()
+                if proc.exitcode == 0:
+                    spill.seek(0)
+                    try:
+                        while True:
+                            item = pickle.load(spill)
+                            if not isinstance(item, Finding):
+                                if isinstance(item, tuple) and item[:1] == ("end",):
+                                    newlines = int(item[1])
+                                break
+                            yield _shifted(item, lines)
+                            sent += 1
+                    except (
+                        EOFError,
+                        pickle.UnpicklingError,
+                        ValueError,
+                        TypeError,
+                        AttributeError,
+                    ):
+                        newlines = None
+            if newlines is None:
                 scanner = _StreamScanner(
                     _RangeReader(fd, lo, hi, base, chunk_size),  # type: ignore[arg-type]
                     chunk_size,
@@ -1607,20 +1631,19 @@ def _scan_ranges(
                     start_offset=lo,
                     first_line_no=lines + 1,
                 )
-                yield from scanner.run()
-                lines += scanner.lines_read()
-                continue
-            found, newlines = done
-            for finding in found:
-                yield _shifted(finding, lines)
+                for i, finding in enumerate(scanner.run()):
+                    if i >= sent:
+                        yield finding
+                newlines = scanner.lines_read()
             lines += newlines
-            del found
     finally:
-        for proc, spill, _, _ in jobs:
-            if proc.is_alive():
-                proc.kill()
-            proc.join()
-            spill.close()
+        for job, _, _ in jobs:
+            if job is not None:
+                proc, spill = job
+                if proc.is_alive():
+                    proc.kill()
+                proc.join()
+                spill.close()
 
 
 def _cpu_count() -> int:

@@ -269,6 +269,43 @@ def test_a_dead_worker_s_range_is_scanned_by_the_parent(
     assert _key(got) == _key(want)
 
 
+def test_a_worker_file_cut_short_is_replayed_then_the_rest_scanned_here(
+    big_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunk = 64 * 1024
+    want = _sequential(big_log, chunk)
+    real = classify._scan_range_to_file
+
+    def cut_short(*args: object) -> None:
+        real(*args)  # type: ignore[arg-type]
+        out_fd = args[-1]
+        os.ftruncate(out_fd, os.fstat(out_fd).st_size // 2)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(classify, "_scan_range_to_file", cut_short)
+    with big_log.open("rb") as f:
+        fd, size = f.fileno(), os.fstat(f.fileno()).st_size
+        ranges = classify._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
+        got = list(classify._scan_ranges(fd, ranges, chunk, "find"))
+    assert _key(got) == _key(want)
+
+
+def test_ranges_are_scanned_here_when_no_worker_can_start(
+    big_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chunk = 64 * 1024
+    want = _sequential(big_log, chunk)
+
+    def no_temp_file() -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(classify.tempfile, "TemporaryFile", no_temp_file)
+    with big_log.open("rb") as f:
+        fd, size = f.fileno(), os.fstat(f.fileno()).st_size
+        ranges = classify._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
+        got = list(classify._scan_ranges(fd, ranges, chunk, "find"))
+    assert _key(got) == _key(want)
+
+
 def test_findings_match_the_line_by_line_scan_across_seams(big_log: Path) -> None:
     with big_log.open("rb") as f:
         got = list(scan_stream(f, chunk_size=65536, workers=5, range_bytes=128 * 1024))
