@@ -1674,7 +1674,7 @@ def scan_stream(
     chunk_size: int = _CHUNK,
     prefilter: str | None = None,
     workers: int | None = 1,
-    range_bytes: int = PARALLEL_RANGE_BYTES,
+    range_bytes: int | None = None,
 ) -> Iterator[Finding]:
     """Scan a binary stream for OOM events in constant memory; what ``diagnose`` runs.
 
@@ -1686,7 +1686,7 @@ def scan_stream(
     and its needle sits past it (the event is the same, its record starts later).
 
     ``workers`` > 1 (or None: one per CPU) lets a regular file of at least two
-    ``range_bytes`` be scanned by that many processes (Linux, single-threaded callers); the
+    ``range_bytes`` (default ``PARALLEL_RANGE_BYTES``) be scanned by that many processes (Linux, single-threaded callers); the
     findings are the same, in the same order (see "parallel scan" above). The scan reads the
     file up to the size it had when the scan started.
     """
@@ -1697,7 +1697,7 @@ def scan_stream(
     source = _parallel_source(stream) if want > 1 else None
     if source is not None:
         fd, pos, size = source
-        parts = min(want, (size - pos) // max(1, range_bytes))
+        parts = min(want, (size - pos) // max(1, range_bytes or PARALLEL_RANGE_BYTES))
         ranges = _plan_ranges(fd, pos, size, parts, PREFILTERS[name]) if parts > 1 else []
         if len(ranges) > 1:
             yield from _scan_ranges(fd, ranges, chunk_size, name)

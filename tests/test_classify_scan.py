@@ -28,6 +28,7 @@ from oom_sentinel.daemon.classify import (
     iter_findings,
     scan_stream,
 )
+from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
 from oom_sentinel.daemon.logformat import split_prefix
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -236,6 +237,28 @@ def test_scan_stream_with_workers_gives_the_sequential_findings(big_log: Path) -
     with big_log.open("rb") as f:
         got = list(scan_stream(f, chunk_size=chunk, workers=4, range_bytes=256 * 1024))
         assert f.tell() == big_log.stat().st_size
+    assert _key(got) == _key(want)
+
+
+def test_diagnose_splits_a_big_plain_file_and_finds_the_same(
+    big_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``diagnose``'s own path (open_log, scan_log) hands a plain file to the scanner, which
+    splits it once it is at least two ranges big."""
+    want = _sequential(big_log, classify._CHUNK)
+    used: list[int] = []
+    real = classify._scan_ranges
+
+    def counting(fd: int, ranges: list[tuple[int, int]], *args: object) -> object:
+        used.append(len(ranges))
+        return real(fd, ranges, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(classify, "_scan_ranges", counting)
+    monkeypatch.setattr(classify, "PARALLEL_RANGE_BYTES", 512 * 1024)
+    monkeypatch.setattr(classify, "_cpu_count", lambda: 4)
+    with open_log(str(big_log)) as stream:
+        got = list(scan_log(stream))
+    assert used == [4]
     assert _key(got) == _key(want)
 
 
