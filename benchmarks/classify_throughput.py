@@ -221,7 +221,8 @@ def _rss_kib() -> int:
 def _diagnose_scan(path: Path, size: int, marks: list[tuple[int, int]] | None = None) -> int:
     """``diagnose``'s scan of ``path`` (open_log + scan_log); the number of findings.
 
-    With ``marks``, records this process's RSS when the findings pass each quarter of the file.
+    With ``marks``, records this process's RSS when the findings pass each quarter of the file,
+    and at the end (workers' memory is their own: see the children's peak).
     """
     found = 0
     quarter = 1
@@ -230,11 +231,13 @@ def _diagnose_scan(path: Path, size: int, marks: list[tuple[int, int]] | None = 
             found += 1
             if (
                 marks is not None
-                and quarter <= 4
+                and quarter < 4
                 and finding.record.end_offset >= size * quarter // 4
             ):
                 marks.append((finding.record.end_offset, _rss_kib()))
                 quarter += 1
+    if marks is not None:
+        marks.append((size, _rss_kib()))
     return found
 
 
@@ -290,10 +293,13 @@ def main(argv: list[str] | None = None) -> int:
         findings = 0
         count = b""
         marks: list[tuple[int, int]] = []
+        workers_kib = 0
         for i in range(max(1, args.repeat)):  # interleaved: both tools see the same load
             t0 = time.perf_counter()
             findings = _diagnose_scan(path, size, marks if i == 0 else None)
             ours.append(time.perf_counter() - t0)
+            if i == 0:  # before grep runs: the only children so far are scan workers
+                workers_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
             if grep:
                 t0 = time.perf_counter()
                 proc = subprocess.run(
@@ -302,7 +308,6 @@ def main(argv: list[str] | None = None) -> int:
                 theirs.append(time.perf_counter() - t0)
                 count = proc.stdout.strip()
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        children_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # workers, grep
         mismatch = "" if findings == writer.oom_records else " -- MISMATCH"
         print(
             f"diagnose's path (open_log + scan_log; prefilter {DEFAULT_PREFILTER}, {procs} "
@@ -330,8 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             f"resident memory of diagnose's process: before {rss_before / 1024:.0f} MiB; {quarters}"
         )
         print(
-            f"peak RSS: this process {peak_kib / 1024:.0f} MiB, largest child (scan worker or grep) "
-            f"{children_kib / 1024:.0f} MiB (file: {size / 2**20:.0f} MiB)"
+            f"peak RSS: this process {peak_kib / 1024:.0f} MiB, scan workers "
+            f"{f'{workers_kib / 1024:.0f} MiB' if workers_kib else 'none'} (file: {size / 2**20:.0f} MiB)"
         )
 
         print("other paths (best of 3):")
