@@ -1446,7 +1446,9 @@ PARALLEL_RANGE_BYTES = 32 * 1024 * 1024
 #: needle-free lines a seam needs after it (see above: more than the contiguity distance)
 _SEAM_LINES = 2 * _CONTIGUOUS_LINES
 #: how far past a nominal split point a seam is looked for before giving that split up
-_SEAM_SEARCH_BYTES = 2 * 1024 * 1024
+_SEAM_SEARCH_BYTES = 1024 * 1024
+#: at most this many ranges per process: enough for the work to even out between them
+_RANGES_PER_PROCESS = 4
 
 
 class _RangeReader(io.RawIOBase):
@@ -1558,74 +1560,107 @@ def _shifted(finding: Finding, lines: int) -> Finding:
     return Finding(record, finding.event, finding.line_no + lines, finding.end_line_no + lines)
 
 
-def _start_worker(
-    ctx: Any, fd: int, lo: int, hi: int, base: int, chunk_size: int, prefilter: str
-) -> tuple[Any, BinaryIO] | None:
-    """A forked worker scanning ``[lo, hi)`` into a fresh unlinked temp file, or None when
-    either cannot be had (the range is then scanned here)."""
+def _range_worker(
+    fd: int,
+    ranges: list[tuple[int, int]],
+    chunk_size: int,
+    prefilter: str,
+    spill_fds: list[int],
+    claim: Any,
+    done: list[Any],
+) -> None:
+    """Worker process: take ranges from the back until the taken ones meet the scanning
+    parent's (``claim`` = [next range the parent takes, first range a worker took]), scan each
+    into its own file, and say so."""
+    while True:
+        with claim.get_lock():
+            k = claim[1] - 1
+            if k < claim[0]:
+                return
+            claim[1] = k
+        lo, hi = ranges[k]
+        _scan_range_to_file(fd, lo, hi, ranges[0][0], chunk_size, prefilter, spill_fds[k])
+        done[k].set()
+
+
+def _replay(spill: BinaryIO, lines: int, counted: list[int]) -> Iterator[Finding]:
+    """A worker's findings from its file, line numbers moved on by ``lines``; the range's
+    newline count is appended to ``counted`` once the file proves complete."""
+    spill.seek(0)
     try:
-        spill = tempfile.TemporaryFile()  # noqa: SIM115 - the caller closes it
-    except OSError:
-        return None
-    try:
-        proc = ctx.Process(
-            target=_scan_range_to_file,
-            args=(fd, lo, hi, base, chunk_size, prefilter, spill.fileno()),
-            daemon=True,
-        )
-        proc.start()
-    except OSError:
-        spill.close()
-        return None
-    return proc, spill  # type: ignore[return-value]
+        while True:
+            item = pickle.load(spill)
+            if not isinstance(item, Finding):
+                if isinstance(item, tuple) and item[:1] == ("end",):
+                    counted.append(int(item[1]))
+                return
+            yield _shifted(item, lines)
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError):
+        return
 
 
 def _scan_ranges(
-    fd: int, ranges: list[tuple[int, int]], chunk_size: int, prefilter: str
+    fd: int, ranges: list[tuple[int, int]], chunk_size: int, prefilter: str, workers: int = 1
 ) -> Iterator[Finding]:
-    """Scan ``ranges`` (contiguous, the first one starting where a sequential scan would) with
-    one forked worker per range after the first, which this process scans itself.
+    """Scan ``ranges`` (contiguous, the first one starting where a sequential scan would) here
+    and in up to ``workers`` forked processes, yielding the findings in file order.
 
-    A worker's findings are replayed from its temp file one at a time (memory stays flat). A
-    range whose worker could not start, died, or left an unreadable file is scanned here
-    instead, skipping the findings already replayed: a scan of a range always finds the same.
+    This process takes ranges from the front and yields as it scans; the workers take them
+    from the back. Where the two meet depends on who got the CPU: on a busy machine this
+    process simply scans more of the file itself instead of waiting. A worker's findings are
+    replayed from its file one at a time (memory stays flat). A range whose worker could not
+    start, died, or left a file cut short is scanned here, skipping what was already replayed:
+    a scan of a range always finds the same.
     """
-    base = ranges[0][0]
     hits_of = PREFILTERS[prefilter]
+    n = len(ranges)
     ctx = multiprocessing.get_context("fork")
-    jobs: list[tuple[tuple[Any, BinaryIO] | None, int, int]] = []
+    spills: list[BinaryIO] = []
+    procs: list[Any] = []
+    claim: Any = None
+    done: list[Any] = []
     try:
-        for lo, hi in ranges[1:]:
-            jobs.append((_start_worker(ctx, fd, lo, hi, base, chunk_size, prefilter), lo, hi))
+        try:
+            spills = [tempfile.TemporaryFile() for _ in range(n)]  # noqa: SIM115 - closed below
+            claim = ctx.Array("i", [0, n])
+            done = [ctx.Event() for _ in range(n)]
+            for _ in range(max(0, min(workers, n - 1))):
+                proc = ctx.Process(
+                    target=_range_worker,
+                    args=(
+                        fd,
+                        ranges,
+                        chunk_size,
+                        prefilter,
+                        [s.fileno() for s in spills],
+                        claim,
+                        done,
+                    ),
+                    daemon=True,
+                )
+                proc.start()
+                procs.append(proc)
+        except OSError:
+            pass  # no temp files or no fork: what no worker took is scanned here
         lines = 0
-        for job, lo, hi in [(None, *ranges[0]), *jobs]:
+        for k, (lo, hi) in enumerate(ranges):
             sent = 0
-            newlines: int | None = None
-            if job is not None:
-                proc, spill = job
-                proc.join()
-                if proc.exitcode == 0:
-                    spill.seek(0)
-                    try:
-                        while True:
-                            item = pickle.load(spill)
-                            if not isinstance(item, Finding):
-                                if isinstance(item, tuple) and item[:1] == ("end",):
-                                    newlines = int(item[1])
-                                break
-                            yield _shifted(item, lines)
+            counted: list[int] = []
+            if claim is not None:
+                with claim.get_lock():
+                    mine = claim[0] <= k < claim[1]
+                    if mine:
+                        claim[0] = k + 1
+                if not mine:
+                    while not done[k].wait(0.05) and any(p.is_alive() for p in procs):
+                        pass
+                    if done[k].is_set():
+                        for finding in _replay(spills[k], lines, counted):
+                            yield finding
                             sent += 1
-                    except (
-                        EOFError,
-                        pickle.UnpicklingError,
-                        ValueError,
-                        TypeError,
-                        AttributeError,
-                    ):
-                        newlines = None
-            if newlines is None:
+            if not counted:
                 scanner = _StreamScanner(
-                    _RangeReader(fd, lo, hi, base, chunk_size),  # type: ignore[arg-type]
+                    _RangeReader(fd, lo, hi, ranges[0][0], chunk_size),  # type: ignore[arg-type]
                     chunk_size,
                     hits_of,
                     start_offset=lo,
@@ -1634,16 +1669,15 @@ def _scan_ranges(
                 for i, finding in enumerate(scanner.run()):
                     if i >= sent:
                         yield finding
-                newlines = scanner.lines_read()
-            lines += newlines
+                counted.append(scanner.lines_read())
+            lines += counted[0]
     finally:
-        for job, _, _ in jobs:
-            if job is not None:
-                proc, spill = job
-                if proc.is_alive():
-                    proc.kill()
-                proc.join()
-                spill.close()
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+        for spill in spills:
+            spill.close()
 
 
 def _cpu_count() -> int:
@@ -1686,9 +1720,10 @@ def scan_stream(
     and its needle sits past it (the event is the same, its record starts later).
 
     ``workers`` > 1 (or None: one per CPU) lets a regular file of at least two
-    ``range_bytes`` (default ``PARALLEL_RANGE_BYTES``) be scanned by that many processes (Linux, single-threaded callers); the
-    findings are the same, in the same order (see "parallel scan" above). The scan reads the
-    file up to the size it had when the scan started.
+    ``range_bytes`` (default ``PARALLEL_RANGE_BYTES``) be cut into ranges of about that size
+    that this process and ``workers - 1`` forked ones share (Linux, single-threaded callers);
+    the findings are the same, in the same order (see "parallel scan" above). Such a scan
+    reads the file up to the size it had when it started.
     """
     name = prefilter or DEFAULT_PREFILTER
     if name not in PREFILTERS:
@@ -1697,10 +1732,11 @@ def scan_stream(
     source = _parallel_source(stream) if want > 1 else None
     if source is not None:
         fd, pos, size = source
-        parts = min(want, (size - pos) // max(1, range_bytes or PARALLEL_RANGE_BYTES))
+        parts = (size - pos) // max(1, range_bytes or PARALLEL_RANGE_BYTES)
+        parts = min(parts, _RANGES_PER_PROCESS * want)
         ranges = _plan_ranges(fd, pos, size, parts, PREFILTERS[name]) if parts > 1 else []
         if len(ranges) > 1:
-            yield from _scan_ranges(fd, ranges, chunk_size, name)
+            yield from _scan_ranges(fd, ranges, chunk_size, name, workers=want - 1)
             stream.seek(size)
             return
     yield from _StreamScanner(stream, chunk_size, PREFILTERS[name]).run()

@@ -246,19 +246,19 @@ def test_diagnose_splits_a_big_plain_file_and_finds_the_same(
     """``diagnose``'s own path (open_log, scan_log) hands a plain file to the scanner, which
     splits it once it is at least two ranges big."""
     want = _sequential(big_log, classify._CHUNK)
-    used: list[int] = []
+    used: list[tuple[int, object]] = []
     real = classify._scan_ranges
 
-    def counting(fd: int, ranges: list[tuple[int, int]], *args: object) -> object:
-        used.append(len(ranges))
-        return real(fd, ranges, *args)  # type: ignore[arg-type]
+    def counting(fd: int, ranges: list[tuple[int, int]], *args: object, **kw: object) -> object:
+        used.append((len(ranges), kw.get("workers")))
+        return real(fd, ranges, *args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(classify, "_scan_ranges", counting)
     monkeypatch.setattr(classify, "PARALLEL_RANGE_BYTES", 512 * 1024)
     monkeypatch.setattr(classify, "_cpu_count", lambda: 4)
     with open_log(str(big_log)) as stream:
         got = list(scan_log(stream))
-    assert used == [4]
+    assert len(used) == 1 and used[0][0] > 4 and used[0][1] == 3  # this process and 3 workers
     assert _key(got) == _key(want)
 
 
