@@ -1424,9 +1424,11 @@ class _StreamScanner:
 
 # -- parallel scan of a big regular file ------------------------------------------------------
 #
-# A big regular file is cut into byte ranges that worker processes scan at once (the rest of
-# the scan is Python, so only processes spread it over cores). The findings are exactly the
-# sequential scan's, in file order, because a range only starts at a *seam*: a line that
+# A big regular file is cut into byte ranges that this process and forked workers scan at
+# once (past the prefilter the scan is Python, so only processes spread it over cores); this
+# process takes ranges from the front and yields as it goes, the workers from the back
+# (``_scan_ranges``). The findings are exactly the sequential scan's, in file order, because
+# a range only starts at a *seam*: a line that
 #
 # * starts a record unconditionally (a wrapper prefix, records.py), so whatever record was
 #   pending before it ends right before it, in the sequential scan as in the range before; and
@@ -1436,10 +1438,11 @@ class _StreamScanner:
 #   (≤ ``LOOKBEHIND_LINES``) cannot reach back to the seam, so the range's scanner, which
 #   starts fresh at the seam, opens the same window with the same records.
 #
-# Each range's reads end where the sequential scan's reads end (``_RangeReader``), and the
-# scanner keeps what a lookbehind needs across a refill (``_StreamScanner._keep_from``), so
-# inside a range the two scans see the same buffers. Worker findings go to an unlinked temp
-# file, not to memory, until their turn comes: memory stays flat whatever the file holds.
+# Each range's reads end where the sequential scan's reads end (``_RangeReader``: an
+# over-long line is cut at the same place), and a refill keeps whatever a lookbehind may need
+# (``_StreamScanner._keep_from``), so where a buffer starts changes nothing. Worker findings go
+# to an unlinked temp file, not to memory, until their turn comes: memory stays flat whatever
+# the file holds.
 
 #: a range handed to another process is at least this big (its start-up must pay)
 PARALLEL_RANGE_BYTES = 32 * 1024 * 1024
