@@ -1207,7 +1207,7 @@ class _StreamScanner:
         line has gone at least as many lines and bytes when it passes any line here, so it
         stops no earlier. Memory stays bounded: a line that does not fit in
         ``_LOOKBEHIND_BYTES + _MAX_LINE`` is not kept, and neither is anything before a cut
-        (``start`` inside an over-long line), as before this rule kept lookbehind at all.
+        (``start`` inside an over-long line).
         """
         if start > 0 and self.buf[start - 1] != 10:  # b"\n"
             return start
@@ -1329,8 +1329,10 @@ class _StreamScanner:
         Such a run is the filler between two needles of one window (up to
         ``_CONTIGUOUS_LINES`` of progress bars and model loads). Each of its lines is a
         single-line record without a needle, ended by the next line: the window must count
-        them and see the prompt boundaries among them, and the record before the last two
-        decides the node-type hint, but nothing else about them can change what is found.
+        them and see the prompt boundaries among them, but nothing else about the records in
+        the middle can change what is found. The first line and the last two are fed as
+        usual: the record a needle's record follows (its node-type hint) is the last one, or
+        the one before it when the needle's line continues the last.
         """
         if nxt < 0 or self.last_hit_line - self.fed_line < 4:
             return None
@@ -1342,8 +1344,7 @@ class _StreamScanner:
         lines = buf.count(b"\n", pos, m.end())
         if lines < 4 or self.fed_line + lines > self.last_hit_line:
             return None
-        # keep the last two lines of the run: the second-to-last ends the record that the
-        # window feeds normally (and pushes), the last one stays pending
+        # the last two lines of the run are fed as usual (see above)
         end = buf.rfind(b"\n", pos, buf.rfind(b"\n", pos, m.end() - 1)) + 1
         return end, lines - 3
 
@@ -1477,11 +1478,11 @@ class _RangeReader(io.RawIOBase):
         got = 0
         with memoryview(buffer) as view:
             while got < want:
-                data = os.pread(self.fd, want - got, self.pos + got)
-                if not data:
+                with view[got:want] as part:  # straight into the buffer (Linux only, as forking)
+                    n = os.preadv(self.fd, [part], self.pos + got)
+                if not n:
                     break  # the file shrank: end of data
-                view[got : got + len(data)] = data
-                got += len(data)
+                got += n
         self.pos += got
         if got < want:
             self.end = self.pos
