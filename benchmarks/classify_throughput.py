@@ -2,24 +2,27 @@
 
 Generates a realistic ComfyUI-Manager log (default 200 MB: model loads, progress bars, prompt
 timings, custom-node noise, non-OOM tracebacks, and 0.1 % of records OOM records of several
-kinds with their tracebacks), scans it with ``classify.scan_stream`` (the path ``diagnose``
-runs), runs ``grep -E -c`` with a pattern for the same OOM texts on the same file in the same
-run, and prints MB/s, the ratio to grep, and resident memory at each quarter of the scan.
+kinds with their tracebacks), scans it exactly as ``diagnose`` does (``open_log`` then
+``scan_log``: the default prefilter, and one process per CPU for a big plain file), runs
+``grep -E -c`` with a pattern for the same OOM texts on the same file in the same run
+(interleaved, so both see the same machine load), and prints MB/s, the ratio to grep, and
+resident memory. Then it times the other paths (each prefilter, one process or several), so
+the figure without the optional ``ahocorasick-rs`` is known too.
 
 Targets (issue 2): ≥ 100 MB/s, ≥ 0.3 × grep, flat memory. Figures, not assertions: the test
-suite never times anything.
+suite never times anything. The machine may be shared: the spread of the repeats is printed.
 
-    python benchmarks/classify_throughput.py [--size-mb 200] [--keep]
+    python benchmarks/classify_throughput.py [--size-mb 200] [--repeat 5] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +30,9 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from oom_sentinel.daemon.classify import NEEDLES, iter_findings, scan_stream
+from oom_sentinel.daemon import classify
+from oom_sentinel.daemon.classify import DEFAULT_PREFILTER, PREFILTERS, iter_findings, scan_stream
+from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
 
 #: grep's equivalent of the classifier's rules: the texts that make an OOM record
 GREP_PATTERN = "|".join(
@@ -213,29 +218,37 @@ def _rss_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-class _Probe:
-    """A binary file that records RSS each time a quarter of it has been read."""
+def _diagnose_scan(path: Path, size: int, marks: list[tuple[int, int]] | None = None) -> int:
+    """``diagnose``'s scan of ``path`` (open_log + scan_log); the number of findings.
 
-    def __init__(self, stream: io.BufferedReader, size: int) -> None:
-        self.stream = stream
-        self.size = size
-        self.marks: list[tuple[int, int]] = []
-        self.next_mark = size // 4
+    With ``marks``, records this process's RSS when the findings pass each quarter of the file,
+    and at the end (workers' memory is their own: see the children's peak).
+    """
+    found = 0
+    quarter = 1
+    with open_log(str(path)) as stream:
+        for finding in scan_log(stream):
+            found += 1
+            if (
+                marks is not None
+                and quarter < 4
+                and finding.record.end_offset >= size * quarter // 4
+            ):
+                marks.append((finding.record.end_offset, _rss_kib()))
+                quarter += 1
+    if marks is not None:
+        marks.append((size, _rss_kib()))
+    return found
 
-    def _mark(self) -> None:
-        while self.next_mark and self.stream.tell() >= self.next_mark:
-            self.marks.append((self.next_mark, _rss_kib()))
-            self.next_mark = self.next_mark + self.size // 4 if len(self.marks) < 4 else 0
 
-    def read(self, n: int = -1) -> bytes:
-        data = self.stream.read(n)
-        self._mark()
-        return data
+def _path_scan(path: Path, prefilter: str, workers: int | None) -> int:
+    with path.open("rb") as stream:
+        return sum(1 for _ in scan_stream(stream, prefilter=prefilter, workers=workers))
 
-    def readinto(self, buffer: bytearray) -> int:
-        got = self.stream.readinto(buffer)
-        self._mark()
-        return got
+
+def _spread(times: list[float], size: int) -> str:
+    rates = sorted(size / t / 1e6 for t in times)
+    return f"best {rates[-1]:.0f}, median {statistics.median(rates):.0f}, worst {rates[0]:.0f} MB/s"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lines", action="store_true", help="also time the line-by-line path on the first 20 MB"
     )
-    parser.add_argument("--repeat", type=int, default=3, help="best of N runs for both tools")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of diagnose's path and grep")
     args = parser.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="oom-sentinel-bench-"))
@@ -265,57 +278,89 @@ def main(argv: list[str] | None = None) -> int:
             f"generated {size / 1e6:.1f} MB, {writer.records:,} records, {writer.oom_records:,} OOM records "
             f"({writer.oom_records / writer.records:.3%}) in {time.perf_counter() - started:.1f} s"
         )
-
-        rss_before = _rss_kib()
-        best = float("inf")
-        findings = 0
-        marks: list[tuple[int, int]] = []
-        for _ in range(max(1, args.repeat)):
-            with path.open("rb") as raw:
-                probe = _Probe(raw, size)
-                t0 = time.perf_counter()
-                found = sum(1 for _ in scan_stream(probe))  # type: ignore[arg-type]
-                best = min(best, time.perf_counter() - t0)
-                findings, marks = found, probe.marks
-        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        ours = size / best / 1e6
-        print(
-            f"scan_stream (diagnose's path): {ours:.0f} MB/s  ({best:.2f} s; {findings:,} events for "
-            f"{writer.oom_records:,} OOM records written{'' if findings == writer.oom_records else ' -- MISMATCH'})"
-        )
-
-        # the floor of this design: one bytes.find pass per needle, nothing else
-        t0 = time.perf_counter()
-        with path.open("rb") as raw:
-            while chunk := raw.read(4 * 1024 * 1024):
-                for needle in NEEDLES:
-                    chunk.count(needle.encode())
-        floor = size / (time.perf_counter() - t0) / 1e6
-        print(f"needle prefilter alone ({len(NEEDLES)} bytes.find passes): {floor:.0f} MB/s")
+        with path.open("rb") as raw:  # how many processes diagnose's scan will use
+            parts = min(classify._cpu_count(), size // classify.PARALLEL_RANGE_BYTES)
+            forks = classify._parallel_source(raw) is not None and parts > 1
+            hits_of = PREFILTERS[DEFAULT_PREFILTER]
+            procs = (
+                len(classify._plan_ranges(raw.fileno(), 0, size, parts, hits_of)) if forks else 1
+            )
 
         grep = shutil.which("grep")
-        if grep:
-            gbest = float("inf")
-            count = b""
-            for _ in range(max(1, args.repeat)):
+        rss_before = _rss_kib()
+        ours: list[float] = []
+        theirs: list[float] = []
+        findings = 0
+        count = b""
+        marks: list[tuple[int, int]] = []
+        workers_kib = 0
+        for i in range(max(1, args.repeat)):  # interleaved: both tools see the same load
+            t0 = time.perf_counter()
+            findings = _diagnose_scan(path, size, marks if i == 0 else None)
+            ours.append(time.perf_counter() - t0)
+            if i == 0:  # before grep runs: the only children so far are scan workers
+                workers_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            if grep:
                 t0 = time.perf_counter()
                 proc = subprocess.run(
                     [grep, "-E", "-c", GREP_PATTERN, str(path)], capture_output=True, check=False
                 )
-                gbest = min(gbest, time.perf_counter() - t0)
+                theirs.append(time.perf_counter() - t0)
                 count = proc.stdout.strip()
-            theirs = size / gbest / 1e6
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        mismatch = "" if findings == writer.oom_records else " -- MISMATCH"
+        print(
+            f"diagnose's path (open_log + scan_log; prefilter {DEFAULT_PREFILTER}, {procs} "
+            f"process{'es' if procs > 1 else ''}): {size / min(ours) / 1e6:.0f} MB/s "
+            f"({min(ours):.2f} s; {findings:,} events for {writer.oom_records:,} OOM records written{mismatch})"
+        )
+        print(f"  {len(ours)} runs: {_spread(ours, size)}")
+        if grep:
             locale = os.environ.get("LC_ALL") or os.environ.get("LANG") or "unset"
             print(
-                f"grep -E -c (equivalent pattern): {theirs:.0f} MB/s  ({gbest:.2f} s, {count.decode()} matching lines, locale {locale})"
+                f"grep -E -c (equivalent pattern): {size / min(theirs) / 1e6:.0f} MB/s  "
+                f"({min(theirs):.2f} s, {count.decode()} matching lines, locale {locale})"
             )
-            print(f"ratio to grep: {ours / theirs:.2f}x")
+            print(f"  {len(theirs)} runs: {_spread(theirs, size)}")
+            ratios = sorted(g / o for o, g in zip(ours, theirs, strict=True))
+            print(
+                f"ratio to grep: {min(theirs) / min(ours):.2f}x (best against best); per run "
+                f"{ratios[0]:.2f}x .. {ratios[-1]:.2f}x, median {statistics.median(ratios):.2f}x"
+            )
         else:
             print("grep not found: no ratio")
 
         quarters = ", ".join(f"{m / size:.0%}: {kib / 1024:.0f} MiB" for m, kib in marks)
-        print(f"resident memory during the scan: before {rss_before / 1024:.0f} MiB; {quarters}")
-        print(f"peak RSS of this process: {peak_kib / 1024:.0f} MiB (file: {size / 2**20:.0f} MiB)")
+        print(
+            f"resident memory of diagnose's process: before {rss_before / 1024:.0f} MiB; {quarters}"
+        )
+        print(
+            f"peak RSS: this process {peak_kib / 1024:.0f} MiB, scan workers "
+            f"{f'{workers_kib / 1024:.0f} MiB' if workers_kib else 'none'} (file: {size / 2**20:.0f} MiB)"
+        )
+
+        print("other paths (best of 3):")
+        for name in sorted(PREFILTERS):
+            for workers in (1, None):
+                times = []
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    n = _path_scan(path, name, workers)
+                    times.append(time.perf_counter() - t0)
+                label = "1 process" if workers == 1 else f"{procs} processes"
+                print(
+                    f"  prefilter {name:<11} {label:<11}: {size / min(times) / 1e6:4.0f} MB/s"
+                    f"{'' if n == findings else ' -- MISMATCH'}"
+                )
+        with path.open("rb") as raw:
+            data = raw.read(64 * 1024 * 1024)
+        for name, hits_of in sorted(PREFILTERS.items()):
+            buf = bytearray(data)
+            t0 = time.perf_counter()
+            hits_of(buf, len(buf))
+            print(
+                f"  prefilter {name} alone: {len(buf) / (time.perf_counter() - t0) / 1e6:.0f} MB/s"
+            )
 
         if args.lines:
             limit = 20 * 1024 * 1024

@@ -12,6 +12,9 @@ A rule fires on a *message structure*, never on the bare words "out of memory": 
 Every rule needs one of ``NEEDLES`` in the text. That is the cheap prefilter the file scanner
 runs over raw bytes before anything is decoded or split into lines, and because
 ``classify_record`` checks the same needles first, the prefilter can never hide an event.
+Both prefilters (``PREFILTERS``: one Aho-Corasick pass when ``ahocorasick-rs`` is installed,
+else one ``bytes.find`` pass per needle) report every line that holds one of these needles,
+and nothing else, so the scanner's windows are the same whichever runs.
 
 Units: torch (CUDA/HIP/XPU ``format_size``), MPS (``GB``/``MB`` computed with 1024), numpy
 (``MiB``/``GiB``), the kernel (``kB``) and earlyoom (``MiB``) all print binary multiples, so
@@ -20,10 +23,20 @@ every K/M/G here is 1024-based.
 
 from __future__ import annotations
 
+import functools
 import io
+import multiprocessing
+import os
+import pickle
 import re
-from collections.abc import Iterable, Iterator, Mapping
+import stat
+import sys
+import tempfile
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any, BinaryIO
 
 from oom_sentinel.daemon.events import Backend, OomEvent, OtherProcess, Pool
@@ -31,10 +44,14 @@ from oom_sentinel.daemon.logformat import split_prefix, strip_ansi
 from oom_sentinel.daemon.records import Record, RecordAssembler
 
 __all__ = [
+    "DEFAULT_PREFILTER",
     "LOOKBEHIND_LINES",
     "MERGE_GAP_LINES",
     "NEEDLES",
+    "PARALLEL_RANGE_BYTES",
+    "PREFILTERS",
     "Finding",
+    "Prefilter",
     "classify_execution_error",
     "classify_record",
     "has_needle",
@@ -297,12 +314,33 @@ def classify_record(text: str) -> OomEvent | None:
     return found.event if found is not None else None
 
 
+#: normalized records up to this long are remembered (``_classify_normalized``)
+_MEMO_CHARS = 8192
+
+
 def _classify(text: str) -> _Found | None:
     if not isinstance(text, str) or not has_needle(text):
         return None
     if "\x1b" in text:
         text = strip_ansi(text)
     lines = _normalize(text)
+    key = "\n".join(lines)  # lines hold no newline: the join is one-to-one
+    if len(key) <= _MEMO_CHARS:
+        return _classify_normalized(key)
+    return _classify_lines(lines)
+
+
+@functools.lru_cache(maxsize=256)
+def _classify_normalized(key: str) -> _Found | None:
+    """``_classify_lines`` of ``key.split("\\n")``, remembered: what follows normalization is a
+    pure function of the normalized lines, and an OOM storm repeats the same record with only
+    its timestamps changed (``Got an OOM, unloading all loaded models.``, a soft OOM's retry
+    line, the same traceback). At most 256 × ``_MEMO_CHARS`` characters are held."""
+    return _classify_lines(key.split("\n"))
+
+
+def _classify_lines(lines: list[str]) -> _Found | None:
+    """``_classify`` of a record already split into normalized lines (``_normalize``)."""
     # The rules read the record's "focus": every line that does not start with whitespace,
     # plus indented lines holding a needle. Traceback frames (most of a big record) drop out,
     # and no OOM text is lost: messages, exception lines, report fields and the numbers of
@@ -826,11 +864,7 @@ class _Folder:
         hint = None
         if found is None:
             text = record.text
-            maybe_boundary = "got prompt" in text or "Prompt executed" in text or "nterrupt" in text
-            if maybe_boundary and split_prefix(text.split("\n", 1)[0]).message.strip().startswith(
-                _BOUNDARIES
-            ):
-                self._boundary = True
+            self.note_boundary(text)
             first_raw = text.split("\n", 1)[0]
             # a node-type hint has no space; what follows the last prefix end ("] ", " - ")
             # has one whenever the message does, so this skips the prefix parse for most lines
@@ -848,6 +882,15 @@ class _Folder:
         self._prev = record
         self._prev_hint = hint
         return out
+
+    def note_boundary(self, text: str) -> None:
+        """What a record without an event does to folding: a prompt boundary (``got prompt``,
+        ``Prompt executed in``, an interrupt) keeps events on either side apart."""
+        maybe_boundary = "got prompt" in text or "Prompt executed" in text or "nterrupt" in text
+        if maybe_boundary and split_prefix(text.split("\n", 1)[0]).message.strip().startswith(
+            _BOUNDARIES
+        ):
+            self._boundary = True
 
     @staticmethod
     def _is_single_line(record: Record) -> bool:
@@ -1013,11 +1056,74 @@ _LOOKBEHIND_BYTES = 64 * 1024
 _CONTIGUOUS_LINES = MERGE_GAP_LINES + LOOKBEHIND_LINES
 _CONTIGUOUS_BYTES = 1024 * 1024
 _INDENTED_RUN = re.compile(rb"(?:[ \t][^\n]*\n)+")
+#: a run of "plain" lines: each starts a record whatever precedes it (ComfyUI-Manager's prefix,
+#: which split_prefix always takes, ASCII digits only), is short, and has no CR or ANSI code
+_PLAIN_RUN = re.compile(
+    rb"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d(?:\.\d+)?)?\][^\n\r\x1b]{0,4000}\n)+"
+)
+_BOUNDARY_BYTES = (b"got prompt", b"Prompt executed", b"nterrupt")
 #: lines that probably start a record: the lookbehind stops a little before them
 _RECORD_START = re.compile(
     rb"\[\d{4}-\d\d-\d\d \d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,]\d+ - |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
     rb"|\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] |Traceback \(most|!!! Exception|# ComfyUI Error|Error occurred when"
 )
+
+# -- the prefilter -----------------------------------------------------------------------------
+#
+# A prefilter maps (buffer, end) to the ascending positions in ``buffer[:end]`` where a needle
+# starts, with at least one position on every line that holds a needle. The scanner only works
+# per line (a hit opens or extends the window around its line), so a position per needle-holding
+# line is all it needs, and it never sees a position that is not a needle: the set of lines it
+# opens windows for is exactly the set of lines ``has_needle`` accepts, whichever prefilter runs.
+
+#: Type of a prefilter: (buffer, end) -> needle positions (see above).
+Prefilter = Callable[[bytes | bytearray, int], list[int]]
+
+
+def _hits_by_find(buf: bytes | bytearray, end: int) -> list[int]:
+    """Every needle occurrence, by one ``bytes.find`` pass per needle (the stdlib fallback)."""
+    out: list[int] = []
+    find = buf.find
+    for needle in _NEEDLES_B:
+        pos = find(needle, 0, end)
+        while pos >= 0:
+            out.append(pos)
+            pos = find(needle, pos + 1, end)
+    out.sort()
+    return out
+
+
+def _automaton_prefilter() -> Prefilter | None:
+    """All needles in one pass of a SIMD-accelerated Aho-Corasick automaton (``ahocorasick-rs``,
+    the optional ``fast`` extra), or None when it is not installed.
+
+    Leftmost-first matching reports non-overlapping matches only, but a needle occurrence it
+    skips overlaps a reported one (it started inside it), and needles hold no newline, so both
+    sit on the same line: every needle-holding line still gets a position.
+    """
+    try:
+        import ahocorasick_rs
+    except ImportError:
+        return None
+    automaton = ahocorasick_rs.BytesAhoCorasick(
+        list(_NEEDLES_B), matchkind=ahocorasick_rs.MatchKind.LeftmostFirst
+    )
+    find_all = automaton.find_matches_as_indexes
+
+    def hits(buf: bytes | bytearray, end: int) -> list[int]:
+        with memoryview(buf) as view, view[:end] as part:
+            return [match[1] for match in find_all(part)]
+
+    return hits
+
+
+#: The prefilters this install has, by name; ``scan_stream(prefilter=...)`` picks one.
+PREFILTERS: dict[str, Prefilter] = {"find": _hits_by_find}
+_ac_hits = _automaton_prefilter()
+if _ac_hits is not None:
+    PREFILTERS["ahocorasick"] = _ac_hits
+#: What ``scan_stream`` uses unless told otherwise: the automaton when installed.
+DEFAULT_PREFILTER = "ahocorasick" if _ac_hits is not None else "find"
 
 
 class _StreamScanner:
@@ -1026,25 +1132,41 @@ class _StreamScanner:
     Invariants: ``buf`` starts at a line start; ``limit`` ends the complete lines in it; the
     window (when open) has fed every line before ``fed_pos``; needles before ``scan_pos`` are
     handled; ``floor`` is the first position a new window may feed (earlier lines belong to
-    records already classified).
+    records already classified); ``hits`` are the prefilter's needle positions in
+    ``buf[:limit]``.
+
+    What it finds does not depend on where its reads end (on lines up to ``_MAX_LINE``): a
+    refill keeps every line a later window's lookbehind may reach (``_keep_from``). Only the
+    cut of a longer line falls where a read ends, which is why a parallel scan aligns its reads
+    with the sequential scan's (``_RangeReader``).
     """
 
-    def __init__(self, stream: BinaryIO, chunk_size: int) -> None:
+    def __init__(
+        self,
+        stream: BinaryIO,
+        chunk_size: int,
+        hits_of: Prefilter,
+        *,
+        start_offset: int = 0,
+        first_line_no: int = 1,
+    ) -> None:
         self.stream = stream
         self.chunk_size = max(4096, chunk_size)
+        self.hits_of = hits_of
         self.buf = bytearray()
         self.spare = bytearray(self.chunk_size)
         self.spare_view = memoryview(self.spare)
-        self.buf_off = 0
+        self.buf_off = start_offset
         self.limit = 0
         self.cnt_pos = 0  # a line start in buf ...
-        self.cnt_line = 1  # ... and its line number
+        self.cnt_line = first_line_no  # ... and its line number
         self.scan_pos = 0
         self.floor = 0
-        self.cache = [-1] * len(_NEEDLES_B)  # next position of each needle (-2: none before limit)
+        self.hits: list[int] = []
         self.asm: RecordAssembler | None = None
         self.fed_pos = 0
-        self.fed_line = 1
+        self.fed_line = first_line_no
+        self.first_line_no = first_line_no
         self.last_hit_line = 0
         self.folder = _Folder()
         self.eof = False
@@ -1072,37 +1194,42 @@ class _StreamScanner:
         return len(data)
 
     def needle_at_or_after(self, start: int) -> int:
-        best = -1
-        buf, limit, cache = self.buf, self.limit, self.cache
-        for i, needle in enumerate(_NEEDLES_B):
-            pos = cache[i]
-            if pos == -2:
-                continue
-            if pos < start:
-                pos = buf.find(needle, start, limit)
-                if pos < 0:
-                    cache[i] = -2
-                    continue
-                cache[i] = pos
-            if best < 0 or pos < best:
-                best = pos
-        return best
+        hits = self.hits
+        i = bisect_left(hits, start)
+        return hits[i] if i < len(hits) else -1
+
+    def _keep_from(self, start: int) -> int:
+        """Where a refill may cut the buffer when no window is open and ``start`` (a line start)
+        is the next position to scan: no earlier than any line that ``open_window`` could
+        reach from a needle at or after ``start``.
+
+        The walk is ``open_window``'s without its stop at record starts. A walk from a later
+        line has gone at least as many lines and bytes when it passes any line here, so it
+        stops no earlier. Memory stays bounded: a line that does not fit in
+        ``_LOOKBEHIND_BYTES + _MAX_LINE`` is not kept, and neither is anything before a cut
+        (``start`` inside an over-long line).
+        """
+        if start > 0 and self.buf[start - 1] != 10:  # b"\n"
+            return start
+        floor = max(self.floor, 0)
+        lowest = max(floor, start - _LOOKBEHIND_BYTES - _MAX_LINE)
+        pos, back = start, 0
+        while back < LOOKBEHIND_LINES and pos > floor and start - pos < _LOOKBEHIND_BYTES:
+            nl = self.buf.rfind(b"\n", lowest, pos - 1)
+            if nl >= 0:
+                pos = nl + 1
+            elif lowest == floor:
+                pos = floor
+            else:
+                break  # the line before is too long to keep
+            back += 1
+        return pos
 
     def fill(self) -> None:
-        keep = self.scan_pos
-        if self.asm is not None:
-            keep = min(keep, self.fed_pos)
-        else:
-            lo = keep
-            for _ in range(LOOKBEHIND_LINES + 3):
-                if lo <= self.floor:
-                    break
-                lo = self.buf.rfind(b"\n", 0, lo - 1) + 1
-                if keep - lo > _LOOKBEHIND_BYTES:
-                    lo = keep  # over-long lines: no lookbehind worth keeping
-                    break
-            keep = max(lo, min(self.floor, keep))
+        keep = self.scan_pos if self.asm is None else min(self.scan_pos, self.fed_pos)
         keep = max(0, min(keep, self.limit))
+        if self.asm is None:
+            keep = self._keep_from(keep)
         self.line_at(keep)
         # One bytearray, trimmed at the front and refilled with readinto from one reused
         # buffer: no fresh multi-megabyte allocation (and its page faults) per chunk.
@@ -1122,7 +1249,7 @@ class _StreamScanner:
             if end <= self.limit and len(self.buf) - self.limit > _MAX_LINE:
                 end = len(self.buf)  # an over-long line: cut it here
             self.limit = max(end, self.limit)
-        self.cache = [-1] * len(_NEEDLES_B)
+        self.hits = self.hits_of(self.buf, self.limit)
 
     def close_window(self) -> list[Finding]:
         if self.asm is not None:
@@ -1154,10 +1281,7 @@ class _StreamScanner:
         buf, limit = self.buf, self.limit
         nxt = self.needle_at_or_after(self.fed_pos)
         while self.fed_pos < limit:
-            if (
-                buf[self.fed_pos : self.fed_pos + 1] in (b" ", b"\t")
-                and asm.pending_line_no is not None
-            ):
+            if buf[self.fed_pos] in (32, 9) and asm.pending_line_no is not None:  # " ", "\t"
                 # a run of indented lines (a traceback body) joins the pending record in bulk
                 m = _INDENTED_RUN.match(buf, self.fed_pos, limit)
                 if m and m.end() > self.fed_pos:
@@ -1176,6 +1300,7 @@ class _StreamScanner:
                         self.fed_pos = run_end
                         self.fed_line += count
                         continue
+            skip = self._plain_run(nxt) if buf[self.fed_pos] == 91 else None  # "["
             nl = buf.find(b"\n", self.fed_pos, limit)
             end = nl + 1 if nl >= 0 else limit
             line_end = nl if nl >= 0 else limit
@@ -1192,7 +1317,55 @@ class _StreamScanner:
             self.fed_line += 1
             if line > self.last_hit_line and asm.pending_line_no == line:
                 break  # the record with the last needle is complete
+            if skip is not None:
+                self._skip_plain(*skip)
         self.scan_pos = max(self.scan_pos, self.fed_pos)
+
+    def _plain_run(self, nxt: int) -> tuple[int, int] | None:
+        """(end, lines) of what ``_skip_plain`` may skip after the line at ``fed_pos``, when
+        it starts a run of at least four plain lines (``_PLAIN_RUN``) that ends before the line
+        of the next needle ``nxt`` and before ``last_hit_line``; else None.
+
+        Such a run is the filler between two needles of one window (up to
+        ``_CONTIGUOUS_LINES`` of progress bars and model loads). Each of its lines is a
+        single-line record without a needle, ended by the next line: the window must count
+        them and see the prompt boundaries among them, but nothing else about the records in
+        the middle can change what is found. The first line and the last two are fed as
+        usual: the record a needle's record follows (its node-type hint) is the last one, or
+        the one before it when the needle's line continues the last.
+        """
+        if nxt < 0 or self.last_hit_line - self.fed_line < 4:
+            return None
+        buf, pos = self.buf, self.fed_pos
+        stop = buf.rfind(b"\n", pos, nxt) + 1  # the needle's line start
+        m = _PLAIN_RUN.match(buf, pos, stop)
+        if m is None:
+            return None
+        lines = buf.count(b"\n", pos, m.end())
+        if lines < 4 or self.fed_line + lines > self.last_hit_line:
+            return None
+        # the last two lines of the run are fed as usual (see above)
+        end = buf.rfind(b"\n", pos, buf.rfind(b"\n", pos, m.end() - 1)) + 1
+        return end, lines - 3
+
+    def _skip_plain(self, end: int, lines: int) -> None:
+        """Skip ``lines`` plain lines from ``fed_pos`` to ``end`` (see ``_plain_run``), the line
+        before them being the pending record: as feeding them would, note their prompt
+        boundaries and number the lines after them; the pending record is ended (and pushed)
+        by the next line fed, with the same effect as the last skipped line's record."""
+        asm = self.asm
+        assert asm is not None
+        buf, pos = self.buf, self.fed_pos
+        for marker in _BOUNDARY_BYTES:
+            at = buf.find(marker, pos, end)
+            while at >= 0:
+                start = max(pos, buf.rfind(b"\n", pos, at) + 1)
+                stop = buf.find(b"\n", at, end)
+                self.folder.note_boundary(buf[start:stop].decode("utf-8", "replace"))
+                at = buf.find(marker, stop, end)
+        asm.skip_lines(lines)
+        self.fed_pos = end
+        self.fed_line += lines
 
     def settled(self) -> bool:
         asm = self.asm
@@ -1245,15 +1418,329 @@ class _StreamScanner:
             self.asm = None
         yield from self.folder.finish()
 
+    def lines_read(self) -> int:
+        """After ``run``: the number of newlines in everything read."""
+        return self.line_at(len(self.buf)) - self.first_line_no
 
-def scan_stream(stream: BinaryIO, *, chunk_size: int = _CHUNK) -> Iterator[Finding]:
+
+# -- parallel scan of a big regular file ------------------------------------------------------
+#
+# A big regular file is cut into byte ranges that this process and forked workers scan at
+# once (past the prefilter the scan is Python, so only processes spread it over cores); this
+# process takes ranges from the front and yields as it goes, the workers from the back
+# (``_scan_ranges``). The findings are exactly the sequential scan's, in file order, because
+# a range only starts at a *seam*: a line that
+#
+# * starts a record unconditionally (a wrapper prefix, records.py), so whatever record was
+#   pending before it ends right before it, in the sequential scan as in the range before; and
+# * is followed by ``_SEAM_LINES`` needle-free lines, none over ``_MAX_LINE``: the sequential
+#   scan's next needle is then too far from its last fed line to be contiguous, so it closes
+#   the window there (a gap: nothing folds across it), and that needle's lookbehind
+#   (≤ ``LOOKBEHIND_LINES``) cannot reach back to the seam, so the range's scanner, which
+#   starts fresh at the seam, opens the same window with the same records.
+#
+# Each range's reads end where the sequential scan's reads end (``_RangeReader``: an
+# over-long line is cut at the same place), and a refill keeps whatever a lookbehind may need
+# (``_StreamScanner._keep_from``), so where a buffer starts changes nothing. Worker findings go
+# to an unlinked temp file, not to memory, until their turn comes: memory stays flat whatever
+# the file holds.
+
+#: a range handed to another process is at least this big (its start-up must pay)
+PARALLEL_RANGE_BYTES = 32 * 1024 * 1024
+#: needle-free lines a seam needs after it (see above: more than the contiguity distance)
+_SEAM_LINES = 2 * _CONTIGUOUS_LINES
+#: how far past a nominal split point a seam is looked for before giving that split up
+_SEAM_SEARCH_BYTES = 1024 * 1024
+#: at most this many ranges per process: enough for the work to even out between them
+_RANGES_PER_PROCESS = 4
+
+
+class _RangeReader(io.RawIOBase):
+    """Bytes ``[start, end)`` of a file descriptor by positional reads (no shared file
+    position), in reads that end where a sequential scan from ``base`` ends its reads:
+    at ``base + k * chunk``."""
+
+    def __init__(self, fd: int, start: int, end: int, base: int, chunk: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.pos = start
+        self.end = end
+        self.base = base
+        self.chunk = max(4096, chunk)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        want = min(
+            len(buffer), self.end - self.pos, self.chunk - (self.pos - self.base) % self.chunk
+        )
+        got = 0
+        with memoryview(buffer) as view:
+            while got < want:
+                with view[got:want] as part:  # straight into the buffer (Linux only, as forking)
+                    n = os.preadv(self.fd, [part], self.pos + got)
+                if not n:
+                    break  # the file shrank: end of data
+                got += n
+        self.pos += got
+        if got < want:
+            self.end = self.pos
+        return got
+
+
+def _is_seam_line(line: bytes) -> bool:
+    """Does this line (no newline) start a record whatever came before it (records.py)?"""
+    text = line.decode("utf-8", "replace")
+    if text.endswith("\r"):
+        text = text.rstrip("\r")
+    return text[:1] not in (" ", "\t") and split_prefix(text).starts_record
+
+
+def _seam_after(fd: int, pos: int, end: int, hits_of: Prefilter) -> int | None:
+    """The first seam (see above) at a line start in ``(pos, end)``, looked for within
+    ``_SEAM_SEARCH_BYTES``; None when there is none there."""
+    data = os.pread(fd, max(0, min(end, pos + _SEAM_SEARCH_BYTES) - pos), pos)
+    hits = hits_of(data, len(data))
+    cand = data.find(b"\n") + 1
+    while 0 < cand < len(data):
+        zone_end = cand
+        for _ in range(_SEAM_LINES):
+            nl = data.find(b"\n", zone_end)
+            if nl < 0:
+                return None  # ran out of data: no room for a seam here
+            if nl - zone_end >= _MAX_LINE:
+                break
+            zone_end = nl + 1
+        else:
+            i = bisect_left(hits, zone_end) - 1
+            if i < 0 or hits[i] < cand:
+                if _is_seam_line(data[cand : data.find(b"\n", cand)]):
+                    return pos + cand
+                cand = data.find(b"\n", cand) + 1
+                continue
+            cand = data.find(b"\n", hits[i]) + 1  # restart after the last needle in the zone
+            continue
+        cand = data.find(b"\n", zone_end) + 1  # restart after the over-long line
+    return None
+
+
+def _plan_ranges(
+    fd: int, start: int, size: int, parts: int, hits_of: Prefilter
+) -> list[tuple[int, int]]:
+    """Up to ``parts`` ranges covering ``[start, size)``, each but the first beginning at a
+    seam near an even split (fewer when no seam is found near a split point)."""
+    bounds = [start]
+    for k in range(1, parts):
+        nominal = start + (size - start) * k // parts
+        if nominal <= bounds[-1]:
+            continue
+        seam = _seam_after(fd, nominal, size, hits_of)
+        if seam is not None and bounds[-1] < seam < size:
+            bounds.append(seam)
+    bounds.append(size)
+    return list(pairwise(bounds))
+
+
+def _scan_range_to_file(
+    fd: int, lo: int, hi: int, base: int, chunk_size: int, prefilter: str, out_fd: int
+) -> None:
+    """Worker process: scan ``[lo, hi)`` and pickle its findings (line numbers counted from the
+    range start) and then ``("end", newlines in the range)`` to ``out_fd``."""
+    scanner = _StreamScanner(
+        _RangeReader(fd, lo, hi, base, chunk_size),  # type: ignore[arg-type]
+        chunk_size,
+        PREFILTERS[prefilter],
+        start_offset=lo,
+    )
+    with open(out_fd, "wb", closefd=False) as out:
+        for finding in scanner.run():
+            pickle.dump(finding, out, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(("end", scanner.lines_read()), out, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _shifted(finding: Finding, lines: int) -> Finding:
+    record = replace(finding.record, line_no=finding.record.line_no + lines)
+    return Finding(record, finding.event, finding.line_no + lines, finding.end_line_no + lines)
+
+
+def _range_worker(
+    fd: int,
+    ranges: list[tuple[int, int]],
+    chunk_size: int,
+    prefilter: str,
+    spill_fds: list[int],
+    claim: Any,
+    done: list[Any],
+) -> None:
+    """Worker process: take ranges from the back until the taken ones meet the scanning
+    parent's (``claim`` = [next range the parent takes, first range a worker took]), scan each
+    into its own file, and say so."""
+    while True:
+        with claim.get_lock():
+            k = claim[1] - 1
+            if k < claim[0]:
+                return
+            claim[1] = k
+        lo, hi = ranges[k]
+        _scan_range_to_file(fd, lo, hi, ranges[0][0], chunk_size, prefilter, spill_fds[k])
+        done[k].set()
+
+
+def _replay(spill: BinaryIO, lines: int, counted: list[int]) -> Iterator[Finding]:
+    """A worker's findings from its file, line numbers moved on by ``lines``; the range's
+    newline count is appended to ``counted`` once the file proves complete."""
+    spill.seek(0)
+    try:
+        while True:
+            item = pickle.load(spill)
+            if not isinstance(item, Finding):
+                if isinstance(item, tuple) and item[:1] == ("end",):
+                    counted.append(int(item[1]))
+                return
+            yield _shifted(item, lines)
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError):
+        return
+
+
+def _scan_ranges(
+    fd: int, ranges: list[tuple[int, int]], chunk_size: int, prefilter: str, workers: int = 1
+) -> Iterator[Finding]:
+    """Scan ``ranges`` (contiguous, the first one starting where a sequential scan would) here
+    and in up to ``workers`` forked processes, yielding the findings in file order.
+
+    This process takes ranges from the front and yields as it scans; the workers take them
+    from the back. Where the two meet depends on who got the CPU: on a busy machine this
+    process simply scans more of the file itself instead of waiting. A worker's findings are
+    replayed from its file one at a time (memory stays flat). A range whose worker could not
+    start, died, or left a file cut short is scanned here, skipping what was already replayed:
+    a scan of a range always finds the same.
+    """
+    hits_of = PREFILTERS[prefilter]
+    n = len(ranges)
+    ctx = multiprocessing.get_context("fork")
+    spills: list[BinaryIO] = []
+    procs: list[Any] = []
+    claim: Any = None
+    done: list[Any] = []
+    try:
+        try:
+            spills = [tempfile.TemporaryFile() for _ in range(n)]  # noqa: SIM115 - closed below
+            claim = ctx.Array("i", [0, n])
+            done = [ctx.Event() for _ in range(n)]
+            for _ in range(max(0, min(workers, n - 1))):
+                proc = ctx.Process(
+                    target=_range_worker,
+                    args=(
+                        fd,
+                        ranges,
+                        chunk_size,
+                        prefilter,
+                        [s.fileno() for s in spills],
+                        claim,
+                        done,
+                    ),
+                    daemon=True,
+                )
+                proc.start()
+                procs.append(proc)
+        except OSError:
+            pass  # no temp files or no fork: what no worker took is scanned here
+        lines = 0
+        for k, (lo, hi) in enumerate(ranges):
+            sent = 0
+            counted: list[int] = []
+            if claim is not None:
+                with claim.get_lock():
+                    mine = claim[0] <= k < claim[1]
+                    if mine:
+                        claim[0] = k + 1
+                if not mine:
+                    while not done[k].wait(0.05) and any(p.is_alive() for p in procs):
+                        pass
+                    if done[k].is_set():
+                        for finding in _replay(spills[k], lines, counted):
+                            yield finding
+                            sent += 1
+            if not counted:
+                scanner = _StreamScanner(
+                    _RangeReader(fd, lo, hi, ranges[0][0], chunk_size),  # type: ignore[arg-type]
+                    chunk_size,
+                    hits_of,
+                    start_offset=lo,
+                    first_line_no=lines + 1,
+                )
+                for i, finding in enumerate(scanner.run()):
+                    if i >= sent:
+                        yield finding
+                counted.append(scanner.lines_read())
+            lines += counted[0]
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+        for spill in spills:
+            spill.close()
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _parallel_source(stream: BinaryIO) -> tuple[int, int, int] | None:
+    """(fd, position, size) when ``stream`` is a regular file this process may fork to scan."""
+    if not sys.platform.startswith("linux") or threading.active_count() > 1:
+        return None  # fork is only safe (and cheap) on Linux, from a single-threaded process
+    try:
+        fd = stream.fileno()
+        st = os.fstat(fd)
+        pos = stream.tell()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size <= pos:
+        return None
+    return fd, pos, st.st_size
+
+
+def scan_stream(
+    stream: BinaryIO,
+    *,
+    chunk_size: int = _CHUNK,
+    prefilter: str | None = None,
+    workers: int | None = 1,
+    range_bytes: int | None = None,
+) -> Iterator[Finding]:
     """Scan a binary stream for OOM events in constant memory; what ``diagnose`` runs.
 
     Only the lines around a needle (``NEEDLES``) are decoded and assembled into records
     (from up to ``LOOKBEHIND_LINES`` before it until its record is complete); everything else
-    is skipped at ``bytes.find`` speed. On ordinary logs the findings equal those of
-    ``iter_findings`` over the same lines; they can differ only when one record is longer
-    than the lookbehind and its needle sits past it (the event is the same, its record
-    starts later).
+    is skipped at prefilter speed (``prefilter``: a name in ``PREFILTERS``, by default
+    ``DEFAULT_PREFILTER``). On ordinary logs the findings equal those of ``iter_findings``
+    over the same lines; they can differ only when one record is longer than the lookbehind
+    and its needle sits past it (the event is the same, its record starts later).
+
+    ``workers`` > 1 (or None: one per CPU) lets a regular file of at least two
+    ``range_bytes`` (default ``PARALLEL_RANGE_BYTES``) be cut into ranges of about that size
+    that this process and ``workers - 1`` forked ones share (Linux, single-threaded callers);
+    the findings are the same, in the same order (see "parallel scan" above). Such a scan
+    reads the file up to the size it had when it started.
     """
-    yield from _StreamScanner(stream, chunk_size).run()
+    name = prefilter or DEFAULT_PREFILTER
+    if name not in PREFILTERS:
+        raise ValueError(f"unknown prefilter {name!r}; this install has {sorted(PREFILTERS)}")
+    want = _cpu_count() if workers is None else workers
+    source = _parallel_source(stream) if want > 1 else None
+    if source is not None:
+        fd, pos, size = source
+        parts = (size - pos) // max(1, range_bytes or PARALLEL_RANGE_BYTES)
+        parts = min(parts, _RANGES_PER_PROCESS * want)
+        ranges = _plan_ranges(fd, pos, size, parts, PREFILTERS[name]) if parts > 1 else []
+        if len(ranges) > 1:
+            yield from _scan_ranges(fd, ranges, chunk_size, name, workers=want - 1)
+            stream.seek(size)
+            return
+    yield from _StreamScanner(stream, chunk_size, PREFILTERS[name]).run()

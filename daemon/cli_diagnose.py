@@ -28,7 +28,7 @@ from oom_sentinel.daemon.clikit import handle_errors
 from oom_sentinel.daemon.errors import InputError
 from oom_sentinel.daemon.events import OomEvent, Pool
 
-__all__ = ["diagnose", "finding_json", "open_log"]
+__all__ = ["diagnose", "finding_json", "open_log", "scan_log"]
 
 PROG = "oom-sentinel"
 #: a file that looks like JSON and is at most this big is tried as an /internal/logs dump
@@ -101,6 +101,12 @@ def _read_up_to(stream: BinaryIO, size: int) -> bytes:
     return b"".join(parts)
 
 
+def scan_log(stream: BinaryIO) -> Iterator[Finding]:
+    """The findings in one opened log (``open_log``), as ``diagnose`` scans it: a big plain
+    file is split across one process per CPU (``scan_stream(workers=None)``)."""
+    return scan_stream(stream, workers=None)
+
+
 @contextmanager
 def open_log(path: str) -> Iterator[BinaryIO]:
     """A binary stream of the log text in ``path`` (``-`` is stdin); InputError if unreadable."""
@@ -115,12 +121,18 @@ def open_log(path: str) -> Iterator[BinaryIO]:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     try:
         base: BinaryIO = raw
+        start = raw.tell() if raw.seekable() else None
         head = _read_up_to(raw, 65536)
         if head[:2] == b"\x1f\x8b":  # a gzip-rotated log
             base = gzip.GzipFile(fileobj=_Prepend(head, raw), mode="rb")  # type: ignore[assignment]
             head = _read_up_to(base, 65536)
         stream: BinaryIO = _Prepend(head, base)  # type: ignore[assignment]
-        if _looks_like_json(head):
+        if base is raw and start is not None and not _looks_like_json(head):
+            # a plain file: hand over the file itself, so the scan reads it without a copy
+            # through _Prepend and may split a big one across processes (scan_stream)
+            raw.seek(start)
+            stream = raw
+        elif _looks_like_json(head):
             data = head + _read_up_to(base, JSON_MAX_BYTES + 1 - len(head))
             text = _json_dump_text(data) if len(data) <= JSON_MAX_BYTES else None
             stream = io.BytesIO(text.encode("utf-8")) if text is not None else _Prepend(data, base)  # type: ignore[assignment]
@@ -281,7 +293,7 @@ def diagnose(files: tuple[str, ...], as_json: bool) -> None:
     for path in files:
         source = "-" if path == "-" else path
         with open_log(path) as stream:
-            for finding in scan_stream(stream):
+            for finding in scan_log(stream):
                 if finding.event.recovered:
                     recovered += 1
                 else:

@@ -185,13 +185,22 @@ class RecordAssembler:
         lines = block.split("\n")
         if "\r" in block:
             lines = [line.rstrip("\r") for line in lines]
-        if max(map(len, lines)) > MAX_LINE_CHARS:
+        if len(block) > MAX_LINE_CHARS and max(map(len, lines)) > MAX_LINE_CHARS:
             return False
         n = len(lines)
         self._count += n
         self._next_line_no += n
         i = 0
         half = self._max_bytes // 2
+        size = sum(map(len, lines)) + n
+        if (
+            len(self._head) + n <= self._head_cap
+            and self._head_bytes + size - len(lines[-1]) - 1 < half
+        ):
+            # all of it fits in the head: the loop below would take every line
+            self._head.extend(lines)
+            self._head_bytes += size
+            i = n
         while i < n and len(self._head) < self._head_cap and self._head_bytes < half:
             self._head.append(lines[i])
             self._head_bytes += len(lines[i]) + 1
@@ -210,7 +219,7 @@ class RecordAssembler:
         if (
             "summary:" in block
             or "status:" in block
-            or any(line.lstrip().startswith("|") for line in lines)
+            or ("|" in block and any(line.lstrip().startswith("|") for line in lines))
         ):
             self._table = True
         if self._dialog_lines:
@@ -218,11 +227,19 @@ class RecordAssembler:
         self._end = max(self._end, end_offset)
         return True
 
+    def skip_lines(self, count: int) -> None:
+        """``count`` lines were not fed: each was a single-line record of its own that the caller
+        dealt with (the byte scanner's plain-line runs). Only line numbering moves on; the
+        pending record is ended by the next line fed, which must start a record."""
+        self._next_line_no += count
+
     def flush(self) -> list[Record]:
         """End the pending record (end of file, or the file went idle)."""
         if not self._count:
             return []
-        return [self._emit()]
+        record = self._emit()
+        self._reset_pending()
+        return [record]
 
     # -- internals --------------------------------------------------------------------------
 
@@ -275,14 +292,20 @@ class RecordAssembler:
     def _begin(
         self, raw: str, message: str, timestamp: str | None, start: int, line_no: int
     ) -> None:
+        # every field of the pending record is set here (no _reset_pending first: a record
+        # starts for most lines the scanners feed)
         self._start = start
         self._end = start
         self._timestamp = timestamp
         self._first_line_no = line_no
-        self._head.append(raw)
+        self._head = [raw]
         self._head_bytes = len(raw) + 1
         self._count = 1
+        if self._tail:
+            self._tail = deque()
         self._tail_bytes = 0
+        self._dropped = 0
+        self._after_exception = False
         self._in_traceback = message.startswith(_TRACEBACK)
         self._report = message.startswith(_REPORT)
         self._dialog_lines = 1 if message.startswith(_DIALOG) else 0
@@ -366,14 +389,13 @@ class RecordAssembler:
             text = "\n".join([*lines, *self._tail])
         else:
             text = lines[0] if len(lines) == 1 else "\n".join(lines)
-        record = Record(
-            text=text,
-            start_offset=self._start,
-            end_offset=max(self._end, self._start),
-            timestamp=self._timestamp,
-            line_no=self._first_line_no,
-            line_count=self._count,
-            dropped_lines=self._dropped,
+        # positional: the fields in their declared order (a record is built for most lines)
+        return Record(
+            text,
+            self._start,
+            max(self._end, self._start),
+            self._timestamp,
+            self._first_line_no,
+            self._count,
+            self._dropped,
         )
-        self._reset_pending()
-        return record
