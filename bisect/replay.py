@@ -255,6 +255,7 @@ def outcome_from_run(
     ``run`` is None when the server never became ready (``start_failure`` says how).
     A partial replay (HTTP 200 with ``node_errors``: ComfyUI dropped the failing outputs) is
     a skip: measuring part of the workflow would compare unlike things.
+    ``killed_by_harness`` is True only when our own SIGKILL ended the server.
     """
     vram, ram = peaks.vram_bytes, peaks.ram_bytes
     killed_outside = exit_code in _KILLED and not killed_by_harness
@@ -326,19 +327,27 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM the group, SIGKILL what is left after ``grace_s``, reap; always kills the group."""
+def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> bool:
+    """SIGTERM the group, SIGKILL what is left after ``grace_s``, reap; always kills the group.
+
+    True when the root needed our SIGKILL. Only then is a -9 exit ours: a server that the
+    kernel OOM killer is still tearing down (its socket already closed, not yet a zombie)
+    also looks alive to ``poll()``, takes our SIGTERM, and still exits -9.
+    """
+    escalated = False
     try:
         if proc.poll() is None:
             _signal_group(proc, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace_s)
+        escalated = proc.poll() is None
         _signal_group(proc, _SIGKILL)  # helpers the root left behind, too
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=30)
     finally:
         with _live_lock:
             _live.pop(proc.pid, None)
+    return escalated
 
 
 def kill_all_children() -> None:
@@ -634,6 +643,7 @@ class Replayer:
         start_failure: str | None = None
         stopped_early = False
         killed_by_harness = False
+        sigkilled_by_harness = False
         exit_code: int | None = None
         notes = [f"input file not found in the user's input folder: {m}" for m in missing]
         try:
@@ -659,7 +669,7 @@ class Replayer:
             sampler.sample()  # the last high-water marks, before the process goes
             killed_by_harness = proc.poll() is None
             await client.close()
-            await asyncio.to_thread(_stop, proc, self.settings.stop_grace_s)
+            sigkilled_by_harness = await asyncio.to_thread(_stop, proc, self.settings.stop_grace_s)
             sampler.finish()
             timings["teardown_s"] = time.monotonic() - t_stop
         exit_code = proc.returncode
@@ -680,7 +690,7 @@ class Replayer:
                 run,
                 peaks=peaks,
                 exit_code=exit_code,
-                killed_by_harness=killed_by_harness,
+                killed_by_harness=sigkilled_by_harness,
                 console_tail=tail,
                 start_failure=start_failure,
             )

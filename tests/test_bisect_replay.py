@@ -632,3 +632,30 @@ def test_replay_passes_the_vram_budget_to_the_bootstrap(bench, gpu_dir) -> None:
     # cudaMallocAsync); this stand-in commit knows the flag, so it is passed
     assert "--disable-cuda-malloc" in m.argv
     assert m.torch is not None and m.torch["budget_bytes"] == 2 * GIB
+
+
+def _spawn_group(code: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    time.sleep(0.3)  # let it install its handlers
+    return proc
+
+
+def test_stop_says_whether_its_own_sigkill_ended_the_server() -> None:
+    """Only an escalation to SIGKILL makes a -9 exit the harness's own doing."""
+    from oom_sentinel.bisect.replay import _stop
+
+    polite = _spawn_group("import time; time.sleep(60)")
+    assert _stop(polite, grace_s=5) is False
+    assert polite.returncode == -signal.SIGTERM
+
+    stubborn = _spawn_group(
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    )
+    assert _stop(stubborn, grace_s=0.3) is True
+    assert stubborn.returncode == -signal.SIGKILL
+
+    # killed from outside and not reaped yet: our SIGTERM lands on a dying process
+    victim = _spawn_group("import time; time.sleep(60)")
+    os.kill(victim.pid, signal.SIGKILL)
+    assert _stop(victim, grace_s=5) is False
+    assert victim.returncode == -signal.SIGKILL
