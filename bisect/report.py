@@ -35,12 +35,13 @@ from rich.table import Table
 from rich.text import Text
 
 from oom_sentinel.bisect import gitrepo
-from oom_sentinel.bisect.fsutil import atomic_write_bytes, fsync_dir, remove_tree
+from oom_sentinel.bisect.fsutil import remove_tree
 from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
 from oom_sentinel.bisect.runner import effective_threshold, read_measurements
 from oom_sentinel.bisect.session import LogRecord, Session
 from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, repo_label
 from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.errors import SentinelError
 from oom_sentinel.daemon.units import format_bytes
 
@@ -537,7 +538,7 @@ def write_reports(
     files = _files(report)
     directory.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
-        atomic_write_bytes(directory / name, data, mode=0o600)
+        write_bytes_atomic(directory / name, data, mode=0o600)
     attached = attach_to_snapshot(snapshot_dir, files) if snapshot_dir is not None else None
     return WrittenReports(directory / "report.json", directory / "report.html", attached)
 
@@ -554,7 +555,7 @@ def attach_to_snapshot(snapshot_dir: Path, files: Mapping[str, bytes]) -> Path:
     tmp.mkdir(mode=0o700)
     try:
         for name, data in files.items():
-            atomic_write_bytes(tmp / name, data, mode=0o600)
+            write_bytes_atomic(tmp / name, data, mode=0o600)
         for n in range(1, 1000):
             target = snapshot_dir / ("bisect" if n == 1 else f"bisect-{n}")
             try:

@@ -52,13 +52,7 @@ from typing import Any
 import platformdirs
 
 from oom_sentinel.bisect import gitrepo
-from oom_sentinel.bisect.fsutil import (
-    FileLock,
-    append_line,
-    atomic_write_text,
-    fsync_dir,
-    remove_tree,
-)
+from oom_sentinel.bisect.fsutil import FileLock, append_line, remove_tree
 from oom_sentinel.bisect.plan import (
     Observation,
     Plan,
@@ -94,6 +88,7 @@ from oom_sentinel.bisect.verdict import (
     threshold_from_good,
 )
 from oom_sentinel.bisect.workspace import remove_workspace
+from oom_sentinel.daemon.atomic import fsync_dir, write_text_atomic
 from oom_sentinel.daemon.errors import BisectError, ConfigError, InputError, NotBisecting
 
 __all__ = [
@@ -540,7 +535,7 @@ class OutcomeCache:
 
     def put(self, key: str, runs: Sequence[Outcome]) -> None:
         data = {"runs": [outcome_to_json(o) for o in runs]}
-        atomic_write_text(self._path(key), json.dumps(data, indent=1) + "\n")
+        write_text_atomic(self._path(key), json.dumps(data, indent=1) + "\n")
 
 
 # --------------------------------------------------------------------------- the session
@@ -628,13 +623,13 @@ class Session:
             tmp = paths.root / f"session.tmp-{os.getpid()}-{secrets.token_hex(4)}"
             tmp.mkdir(mode=0o700)
             try:
-                atomic_write_text(
+                write_text_atomic(
                     tmp / "session.json", json.dumps(setup.to_json(), indent=2) + "\n"
                 )
                 if prompt is not None:
-                    atomic_write_text(tmp / "prompt.json", json.dumps(prompt, indent=1) + "\n")
-                atomic_write_text(tmp / "log", _log_header(setup))
-                atomic_write_text(tmp / "started", setup.created_at + "\n")
+                    write_text_atomic(tmp / "prompt.json", json.dumps(prompt, indent=1) + "\n")
+                write_text_atomic(tmp / "log", _log_header(setup))
+                write_text_atomic(tmp / "started", setup.created_at + "\n")
                 os.rename(tmp, paths.session)
             except BaseException:
                 remove_tree(tmp)
@@ -719,7 +714,7 @@ class Session:
 
     def set_expected(self, state: State) -> None:
         """Say which state is being measured now (a resume measures it again)."""
-        atomic_write_text(self.paths.session / "expected", json.dumps(state.to_json()) + "\n")
+        write_text_atomic(self.paths.session / "expected", json.dumps(state.to_json()) + "\n")
 
     def clear_expected(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -793,7 +788,7 @@ class Session:
         with session_lock(self.paths):
             if not self.exists(self.paths):
                 raise NotBisecting(f"{self.paths.root}: the session was reset")
-            atomic_write_text(self.paths.session / "log", body)
+            write_text_atomic(self.paths.session / "log", body)
             self.clear_expected()
         return len(recs)
 

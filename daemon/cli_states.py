@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
 from oom_sentinel.daemon.errors import InputError
 from oom_sentinel.daemon.install_state import (
@@ -31,7 +32,6 @@ from oom_sentinel.daemon.manager_snapshots import (
     read_state_file,
     resolve_unknown_commits,
     write_manager_snapshot,
-    write_text_atomic,
 )
 from oom_sentinel.daemon.reflog import import_install_history, state_before_last
 from oom_sentinel.daemon.state_diff import diff_states, repos_for_state
@@ -382,7 +382,7 @@ def states_capture(
         root, interpreter=_interpreter_for(root, python, no_python), timeout_s=timeout_s
     )
     if output:
-        write_text_atomic(output, state.to_json())
+        write_text_atomic(output, state.to_json(), mode=0o644)
     if as_json:
         echo_json(state_summary(state))
     else:
@@ -527,5 +527,7 @@ def states_export(
         written = write_manager_snapshot(state, folder, path=output, at_epoch_s=at)
     else:
         name = manager_snapshot_filename(at, OUR_POSTFIX).replace(".json", ".state.json")
-        written = write_text_atomic(Path(output) if output else folder / name, state.to_json())
+        written = write_text_atomic(
+            Path(output) if output else folder / name, state.to_json(), mode=0o644
+        )
     click.echo(str(written))
