@@ -43,7 +43,7 @@ from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, repo_l
 from oom_sentinel.bisect.verdict import Verdict
 from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.errors import SentinelError
-from oom_sentinel.daemon.units import format_bytes
+from oom_sentinel.daemon.units import MIB, format_bytes
 
 __all__ = [
     "REPORT_FORMAT",
@@ -68,7 +68,6 @@ RESULT_AMBIGUOUS = "ambiguous"
 RESULT_NOT_REPRODUCED = "not-reproduced"
 RESULT_ERROR = "error"
 RESULT_IN_PROGRESS = "in-progress"
-_MIB = 1024 * 1024
 
 
 def result_of(step: Step) -> str:
@@ -333,8 +332,8 @@ def _chart_svg(report: Mapping[str, Any]) -> str:
     fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(steps) + 2), 3.6), dpi=100)
     try:
         xs = list(range(1, len(steps) + 1))
-        vram = [(st["peak_vram_bytes"] or 0) / _MIB for st in steps]
-        ram = [(st["peak_ram_bytes"] or 0) / _MIB for st in steps]
+        vram = [(st["peak_vram_bytes"] or 0) / MIB for st in steps]
+        ram = [(st["peak_ram_bytes"] or 0) / MIB for st in steps]
         has_vram = any(st["peak_vram_bytes"] for st in steps)
         has_ram = any(st["peak_ram_bytes"] for st in steps)
         width = 0.4 if has_vram and has_ram else 0.7
@@ -368,7 +367,7 @@ def _chart_svg(report: Mapping[str, Any]) -> str:
             ("ram_bytes", ":", "RAM threshold"),
         ):
             if thr.get(key) is not None and (has_vram if key == "vram_bytes" else has_ram):
-                ax.axhline(thr[key] / _MIB, linestyle=style, color="#444", linewidth=1, label=name)
+                ax.axhline(thr[key] / MIB, linestyle=style, color="#444", linewidth=1, label=name)
         ax.set_xticks(xs)
         ax.set_xticklabels([str(x) for x in xs], fontsize=7)
         ax.set_xlabel("tested state (in the order measured)")

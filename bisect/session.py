@@ -90,6 +90,7 @@ from oom_sentinel.bisect.verdict import (
 from oom_sentinel.bisect.workspace import remove_workspace
 from oom_sentinel.daemon.atomic import fsync_dir, write_text_atomic
 from oom_sentinel.daemon.errors import BisectError, ConfigError, InputError, NotBisecting
+from oom_sentinel.daemon.units import MIB, format_bytes
 
 __all__ = [
     "ENV_CACHE_DIR",
@@ -115,7 +116,6 @@ __all__ = [
 ENV_CACHE_DIR = "OOM_SENTINEL_CACHE_DIR"
 LOG_FORMAT = 1
 SETUP_FORMAT = 1
-_MIB = 1024 * 1024
 
 
 # --------------------------------------------------------------------------- where things live
@@ -317,7 +317,7 @@ class LogRecord:
 
 
 def _mib(n: int | None) -> str | None:
-    return None if n is None else f"{n / _MIB:.1f}"
+    return None if n is None else f"{n / MIB:.1f}"
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -436,7 +436,7 @@ def _split_comment(line: str) -> tuple[str, str, str]:
 def _bytes(mib: str | None) -> int | None:
     if mib is None:
         return None
-    return round(float(mib) * _MIB)
+    return round(float(mib) * MIB)
 
 
 # --------------------------------------------------------------------------- outcome cache
@@ -566,9 +566,9 @@ class Status:
         if self.threshold is not None:
             parts = []
             if self.threshold.vram_bytes is not None:
-                parts.append(f"VRAM > {self.threshold.vram_bytes / _MIB:.1f} MiB")
+                parts.append(f"VRAM > {format_bytes(self.threshold.vram_bytes)}")
             if self.threshold.ram_bytes is not None:
-                parts.append(f"RAM > {self.threshold.ram_bytes / _MIB:.1f} MiB")
+                parts.append(f"RAM > {format_bytes(self.threshold.ram_bytes)}")
             out.append(f"{t.new} = out of memory" + (" or " + " or ".join(parts) if parts else ""))
         if self.expected is not None:
             out.append("being measured: " + " ".join(self.expected.tokens(self.setup.repos())))

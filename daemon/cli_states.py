@@ -43,6 +43,7 @@ from oom_sentinel.daemon.state_history import (
     resolve_state_ref,
 )
 from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.units import format_bytes
 
 __all__ = ["state_summary", "states_group"]
 
@@ -132,7 +133,7 @@ def _print_state(state: InstallState) -> None:
                 bits.append(f"driver {env.driver_version}")
             for gpu in env.gpus:
                 mem = (
-                    f" {gpu.total_memory_bytes / 2**30:.1f} GiB"
+                    f" {format_bytes(gpu.total_memory_bytes)}"
                     if gpu.total_memory_bytes is not None
                     else ""
                 )
