@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
-from standin_proc import StandinProcess, free_port, start_standin
+from standin_proc import StandinProcess, start_standin
 from standin_repos import BuiltRepo, build_core_repo, build_node_repo
-from webhook import Receiver
+from webhook_receiver import Receiver
 
+from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.daemon.install_state import InstallState
 from oom_sentinel.daemon.regression import BISECT_ADVICE_KEY
 from oom_sentinel.daemon.runs import RunRecord, list_runs

@@ -23,8 +23,9 @@ from typing import Any
 import psutil
 import pytest
 from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
-from standin_proc import STANDIN_DIR, StandinProcess, free_port, start_standin
+from standin_proc import STANDIN_DIR, StandinProcess, start_standin
 
+from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
 from oom_sentinel.daemon.runs import RunRecord, list_runs
 from oom_sentinel.daemon.store import Store
