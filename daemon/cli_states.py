@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from oom_sentinel.daemon.atomic import write_text_atomic
-from oom_sentinel.daemon.clikit import echo_json, handle_errors
+from oom_sentinel.daemon.clikit import echo_json, echo_table, handle_errors
 from oom_sentinel.daemon.errors import InputError
 from oom_sentinel.daemon.install_state import (
     InstallState,
@@ -310,9 +310,7 @@ def states_list(
         )
         for item in listing
     ]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    for row in (header, *rows):
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    echo_table(header, rows)
 
 
 @states_group.command("show")
