@@ -528,6 +528,7 @@ class Service:
             pid=d.pid,
             python=d.python,
             source=source or d.source,
+            process=d.process,
         )
 
     def _discover(self) -> tuple[DiscoveredInstance, ...]:

@@ -299,6 +299,27 @@ def test_a_sigkill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_climb(
     assert daemon.stop() == 0
 
 
+def test_a_sigkill_after_discovery_rounds_is_still_a_killed_by_os_snapshot(
+    tmp_path: Path, install: Path, started: Callable[..., StandinProcess], daemons: list[Daemon]
+) -> None:
+    """Discovery re-finds the running ComfyUI every round; the process watcher keeps it."""
+    srv = started("base", install)
+    one_second_discovery = config().replace(
+        "enabled = false\n", "enabled = false\ninterval_s = 1\n"
+    )
+    daemon = Daemon(tmp_path, comfyui=[str(install)], config=one_second_discovery)
+    daemons.append(daemon.start())
+    wait_api_up(daemon, srv.url)
+    wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
+    time.sleep(3)  # not a timing assertion: let a few one-second discovery rounds pass
+    os.kill(srv.pid, signal.SIGKILL)
+    (snap,) = wait_snapshots(daemon, 1)
+    data = load_snapshot_json(snap)
+    assert data["event"]["pool"] == "killed-by-os" and data["event"]["killed_pid"] == srv.pid
+    srv.proc.wait()
+    assert daemon.stop() == 0
+
+
 def test_twenty_comfyui_restarts_under_one_daemon_lose_and_duplicate_nothing(
     tmp_path: Path, install: Path, gpu: Path, daemons: list[Daemon]
 ) -> None:
