@@ -96,7 +96,12 @@ from oom_sentinel.daemon.process_watch import (
     kill_observation,
     process_section,
 )
-from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes, process_exists
+from oom_sentinel.daemon.processes import (
+    ComfyProcess,
+    find_comfy_processes,
+    process_exists,
+    process_for,
+)
 from oom_sentinel.daemon.records import Record, RecordAssembler
 from oom_sentinel.daemon.retention import prune_snapshots
 from oom_sentinel.daemon.runs import RunRecord, has_run, record_run, run_from_done
@@ -269,15 +274,6 @@ def _row_from_snapshot(data: Mapping[str, Any], snapshot_id: str) -> IncidentRow
 def _instance_name_for_url(url: str) -> str:
     parts = urlsplit(url)
     return parts.netloc or url
-
-
-def _normal_url(url: str) -> str:
-    """``http://localhost:8188/`` and ``http://127.0.0.1:8188`` are one server."""
-    parts = urlsplit(url.rstrip("/"))
-    host = parts.hostname or ""
-    if host in ("localhost", "0.0.0.0", "::1", "::", ""):
-        host = "127.0.0.1"
-    return f"{parts.scheme or 'http'}://{host}:{parts.port or 80}"
 
 
 class Service:
@@ -654,19 +650,8 @@ class Service:
         except Exception:
             log.exception("could not list processes")
             return None
-        procs = [p for p in procs if (p.pid, p.create_time_s) not in self._dead]
-        url = _normal_url(inst.url) if inst.url else None
-        by_url = [p for p in procs if url is not None and _normal_url(p.url) == url]
-        if inst.path:
-            real = os.path.realpath(inst.path)
-            by_path = [
-                p
-                for p in procs
-                if real in (os.path.realpath(p.install_dir), os.path.realpath(p.code_dir))
-            ]
-            both = [p for p in by_path if p in by_url]
-            return (both or by_path or [None])[0]
-        return (by_url or [None])[0]
+        live = (p for p in procs if (p.pid, p.create_time_s) not in self._dead)
+        return process_for(live, path=inst.path, url=inst.url)
 
     def _refresh_sources(self) -> None:
         """Tell the tracker which sources watch each instance now, so a snapshot waits only
