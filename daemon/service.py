@@ -378,12 +378,11 @@ class Service:
         choice = select_gpu_probe(self.settings.gpu, self.environ)
         self.gpu_line = choice.line
         log.info("%s", choice.line)
-        host = PsutilHostProbe()
         self.timeline = Timeline.from_settings(self.settings.sampling)
         self.sampler = Sampler(
             self.timeline,
             choice.probe,
-            host,
+            PsutilHostProbe(),
             self.settings.sampling,
             on_sample=self._on_sample if self.metrics is not None else None,
         )
@@ -470,29 +469,24 @@ class Service:
     def _configured_instances(self) -> list[WatchedInstance]:
         out: list[WatchedInstance] = []
         for i, cfg in enumerate(self.settings.instances):
+            url = cfg.url or (f"http://127.0.0.1:{cfg.port}" if cfg.port else None)
             if cfg.path:
                 described = describe_install(Path(cfg.path).expanduser(), name=cfg.name)
                 inst = self._from_discovered(described, source="config")
-            elif cfg.url or cfg.port:
-                url = cfg.url or f"http://127.0.0.1:{cfg.port}"
+            elif url:
                 inst = WatchedInstance(
-                    name=cfg.name or _instance_name_for_url(url),
+                    name=_instance_name_for_url(url),
                     path=None,
                     url=url,
                     log_paths=(),
                     source="config",
-                    url_fixed=True,
                 )
             else:
                 raise ConfigError(f"{self.loaded.source}: instances[{i}]: needs a path or a url")
             if cfg.name:
                 inst.name = cfg.name
-            if cfg.url:
-                inst.url = cfg.url
-                inst.url_fixed = True
-            elif cfg.port:
-                inst.url = f"http://127.0.0.1:{cfg.port}"
-                inst.url_fixed = True
+            if url:
+                inst.url, inst.url_fixed = url, True  # the user's URL: discovery keeps it
             inst.log_paths = tuple(dict.fromkeys((*inst.log_paths, *cfg.logs)))
             out.append(inst)
         for target in self.options.comfyui:
@@ -540,7 +534,7 @@ class Service:
         found = discover_instances(home=home, environ=self.environ, processes=procs)
         if self._explicit:
             # Only processes of the instances the user named: match them by install path.
-            known = {os.path.realpath(i.path) for i in self.instances.values() if i.path}
+            known = {os.path.realpath(i.path) for i in list(self.instances.values()) if i.path}
             return tuple(
                 d for d in found if d.pid is not None and os.path.realpath(d.path) in known
             )
@@ -623,7 +617,9 @@ class Service:
 
     def _sync_watchers(self) -> None:
         """Point the API watcher at every instance's URL and the process watcher at every
-        known, living process; the sampler follows the same pids."""
+        known, living process; the sampler follows the same pids, and the install-state
+        tracker the same installs and restarts. Called after every change to the instances
+        (discovery, an API (re)connect, a process's end, a reload), so the loop need not."""
         if self.comfy_watch is not None:
             self.comfy_watch.set_instances(
                 {name: inst.url for name, inst in self.instances.items() if inst.url}
@@ -642,6 +638,8 @@ class Service:
                     self.process_watch.watch(name, proc)
         if self.sampler is not None:
             self.sampler.set_watched(i.pid for i in self.instances.values() if i.pid)
+        if self.install_states is not None:
+            self.install_states.update(self.instances.values())
 
     def _lookup_process(self, inst: WatchedInstance) -> ComfyProcess | None:
         """The running ComfyUI process of ``inst``: by install path, else by URL."""
@@ -989,8 +987,6 @@ class Service:
                 self.reload()
             self._refresh_sources()
             self._drain_inbox()
-            if self.install_states is not None:
-                self.install_states.update(self.instances.values())
             self._handle_lines(self.tails.poll(), now)
             self._flush_idle_records(now)
             self._apply(self.tracker.tick(self.clock()))
@@ -1382,7 +1378,7 @@ class Service:
 
     def _on_sample(self, sample: MemorySample) -> None:
         if self.metrics is not None:
-            watched = {i.pid: i.name for i in self.instances.values() if i.pid}
+            watched = {i.pid: i.name for i in list(self.instances.values()) if i.pid}
             self.metrics.observe_sample(sample, watched=watched)
 
     # -- reload ---------------------------------------------------------------------------
@@ -1419,6 +1415,7 @@ class Service:
             self._adopt(inst)
         for path in new.logs.extra:
             self._follow(path, instance=self._instance_for_extra_log(path))
+        self._sync_watchers()
         if self.metrics is not None:
             self.metrics.set_config_reload(True)
         log.info(
