@@ -732,8 +732,9 @@ class Replayer:
                     return None, False, f"the prompt could not be posted ({exc})"
             return None, True, None
         finally:
-            for task in (run_task, watch):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+            pending = [task for task in (run_task, watch) if not task.done()]
+            for task in pending:
+                task.cancel()
+            # gather, not suppress(CancelledError): a Ctrl-C that cancels this coroutine while
+            # it waits here must still reach asyncio.run (and become KeyboardInterrupt)
+            await asyncio.gather(*pending, return_exceptions=True)
