@@ -957,10 +957,10 @@ class Service:
         """Learn which log records recent snapshots were built from, and give any snapshot
         that missed its store row (killed between the two writes) its row."""
         assert self.store is not None
-        snaps, problems = list_snapshots(self.snapshots_dir)
+        snaps, problems = list_snapshots(self.snapshots_dir, newest=RECOVERY_SNAPSHOTS)
         for problem in problems:
             log.warning("snapshots: %s", problem)
-        for snap in snaps[:RECOVERY_SNAPSHOTS]:
+        for snap in snaps:
             for obs in snap.data.get("observations") or []:
                 evidence = obs.get("evidence") or {} if isinstance(obs, dict) else {}
                 rid = evidence.get("record_id")

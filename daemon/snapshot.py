@@ -626,11 +626,14 @@ def snapshot_dirs(snapshots_dir: str | os.PathLike[str]) -> list[Path]:
     return sorted(dirs, key=lambda p: p.name)
 
 
-def list_snapshots(snapshots_dir: str | os.PathLike[str]) -> tuple[list[Snapshot], list[str]]:
-    """Readable snapshots newest first, and one line per snapshot that could not be read."""
+def list_snapshots(
+    snapshots_dir: str | os.PathLike[str], *, newest: int | None = None
+) -> tuple[list[Snapshot], list[str]]:
+    """Readable snapshots newest first, and one line per snapshot that could not be read;
+    only the ``newest`` directories are read when given."""
     snapshots: list[Snapshot] = []
     problems: list[str] = []
-    for directory in reversed(snapshot_dirs(snapshots_dir)):
+    for directory in list(reversed(snapshot_dirs(snapshots_dir)))[:newest]:
         try:
             snapshots.append(load_snapshot(directory, validate=False))
         except InputError as exc:
