@@ -1,9 +1,9 @@
-"""Crash-safe file writes and an exclusive lock for the bisect's own files.
+"""Crash-safe appends and an exclusive lock for the bisect's own files.
 
 A bisect is interrupted on purpose (Ctrl-C) and by accident (OOM kills, reboots); every file
-it keeps must be whole or absent afterwards, never half-written. Writes go to a temp file in
-the same directory, are fsynced, then renamed over the target (``os.replace`` is atomic on
-POSIX and Windows); the directory is fsynced too so the rename itself survives a power cut.
+it keeps must be whole or absent afterwards, never half-written. Whole files are replaced
+through ``oom_sentinel.daemon.atomic``; this module adds what only the bisect needs: an
+append-only log whose torn last line is cut off, a lock, and removing git's read-only trees.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ import contextlib
 import os
 import shutil
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,48 +20,8 @@ from oom_sentinel.daemon.errors import BisectError
 __all__ = [
     "FileLock",
     "append_line",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "fsync_dir",
-    "locked",
     "remove_tree",
 ]
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or unlink inside ``path`` durable (a no-op where directories can't be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # Windows: directories cannot be opened; NTFS journals the rename itself
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new content, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
-
-
-def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
 def append_line(path: Path, line: str) -> None:
@@ -173,12 +131,6 @@ else:
 
     def _unlock_fd(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def locked(path: Path, what: str) -> Iterator[None]:
-    with FileLock(path, what):
-        yield
 
 
 def remove_tree(path: Path) -> None:

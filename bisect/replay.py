@@ -49,9 +49,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from oom_sentinel.bisect.fsutil import atomic_write_text
 from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
 from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
+from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.classify import classify_execution_error, classify_record
 from oom_sentinel.daemon.comfy_api import ComfyClient, PostResult, RunOutcome
 from oom_sentinel.daemon.errors import ComfyError
@@ -534,7 +534,7 @@ class Replayer:
         with contextlib.suppress(OSError):
             current = path.read_text("utf-8")
         if current != source:
-            atomic_write_text(path, source, mode=0o644)
+            write_text_atomic(path, source, mode=0o644)
         return path
 
     def _flags(self) -> list[str]:
@@ -742,8 +742,9 @@ class Replayer:
                     return None, False, f"the prompt could not be posted ({exc})"
             return None, True, None
         finally:
-            for task in (run_task, watch):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+            pending = [task for task in (run_task, watch) if not task.done()]
+            for task in pending:
+                task.cancel()
+            # gather, not suppress(CancelledError): a Ctrl-C that cancels this coroutine while
+            # it waits here must still reach asyncio.run (and become KeyboardInterrupt)
+            await asyncio.gather(*pending, return_exceptions=True)

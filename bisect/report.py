@@ -35,14 +35,15 @@ from rich.table import Table
 from rich.text import Text
 
 from oom_sentinel.bisect import gitrepo
-from oom_sentinel.bisect.fsutil import atomic_write_bytes, fsync_dir, remove_tree
+from oom_sentinel.bisect.fsutil import remove_tree
 from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
 from oom_sentinel.bisect.runner import effective_threshold, read_measurements
 from oom_sentinel.bisect.session import LogRecord, Session
 from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, repo_label
 from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.errors import SentinelError
-from oom_sentinel.daemon.units import format_bytes
+from oom_sentinel.daemon.units import MIB, format_bytes
 
 __all__ = [
     "REPORT_FORMAT",
@@ -67,7 +68,6 @@ RESULT_AMBIGUOUS = "ambiguous"
 RESULT_NOT_REPRODUCED = "not-reproduced"
 RESULT_ERROR = "error"
 RESULT_IN_PROGRESS = "in-progress"
-_MIB = 1024 * 1024
 
 
 def result_of(step: Step) -> str:
@@ -332,8 +332,8 @@ def _chart_svg(report: Mapping[str, Any]) -> str:
     fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(steps) + 2), 3.6), dpi=100)
     try:
         xs = list(range(1, len(steps) + 1))
-        vram = [(st["peak_vram_bytes"] or 0) / _MIB for st in steps]
-        ram = [(st["peak_ram_bytes"] or 0) / _MIB for st in steps]
+        vram = [(st["peak_vram_bytes"] or 0) / MIB for st in steps]
+        ram = [(st["peak_ram_bytes"] or 0) / MIB for st in steps]
         has_vram = any(st["peak_vram_bytes"] for st in steps)
         has_ram = any(st["peak_ram_bytes"] for st in steps)
         width = 0.4 if has_vram and has_ram else 0.7
@@ -367,7 +367,7 @@ def _chart_svg(report: Mapping[str, Any]) -> str:
             ("ram_bytes", ":", "RAM threshold"),
         ):
             if thr.get(key) is not None and (has_vram if key == "vram_bytes" else has_ram):
-                ax.axhline(thr[key] / _MIB, linestyle=style, color="#444", linewidth=1, label=name)
+                ax.axhline(thr[key] / MIB, linestyle=style, color="#444", linewidth=1, label=name)
         ax.set_xticks(xs)
         ax.set_xticklabels([str(x) for x in xs], fontsize=7)
         ax.set_xlabel("tested state (in the order measured)")
@@ -537,7 +537,7 @@ def write_reports(
     files = _files(report)
     directory.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
-        atomic_write_bytes(directory / name, data, mode=0o600)
+        write_bytes_atomic(directory / name, data, mode=0o600)
     attached = attach_to_snapshot(snapshot_dir, files) if snapshot_dir is not None else None
     return WrittenReports(directory / "report.json", directory / "report.html", attached)
 
@@ -554,7 +554,7 @@ def attach_to_snapshot(snapshot_dir: Path, files: Mapping[str, bytes]) -> Path:
     tmp.mkdir(mode=0o700)
     try:
         for name, data in files.items():
-            atomic_write_bytes(tmp / name, data, mode=0o600)
+            write_bytes_atomic(tmp / name, data, mode=0o600)
         for n in range(1, 1000):
             target = snapshot_dir / ("bisect" if n == 1 else f"bisect-{n}")
             try:

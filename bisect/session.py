@@ -52,13 +52,7 @@ from typing import Any
 import platformdirs
 
 from oom_sentinel.bisect import gitrepo
-from oom_sentinel.bisect.fsutil import (
-    FileLock,
-    append_line,
-    atomic_write_text,
-    fsync_dir,
-    remove_tree,
-)
+from oom_sentinel.bisect.fsutil import FileLock, append_line, remove_tree
 from oom_sentinel.bisect.plan import (
     Observation,
     Plan,
@@ -94,7 +88,9 @@ from oom_sentinel.bisect.verdict import (
     threshold_from_good,
 )
 from oom_sentinel.bisect.workspace import remove_workspace
+from oom_sentinel.daemon.atomic import fsync_dir, write_text_atomic
 from oom_sentinel.daemon.errors import BisectError, ConfigError, InputError, NotBisecting
+from oom_sentinel.daemon.units import MIB, format_bytes
 
 __all__ = [
     "ENV_CACHE_DIR",
@@ -120,7 +116,6 @@ __all__ = [
 ENV_CACHE_DIR = "OOM_SENTINEL_CACHE_DIR"
 LOG_FORMAT = 1
 SETUP_FORMAT = 1
-_MIB = 1024 * 1024
 
 
 # --------------------------------------------------------------------------- where things live
@@ -322,7 +317,7 @@ class LogRecord:
 
 
 def _mib(n: int | None) -> str | None:
-    return None if n is None else f"{n / _MIB:.1f}"
+    return None if n is None else f"{n / MIB:.1f}"
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -441,7 +436,7 @@ def _split_comment(line: str) -> tuple[str, str, str]:
 def _bytes(mib: str | None) -> int | None:
     if mib is None:
         return None
-    return round(float(mib) * _MIB)
+    return round(float(mib) * MIB)
 
 
 # --------------------------------------------------------------------------- outcome cache
@@ -540,7 +535,7 @@ class OutcomeCache:
 
     def put(self, key: str, runs: Sequence[Outcome]) -> None:
         data = {"runs": [outcome_to_json(o) for o in runs]}
-        atomic_write_text(self._path(key), json.dumps(data, indent=1) + "\n")
+        write_text_atomic(self._path(key), json.dumps(data, indent=1) + "\n")
 
 
 # --------------------------------------------------------------------------- the session
@@ -571,9 +566,9 @@ class Status:
         if self.threshold is not None:
             parts = []
             if self.threshold.vram_bytes is not None:
-                parts.append(f"VRAM > {self.threshold.vram_bytes / _MIB:.1f} MiB")
+                parts.append(f"VRAM > {format_bytes(self.threshold.vram_bytes)}")
             if self.threshold.ram_bytes is not None:
-                parts.append(f"RAM > {self.threshold.ram_bytes / _MIB:.1f} MiB")
+                parts.append(f"RAM > {format_bytes(self.threshold.ram_bytes)}")
             out.append(f"{t.new} = out of memory" + (" or " + " or ".join(parts) if parts else ""))
         if self.expected is not None:
             out.append("being measured: " + " ".join(self.expected.tokens(self.setup.repos())))
@@ -628,13 +623,13 @@ class Session:
             tmp = paths.root / f"session.tmp-{os.getpid()}-{secrets.token_hex(4)}"
             tmp.mkdir(mode=0o700)
             try:
-                atomic_write_text(
+                write_text_atomic(
                     tmp / "session.json", json.dumps(setup.to_json(), indent=2) + "\n"
                 )
                 if prompt is not None:
-                    atomic_write_text(tmp / "prompt.json", json.dumps(prompt, indent=1) + "\n")
-                atomic_write_text(tmp / "log", _log_header(setup))
-                atomic_write_text(tmp / "started", setup.created_at + "\n")
+                    write_text_atomic(tmp / "prompt.json", json.dumps(prompt, indent=1) + "\n")
+                write_text_atomic(tmp / "log", _log_header(setup))
+                write_text_atomic(tmp / "started", setup.created_at + "\n")
                 os.rename(tmp, paths.session)
             except BaseException:
                 remove_tree(tmp)
@@ -719,7 +714,7 @@ class Session:
 
     def set_expected(self, state: State) -> None:
         """Say which state is being measured now (a resume measures it again)."""
-        atomic_write_text(self.paths.session / "expected", json.dumps(state.to_json()) + "\n")
+        write_text_atomic(self.paths.session / "expected", json.dumps(state.to_json()) + "\n")
 
     def clear_expected(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -793,7 +788,7 @@ class Session:
         with session_lock(self.paths):
             if not self.exists(self.paths):
                 raise NotBisecting(f"{self.paths.root}: the session was reset")
-            atomic_write_text(self.paths.session / "log", body)
+            write_text_atomic(self.paths.session / "log", body)
             self.clear_expected()
         return len(recs)
 

@@ -52,7 +52,7 @@ import yaml
 
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.cli_args_filter import ArgSpec, filter_flags, parse_cli_args
-from oom_sentinel.bisect.fsutil import FileLock, atomic_write_text, remove_tree
+from oom_sentinel.bisect.fsutil import FileLock, remove_tree
 from oom_sentinel.bisect.states import (
     ABSENT,
     DISABLED,
@@ -61,6 +61,7 @@ from oom_sentinel.bisect.states import (
     Install,
     State,
 )
+from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.errors import BisectError, InputError
 
 __all__ = [
@@ -204,7 +205,7 @@ class Workspace:
                 ws._clone(install.comfyui, ws.comfyui)
                 for d in (ws.parked, ws.user_dir, ws.input_dir_ws, ws.output_dir, ws._markers):
                     d.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(meta_path, json.dumps(meta, indent=2) + "\n")
+                write_text_atomic(meta_path, json.dumps(meta, indent=2) + "\n")
             finally:
                 ws._lock = None
         return ws
@@ -305,7 +306,7 @@ class Workspace:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
         else:
-            atomic_write_text(p, value + "\n")
+            write_text_atomic(p, value + "\n")
 
     # -- switching
 
@@ -434,7 +435,7 @@ class Workspace:
         with contextlib.suppress(OSError):
             current = self.model_paths_yaml.read_text("utf-8")
         if current != text:
-            atomic_write_text(self.model_paths_yaml, text, mode=0o644)
+            write_text_atomic(self.model_paths_yaml, text, mode=0o644)
 
     def cli_args_text(self) -> str | None:
         """``comfy/cli_args.py`` of the checked-out commit (None if that commit has none)."""

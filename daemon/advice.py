@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from oom_sentinel.daemon.events import Backend, OomEvent, Pool
+from oom_sentinel.daemon.units import GIB, MIB, format_bytes
 
 __all__ = [
     "Advice",
@@ -34,12 +35,10 @@ __all__ = [
     "reserve_vram_gb",
 ]
 
-_MiB = 1024**2
-_GiB = 1024**3
 #: "small card": --highvram/--gpu-only are called out below this much VRAM
-SMALL_CARD_BYTES = 16 * _GiB
+SMALL_CARD_BYTES = 16 * GIB
 #: other programs holding less than this are not worth a --reserve-vram
-_RESERVE_MIN_BYTES = 256 * _MiB
+_RESERVE_MIN_BYTES = 256 * MIB
 _VAE_WORDS = ("VAEDecode", "VAEEncode", "VAE Decode", "VAE Encode", "Decode")
 _VIDEO_WORDS = ("Video", "Wan", "Hunyuan", "HyVideo", "LTX", "Cog", "AnimateDiff", "Mochi", "Frame")
 
@@ -87,17 +86,8 @@ class AdviceContext:
 
 
 def human_bytes(n: int | None) -> str:
-    """``2147483648`` → ``"2.00 GiB"``; None → ``"?"``."""
-    if n is None:
-        return "?"
-    if n < 1024:
-        return f"{n} bytes"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        value /= 1024
-        if value < 1024 or unit == "PiB":
-            return f"{value:.2f} {unit}"
-    return f"{n} bytes"  # pragma: no cover - the loop always returns
+    """Advice's spelling of ``units.format_bytes``: ``"2.00 GiB"``, ``"12 bytes"``, None → ``"?"``."""
+    return format_bytes(n, "?", byte_unit="bytes")
 
 
 def reserve_vram_gb(others_bytes: int, current_gb: float | None = None) -> float:
@@ -107,7 +97,7 @@ def reserve_vram_gb(others_bytes: int, current_gb: float | None = None) -> float
     afterwards is what ``--reserve-vram`` keeps back. A quarter GiB of headroom is added, and
     the value never goes below what is already set plus one step.
     """
-    gb = math.ceil((others_bytes + 256 * _MiB) / (512 * _MiB)) * 0.5
+    gb = math.ceil((others_bytes + 256 * MIB) / (512 * MIB)) * 0.5
     if current_gb is not None:
         gb = max(gb, math.floor(current_gb * 2) / 2 + 0.5)
     return gb
@@ -377,7 +367,7 @@ def _ram_common(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
                 f"One allocation of {human_bytes(event.requested_bytes)} is larger than this machine's RAM ({human_bytes(ctx.total_ram_bytes)}): check the image/video size and batch feeding {event.node_type or 'the failing node'}.",
             )
         )
-    elif event.requested_bytes and event.requested_bytes >= 1024 * _GiB:
+    elif event.requested_bytes and event.requested_bytes >= 1024 * GIB:
         out.append(
             Advice(
                 "absurd-allocation",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from oom_sentinel.daemon.clikit import echo_json, handle_errors
+from oom_sentinel.daemon.clikit import echo_json, echo_table, handle_errors
 from oom_sentinel.daemon.runs import OUTCOMES, RunRecord, list_runs
 from oom_sentinel.daemon.store import Store
 from oom_sentinel.daemon.units import format_bytes
@@ -105,6 +105,4 @@ def runs_command(
         )
         for r in runs
     ]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    for row in (header, *rows):
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    echo_table(header, rows)

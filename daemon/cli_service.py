@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Literal
 import click
 
 from oom_sentinel.config.settings import SYSTEM_CONFIG, Settings, load_settings
+from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.clikit import handle_errors
 from oom_sentinel.daemon.errors import ConfigError, SentinelError
 
@@ -291,23 +291,6 @@ def plan_uninstall(
 # --- doing it -------------------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        tmp = ""
-    finally:
-        if tmp:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
@@ -340,7 +323,7 @@ def apply_plan(plan: UnitPlan, run: Runner = subprocess.run) -> None:
                 f"{directory}: cannot write the unit there ({hint}; --dry-run prints it)"
             )
         try:
-            _write_atomic(plan.unit_path, plan.text)
+            write_text_atomic(plan.unit_path, plan.text, mode=0o644)
         except OSError as exc:
             raise ServiceError(
                 f"{exc.filename or plan.unit_path}: cannot write the unit: {exc.strerror or exc}"

@@ -17,7 +17,8 @@ from typing import Any
 
 import click
 
-from oom_sentinel.daemon.clikit import echo_json, handle_errors
+from oom_sentinel.daemon.atomic import write_text_atomic
+from oom_sentinel.daemon.clikit import echo_json, echo_table, handle_errors
 from oom_sentinel.daemon.errors import InputError
 from oom_sentinel.daemon.install_state import (
     InstallState,
@@ -31,7 +32,6 @@ from oom_sentinel.daemon.manager_snapshots import (
     read_state_file,
     resolve_unknown_commits,
     write_manager_snapshot,
-    write_text_atomic,
 )
 from oom_sentinel.daemon.reflog import import_install_history, state_before_last
 from oom_sentinel.daemon.state_diff import diff_states, repos_for_state
@@ -43,6 +43,7 @@ from oom_sentinel.daemon.state_history import (
     resolve_state_ref,
 )
 from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.units import format_bytes
 
 __all__ = ["state_summary", "states_group"]
 
@@ -132,7 +133,7 @@ def _print_state(state: InstallState) -> None:
                 bits.append(f"driver {env.driver_version}")
             for gpu in env.gpus:
                 mem = (
-                    f" {gpu.total_memory_bytes / 2**30:.1f} GiB"
+                    f" {format_bytes(gpu.total_memory_bytes)}"
                     if gpu.total_memory_bytes is not None
                     else ""
                 )
@@ -309,9 +310,7 @@ def states_list(
         )
         for item in listing
     ]
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    for row in (header, *rows):
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    echo_table(header, rows)
 
 
 @states_group.command("show")
@@ -382,7 +381,7 @@ def states_capture(
         root, interpreter=_interpreter_for(root, python, no_python), timeout_s=timeout_s
     )
     if output:
-        write_text_atomic(output, state.to_json())
+        write_text_atomic(output, state.to_json(), mode=0o644)
     if as_json:
         echo_json(state_summary(state))
     else:
@@ -527,5 +526,7 @@ def states_export(
         written = write_manager_snapshot(state, folder, path=output, at_epoch_s=at)
     else:
         name = manager_snapshot_filename(at, OUR_POSTFIX).replace(".json", ".state.json")
-        written = write_text_atomic(Path(output) if output else folder / name, state.to_json())
+        written = write_text_atomic(
+            Path(output) if output else folder / name, state.to_json(), mode=0o644
+        )
     click.echo(str(written))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -17,7 +17,7 @@ import click
 
 from oom_sentinel.daemon.errors import EXIT_ERROR, SentinelError
 
-__all__ = ["echo_json", "fail", "handle_errors"]
+__all__ = ["echo_json", "echo_table", "fail", "handle_errors"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,3 +70,11 @@ def _verbose() -> bool:
 def echo_json(value: Any) -> None:
     """Print one JSON document (sorted keys are not used: field order is documented order)."""
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def echo_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Plain aligned columns (two spaces apart, no trailing blanks), for listings that
+    ``grep`` and ``awk`` should read as easily as a person."""
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    for row in (header, *rows):
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -401,9 +401,10 @@ class _InstanceWatch:
                 await self._wait(self._interval())
         finally:
             ws_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await ws_task
             self.ws_up = False
+            # gather, not suppress(CancelledError): a stop that cancels this session while it
+            # waits here must end it, not let _guard start the session again
+            await asyncio.gather(ws_task, return_exceptions=True)
             task = asyncio.current_task()
             if task is None or not task.cancelling():
                 self._lose_tracked()  # the server went away (not: the daemon is stopping)

@@ -86,6 +86,8 @@ class DiscoveredInstance:
     code_dir: str | None = None
     #: how it was found: "process", "location", "comfy-cli", "portable" or "desktop"
     source: str = "location"
+    #: the running server process (``pid`` and ``flags`` are its), if any
+    process: ComfyProcess | None = None
 
 
 # -- where to look ------------------------------------------------------------------------------
@@ -266,6 +268,7 @@ def describe_install(
         flags=flags,
         code_dir=str(code_dir),
         source=source,
+        process=process,
     )
 
 

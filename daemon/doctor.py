@@ -32,7 +32,7 @@ from oom_sentinel.daemon.processes import (
     other_gpu_processes,
     parse_launch_flags,
 )
-from oom_sentinel.daemon.units import format_bytes
+from oom_sentinel.daemon.units import GIB, MIB, format_bytes
 
 __all__ = [
     "CHECKS",
@@ -70,8 +70,6 @@ EXIT_PROBLEM = 1  # at least one finding is a problem
 #: version of the ``--json`` document
 REPORT_SCHEMA = 1
 
-GIB = 1024**3
-MIB = 1024**2
 
 # -- thresholds, and why ---------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from oom_sentinel.daemon.doctor import (
 )
 from oom_sentinel.daemon.errors import ConfigError, InputError, SentinelError
 from oom_sentinel.daemon.interpreter import DEFAULT_TIMEOUT_S, find_interpreter, run_interpreter
-from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes
+from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes, process_for
 from oom_sentinel.daemon.snapshot import load_snapshot, parse_iso_utc, snapshot_dirs, snapshots_dir
 
 __all__ = [
@@ -410,32 +410,12 @@ def _url_port(url: str) -> tuple[str, int | None]:
     return host, port
 
 
-_LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
-
-
-def _process_for_url(url: str, processes: Sequence[ComfyProcess]) -> ComfyProcess | None:
-    host, port = _url_port(url)
-    for proc in processes:
-        p_host, p_port = _url_port(proc.url)
-        if p_port == port and (p_host == host or (host in _LOOPBACK and p_host in _LOOPBACK)):
-            return proc
-    return None
-
-
-def _process_for_path(path: Path, processes: Sequence[ComfyProcess]) -> ComfyProcess | None:
-    want = _norm(str(path))
-    for proc in processes:
-        if want in (_norm(proc.install_dir), _norm(proc.code_dir)):
-            return proc
-    return None
-
-
 def _from_target(
     target: str, processes: Sequence[ComfyProcess], *, name: str = "", what: str
 ) -> tuple[DiscoveredInstance, ComfyProcess | None]:
     if _is_url(target):
         url = target.rstrip("/")
-        proc = _process_for_url(url, processes)
+        proc = process_for(processes, url=url)
         if proc is not None:
             found = describe_install(proc.install_dir, proc, source="cli", name=name)
             return found, proc
@@ -456,7 +436,7 @@ def _from_target(
     path = Path(target).expanduser()
     if not path.is_dir():
         raise ConfigError(f"{what} {target}: not a directory or an http URL")
-    proc = _process_for_path(path, processes)
+    proc = process_for(processes, path=str(path))
     return describe_install(path, proc, source="cli", name=name), proc
 
 

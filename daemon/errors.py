@@ -1,25 +1,30 @@
 """One exception tree for the daemon and the bisect, so the front ends can turn any failure
 into one line and a documented exit status.
 
-    SentinelError                 message is one complete sentence naming what and where
-      ConfigError                 "config.toml: instances[0].port: must be 1..65535, got 0"
-      InputError                  bad workflow JSON, foreign snapshot, unreadable log
+    SentinelError                 message is one complete sentence naming what and where (1)
+      ConfigError                 "config.toml: instances[0].port: must be 1..65535, got 0" (2)
+      InputError                  bad workflow JSON, foreign snapshot, unreadable log (3)
       StoreError                  corrupt or foreign database file
-      ProbeError
-        GpuUnavailable            NVML missing or unsupported: the daemon degrades
+      ProbeError                  a probe the caller depends on failed (ComfyUI's interpreter)
       ComfyError                  server did not start, API error, websocket closed
       BisectError
-        BadRef                    "custom_nodes/foo: 'v9' is not a commit"
+        BadRef                    "custom_nodes/foo: 'v9' is not a commit" (2: usage)
         NotBisecting              no session to act on
-        OnlySkippedLeft           carries the candidate list (git's exit status 2)
+
+A few modules add a subclass next to the code that raises it (``SnapshotNotFound``,
+``SnapshotWriteError``, ``MetricsError``, ``ServiceError``, ``DesktopUnavailable``, the Windows
+service's two); they keep the base class's exit status 1.
+
+What is not an error is a value: a GPU probe never raises (no NVML means the "none" probe,
+chosen once in ``gpu_select``), and a bisect whose candidates are all skipped ends with the
+``plan.OnlySkippedLeft`` step, which ``oom-bisect`` reports as "ambiguous" (exit status 5;
+the bisect's own statuses 4, 5 and 130 are in ``bisect/cli.py``).
 
 Adapters translate foreign errors (pynvml, psutil, git, HTTP) at the boundary with
 ``raise ... from exc``; only the CLIs and the service loop catch ``SentinelError``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 __all__ = [
     "EXIT_CONFIG",
@@ -30,10 +35,8 @@ __all__ = [
     "BisectError",
     "ComfyError",
     "ConfigError",
-    "GpuUnavailable",
     "InputError",
     "NotBisecting",
-    "OnlySkippedLeft",
     "ProbeError",
     "SentinelError",
     "StoreError",
@@ -72,10 +75,6 @@ class ProbeError(SentinelError):
     """A memory or process probe failed in a way the caller must know about."""
 
 
-class GpuUnavailable(ProbeError):
-    """NVML is missing, the driver is not loaded, or no NVIDIA GPU exists."""
-
-
 class ComfyError(SentinelError):
     """A ComfyUI instance did not start, answered with an error, or went away."""
 
@@ -92,13 +91,3 @@ class BadRef(BisectError):
 
 class NotBisecting(BisectError):
     """A session command was given while no bisect session exists."""
-
-
-class OnlySkippedLeft(BisectError):
-    """Every remaining candidate was skipped; the first bad commit is one of ``candidates``."""
-
-    exit_code = 2
-
-    def __init__(self, message: str, candidates: Sequence[str]) -> None:
-        super().__init__(message)
-        self.candidates = tuple(candidates)

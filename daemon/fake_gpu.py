@@ -23,10 +23,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from oom_sentinel.daemon.atomic import write_json_atomic
 
 __all__ = ["ENV_FAKE_GPU", "FakeDevice", "FakeGpuDir", "FakeProcessUsage"]
 
@@ -69,18 +70,6 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _atomic_write_json(path: Path, data: object) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 class FakeGpuDir:
     """Reads and writes one fake-GPU directory."""
 
@@ -90,7 +79,7 @@ class FakeGpuDir:
     # -- set-up (tests) -------------------------------------------------------------------
     def create(self, devices: list[FakeDevice]) -> FakeGpuDir:
         self.root.mkdir(parents=True, exist_ok=True)
-        _atomic_write_json(
+        write_json_atomic(
             self.root / "devices.json",
             {
                 "devices": [
@@ -161,7 +150,7 @@ class FakeGpuDir:
     # -- writing (the process that "uses" the GPU) ----------------------------------------
     def report(self, usage: FakeProcessUsage) -> None:
         """Publish this process's usage (only ever for ``os.getpid()`` in real use)."""
-        _atomic_write_json(
+        write_json_atomic(
             self.root / f"proc-{usage.pid}.json",
             {
                 "pid": usage.pid,

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -248,53 +248,39 @@ def _int_or(value: Any, default: int | None) -> Any:
 # Pure parsing
 
 
-def parse_facts_output(stdout: str, executable: str) -> InterpreterFacts:
-    """Turn the facts script's stdout into a record; a missing or garbled marker line gives a
-    record whose ``error`` says so (never an exception: the caller records what it has)."""
-    payload: Any = None
+def _facts_payload(stdout: str) -> dict[str, Any] | None:
+    """The JSON object on the facts script's last marker line (None: missing or garbled)."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(FACTS_MARKER):
             try:
                 payload = json.loads(line[len(FACTS_MARKER) :])
             except ValueError:
-                payload = None
-            break
-    if not isinstance(payload, dict):
+                return None
+            return payload if isinstance(payload, dict) else None
+    return None
+
+
+def parse_facts_output(stdout: str, executable: str) -> InterpreterFacts:
+    """Turn the facts script's stdout into a record; a missing or garbled marker line gives a
+    record whose ``error`` says so (never an exception: the caller records what it has)."""
+    payload = _facts_payload(stdout)
+    if payload is None:
         return InterpreterFacts(
             executable=executable, error="the interpreter printed no facts line"
         )
-    facts = InterpreterFacts.from_dict(payload)
     # The executable we ran is the identity the user configured; sys.executable inside a
     # venv may point through a symlink to the base interpreter.
-    return InterpreterFacts(
-        executable=executable,
-        python_version=facts.python_version,
-        torch_version=facts.torch_version,
-        cuda_version=facts.cuda_version,
-        hip_version=facts.hip_version,
-        cudnn_version=facts.cudnn_version,
-        driver_version=facts.driver_version,
-        cuda_available=facts.cuda_available,
-        gpus=facts.gpus,
-        torch_error=facts.torch_error,
-        error=None,
-    )
+    return replace(InterpreterFacts.from_dict(payload), executable=executable, error=None)
 
 
 def facts_distributions(stdout: str) -> tuple[str, ...] | None:
     """The ``importlib.metadata`` listing from the facts script (the fallback when the
     interpreter has no pip, as in uv-made venvs)."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(FACTS_MARKER):
-            try:
-                payload = json.loads(line[len(FACTS_MARKER) :])
-            except ValueError:
-                return None
-            dists = payload.get("distributions") if isinstance(payload, dict) else None
-            if not isinstance(dists, list):
-                return None
-            return parse_freeze("\n".join(str(d) for d in dists))
-    return None
+    payload = _facts_payload(stdout)
+    dists = payload.get("distributions") if payload is not None else None
+    if not isinstance(dists, list):
+        return None
+    return parse_freeze("\n".join(str(d) for d in dists))
 
 
 _CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")

@@ -27,6 +27,8 @@ not read) or ``unavailable`` (no journal on this machine), never as "no kill".
 
 Parsers are pure (text in, records out); the readers take injectable roots, like node_exporter's
 ``--path.procfs``, so tests run them on fixture trees.
+The module imports only the standard library: a test runs a copy of this file alone, as an
+unprivileged user, to see a real permission error on ``/dev/kmsg``.
 """
 
 from __future__ import annotations

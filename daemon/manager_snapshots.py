@@ -16,11 +16,9 @@ atomic write are thin I/O around it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -30,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.errors import InputError
 from oom_sentinel.daemon.install_state import (
     STATE_FORMAT,
@@ -57,7 +56,6 @@ __all__ = [
     "resolve_unknown_commits",
     "to_manager_snapshot",
     "write_manager_snapshot",
-    "write_text_atomic",
 ]
 
 #: Snapshot folders relative to (user dir, ComfyUI root), newest Manager layout first:
@@ -411,41 +409,6 @@ def read_state_file(path: str | Path) -> InstallState:
     return _manager_from_document(p, data)
 
 
-def write_text_atomic(path: str | Path, text: str, mode: int = 0o644) -> Path:
-    """Write ``text`` to ``path`` through a temp file in the same folder, fsync, rename."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(target.parent)
-    return target
-
-
-def _fsync_dir(folder: Path) -> None:
-    if os.name == "nt":
-        return
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_manager_snapshot(
     state: InstallState,
     directory: str | Path | None = None,
@@ -464,7 +427,7 @@ def write_manager_snapshot(
     else:
         target = Path(path)
     text = json.dumps(to_manager_snapshot(state), indent=4) + "\n"
-    return write_text_atomic(target, text)
+    return write_text_atomic(target, text, mode=0o644)
 
 
 def manager_states(

@@ -46,6 +46,7 @@ from prometheus_client.registry import Collector
 
 from oom_sentinel.daemon.errors import SentinelError
 from oom_sentinel.daemon.probes import MemorySample
+from oom_sentinel.daemon.units import GIB
 
 if TYPE_CHECKING:
     from oom_sentinel.config.settings import MetricsSettings
@@ -54,10 +55,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MetricsError", "MetricsExporter", "parse_listen"]
 
-_GIB = 1024**3
 #: prompt peak buckets: the VRAM sizes of common cards and the RAM sizes of common machines
 PEAK_BUCKETS_BYTES = tuple(
-    float(g * _GIB) for g in (1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 80, 96, 128, 192)
+    float(g * GIB) for g in (1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 80, 96, 128, 192)
 )
 DURATION_BUCKETS_S = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 

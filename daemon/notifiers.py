@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from oom_sentinel.daemon.alerts import Alert, Severity
+from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.errors import ConfigError
 from oom_sentinel.daemon.redact import REDACTED, redact_text
 
@@ -349,23 +349,6 @@ def feed_path(settings: Settings, environ: Mapping[str, str] | None = None) -> P
     return settings.resolved_data_dir() / FEED_NAME
 
 
-def _write_public(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` (0644: the companion runs as another user)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        tmp = ""
-    finally:
-        if tmp:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-
 def read_feed(path: Path) -> list[dict[str, Any]]:
     """The feed's entries, oldest first; [] for a missing or unreadable feed."""
     try:
@@ -408,7 +391,8 @@ class FeedChannel:
                 entries = [e for e in read_feed(self.path) if e.get("id") != alert.key]
                 entries = ([*entries, entry])[-self._max :]
                 doc = {"version": FEED_VERSION, "entries": entries}
-                _write_public(self.path, (json.dumps(doc, ensure_ascii=False) + "\n").encode())
+                # 0644: the desktop companion runs as another user
+                write_text_atomic(self.path, json.dumps(doc, ensure_ascii=False) + "\n", mode=0o644)
         except OSError as exc:
             return SendResult(
                 self.id, self.name, False, f"{exc.filename or self.path}: {exc.strerror or exc}"

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any, Protocol
 
 import platformdirs
 
+from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.errors import SentinelError
 from oom_sentinel.daemon.notifiers import FEED_NAME, read_feed
 
@@ -171,13 +171,7 @@ class FeedWatcher:
         if self.state_path is None:
             return
         try:
-            self.state_path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".notify-agent.", dir=self.state_path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"seen": self._seen}, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.state_path)
+            write_text_atomic(self.state_path, json.dumps({"seen": self._seen}))
         except OSError as exc:
             log.warning("cannot remember shown alerts in %s: %s", self.state_path, exc)
 

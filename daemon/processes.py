@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -47,6 +48,7 @@ __all__ = [
     "other_gpu_processes",
     "parse_launch_flags",
     "process_exists",
+    "process_for",
     "split_python_command",
     "still_running",
 ]
@@ -849,6 +851,43 @@ def find_conflicts(
             )
         )
     return tuple(out)
+
+
+#: every spelling of "this machine" a ComfyUI URL or ``--listen`` may use
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""})
+
+
+def _server_address(url: str) -> tuple[str, int] | None:
+    """``(host, port)`` a URL reaches; loopback and bind-all spellings are one host."""
+    try:
+        parts = urlsplit(url.rstrip("/"))
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    host = (parts.hostname or "").lower()
+    return ("127.0.0.1" if host in _LOOPBACK else host), port
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
+
+
+def process_for(
+    processes: Iterable[ComfyProcess], *, path: str | None = None, url: str | None = None
+) -> ComfyProcess | None:
+    """The process that serves an install (pure over ``processes``).
+
+    With ``path``: a process whose install or code directory it is, preferring one that also
+    answers at ``url``; without: the process answering at ``url``. None when none does.
+    """
+    procs = list(processes)
+    address = _server_address(url) if url else None
+    by_url = [p for p in procs if address is not None and _server_address(p.url) == address]
+    if path is None:
+        return by_url[0] if by_url else None
+    by_path = [p for p in procs if _same_dir(path, p.install_dir) or _same_dir(path, p.code_dir)]
+    both = [p for p in by_path if p in by_url]
+    return (both or by_path or [None])[0]
 
 
 def process_exists(pid: int, create_time_s: float | None = None) -> bool:

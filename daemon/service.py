@@ -96,7 +96,12 @@ from oom_sentinel.daemon.process_watch import (
     kill_observation,
     process_section,
 )
-from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes, process_exists
+from oom_sentinel.daemon.processes import (
+    ComfyProcess,
+    find_comfy_processes,
+    process_exists,
+    process_for,
+)
 from oom_sentinel.daemon.records import Record, RecordAssembler
 from oom_sentinel.daemon.retention import prune_snapshots
 from oom_sentinel.daemon.runs import RunRecord, has_run, record_run, run_from_done
@@ -271,15 +276,6 @@ def _instance_name_for_url(url: str) -> str:
     return parts.netloc or url
 
 
-def _normal_url(url: str) -> str:
-    """``http://localhost:8188/`` and ``http://127.0.0.1:8188`` are one server."""
-    parts = urlsplit(url.rstrip("/"))
-    host = parts.hostname or ""
-    if host in ("localhost", "0.0.0.0", "::1", "::", ""):
-        host = "127.0.0.1"
-    return f"{parts.scheme or 'http'}://{host}:{parts.port or 80}"
-
-
 class Service:
     """The daemon: build with settings, ``start()``, ``run(stop)``, ``close()``."""
 
@@ -382,12 +378,11 @@ class Service:
         choice = select_gpu_probe(self.settings.gpu, self.environ)
         self.gpu_line = choice.line
         log.info("%s", choice.line)
-        host = PsutilHostProbe()
         self.timeline = Timeline.from_settings(self.settings.sampling)
         self.sampler = Sampler(
             self.timeline,
             choice.probe,
-            host,
+            PsutilHostProbe(),
             self.settings.sampling,
             on_sample=self._on_sample if self.metrics is not None else None,
         )
@@ -474,29 +469,24 @@ class Service:
     def _configured_instances(self) -> list[WatchedInstance]:
         out: list[WatchedInstance] = []
         for i, cfg in enumerate(self.settings.instances):
+            url = cfg.url or (f"http://127.0.0.1:{cfg.port}" if cfg.port else None)
             if cfg.path:
                 described = describe_install(Path(cfg.path).expanduser(), name=cfg.name)
                 inst = self._from_discovered(described, source="config")
-            elif cfg.url or cfg.port:
-                url = cfg.url or f"http://127.0.0.1:{cfg.port}"
+            elif url:
                 inst = WatchedInstance(
-                    name=cfg.name or _instance_name_for_url(url),
+                    name=_instance_name_for_url(url),
                     path=None,
                     url=url,
                     log_paths=(),
                     source="config",
-                    url_fixed=True,
                 )
             else:
                 raise ConfigError(f"{self.loaded.source}: instances[{i}]: needs a path or a url")
             if cfg.name:
                 inst.name = cfg.name
-            if cfg.url:
-                inst.url = cfg.url
-                inst.url_fixed = True
-            elif cfg.port:
-                inst.url = f"http://127.0.0.1:{cfg.port}"
-                inst.url_fixed = True
+            if url:
+                inst.url, inst.url_fixed = url, True  # the user's URL: discovery keeps it
             inst.log_paths = tuple(dict.fromkeys((*inst.log_paths, *cfg.logs)))
             out.append(inst)
         for target in self.options.comfyui:
@@ -528,6 +518,7 @@ class Service:
             pid=d.pid,
             python=d.python,
             source=source or d.source,
+            process=d.process,
         )
 
     def _discover(self) -> tuple[DiscoveredInstance, ...]:
@@ -543,7 +534,7 @@ class Service:
         found = discover_instances(home=home, environ=self.environ, processes=procs)
         if self._explicit:
             # Only processes of the instances the user named: match them by install path.
-            known = {os.path.realpath(i.path) for i in self.instances.values() if i.path}
+            known = {os.path.realpath(i.path) for i in list(self.instances.values()) if i.path}
             return tuple(
                 d for d in found if d.pid is not None and os.path.realpath(d.path) in known
             )
@@ -626,7 +617,9 @@ class Service:
 
     def _sync_watchers(self) -> None:
         """Point the API watcher at every instance's URL and the process watcher at every
-        known, living process; the sampler follows the same pids."""
+        known, living process; the sampler follows the same pids, and the install-state
+        tracker the same installs and restarts. Called after every change to the instances
+        (discovery, an API (re)connect, a process's end, a reload), so the loop need not."""
         if self.comfy_watch is not None:
             self.comfy_watch.set_instances(
                 {name: inst.url for name, inst in self.instances.items() if inst.url}
@@ -645,6 +638,8 @@ class Service:
                     self.process_watch.watch(name, proc)
         if self.sampler is not None:
             self.sampler.set_watched(i.pid for i in self.instances.values() if i.pid)
+        if self.install_states is not None:
+            self.install_states.update(self.instances.values())
 
     def _lookup_process(self, inst: WatchedInstance) -> ComfyProcess | None:
         """The running ComfyUI process of ``inst``: by install path, else by URL."""
@@ -653,19 +648,8 @@ class Service:
         except Exception:
             log.exception("could not list processes")
             return None
-        procs = [p for p in procs if (p.pid, p.create_time_s) not in self._dead]
-        url = _normal_url(inst.url) if inst.url else None
-        by_url = [p for p in procs if url is not None and _normal_url(p.url) == url]
-        if inst.path:
-            real = os.path.realpath(inst.path)
-            by_path = [
-                p
-                for p in procs
-                if real in (os.path.realpath(p.install_dir), os.path.realpath(p.code_dir))
-            ]
-            both = [p for p in by_path if p in by_url]
-            return (both or by_path or [None])[0]
-        return (by_url or [None])[0]
+        live = (p for p in procs if (p.pid, p.create_time_s) not in self._dead)
+        return process_for(live, path=inst.path, url=inst.url)
 
     def _refresh_sources(self) -> None:
         """Tell the tracker which sources watch each instance now, so a snapshot waits only
@@ -973,10 +957,10 @@ class Service:
         """Learn which log records recent snapshots were built from, and give any snapshot
         that missed its store row (killed between the two writes) its row."""
         assert self.store is not None
-        snaps, problems = list_snapshots(self.snapshots_dir)
+        snaps, problems = list_snapshots(self.snapshots_dir, newest=RECOVERY_SNAPSHOTS)
         for problem in problems:
             log.warning("snapshots: %s", problem)
-        for snap in snaps[:RECOVERY_SNAPSHOTS]:
+        for snap in snaps:
             for obs in snap.data.get("observations") or []:
                 evidence = obs.get("evidence") or {} if isinstance(obs, dict) else {}
                 rid = evidence.get("record_id")
@@ -1003,8 +987,6 @@ class Service:
                 self.reload()
             self._refresh_sources()
             self._drain_inbox()
-            if self.install_states is not None:
-                self.install_states.update(self.instances.values())
             self._handle_lines(self.tails.poll(), now)
             self._flush_idle_records(now)
             self._apply(self.tracker.tick(self.clock()))
@@ -1396,7 +1378,7 @@ class Service:
 
     def _on_sample(self, sample: MemorySample) -> None:
         if self.metrics is not None:
-            watched = {i.pid: i.name for i in self.instances.values() if i.pid}
+            watched = {i.pid: i.name for i in list(self.instances.values()) if i.pid}
             self.metrics.observe_sample(sample, watched=watched)
 
     # -- reload ---------------------------------------------------------------------------
@@ -1433,6 +1415,7 @@ class Service:
             self._adopt(inst)
         for path in new.logs.extra:
             self._follow(path, instance=self._instance_for_extra_log(path))
+        self._sync_watchers()
         if self.metrics is not None:
             self.metrics.set_config_reload(True)
         log.info(

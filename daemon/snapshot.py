@@ -19,6 +19,7 @@ directories a crash left behind. Retention lives in ``retention.py``.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -36,6 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.errors import InputError, SentinelError
 from oom_sentinel.daemon.incidents import Incident
 from oom_sentinel.daemon.probes import MemorySample
@@ -402,6 +404,8 @@ def _dump_document(document: Mapping[str, Any]) -> bytes:
 
 
 def _write_private(path: Path, data: bytes) -> None:
+    """A new file inside the snapshot's private temp directory: no rename per file, since the
+    whole directory is renamed into place once every file is written."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
     try:
         if hasattr(os, "fchmod"):
@@ -410,16 +414,6 @@ def _write_private(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    if sys.platform == "win32":  # directories cannot be opened for fsync there
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -453,7 +447,7 @@ def write_snapshot(snapshots_dir: str | os.PathLike[str], content: SnapshotConte
             if os.path.lexists(final):
                 continue
             _write_private(tmp / "snapshot.json", _dump_json(build_snapshot_json(content, name)))
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             try:
                 os.rename(tmp, final)
             except OSError:
@@ -461,7 +455,7 @@ def write_snapshot(snapshots_dir: str | os.PathLike[str], content: SnapshotConte
                     continue
                 raise
             tmp = None
-            _fsync_dir(root)
+            fsync_dir(root)
             return SnapshotRef(id=name, path=final, created_s=content.created_s)
         raise SnapshotWriteError(f"{root}: no free snapshot name for {base}")
     except OSError as exc:
@@ -632,11 +626,14 @@ def snapshot_dirs(snapshots_dir: str | os.PathLike[str]) -> list[Path]:
     return sorted(dirs, key=lambda p: p.name)
 
 
-def list_snapshots(snapshots_dir: str | os.PathLike[str]) -> tuple[list[Snapshot], list[str]]:
-    """Readable snapshots newest first, and one line per snapshot that could not be read."""
+def list_snapshots(
+    snapshots_dir: str | os.PathLike[str], *, newest: int | None = None
+) -> tuple[list[Snapshot], list[str]]:
+    """Readable snapshots newest first, and one line per snapshot that could not be read;
+    only the ``newest`` directories are read when given."""
     snapshots: list[Snapshot] = []
     problems: list[str] = []
-    for directory in reversed(snapshot_dirs(snapshots_dir)):
+    for directory in list(reversed(snapshot_dirs(snapshots_dir)))[:newest]:
         try:
             snapshots.append(load_snapshot(directory, validate=False))
         except InputError as exc:
@@ -676,34 +673,18 @@ def export_snapshot(snapshot: Snapshot, out_file: str | os.PathLike[str]) -> Pat
     apply to what leaves the machine.
     """
     out = Path(out_file)
-    parent = out.parent if str(out.parent) else Path(".")
-    tmp_name: str | None = None
+    buffer = io.BytesIO()
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
-        with os.fdopen(fd, "wb") as fh:
-            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-                for name in _EXPORT_FILES:
-                    source = snapshot.path / name
-                    if not source.is_file():
-                        continue
+        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for name in _EXPORT_FILES:
+                source = snapshot.path / name
+                if source.is_file():
                     zf.writestr(f"{snapshot.id}/{name}", _export_bytes(source))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp_name, 0o600)
-        os.replace(tmp_name, out)
-        tmp_name = None
-        with contextlib.suppress(OSError):
-            _fsync_dir(parent)
-        return out
+        return write_bytes_atomic(out, buffer.getvalue(), mode=0o600)
     except OSError as exc:
         raise SnapshotWriteError(
             f"{exc.filename or out}: cannot write the export: {exc.strerror or exc}"
         ) from exc
-    finally:
-        if tmp_name is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)
 
 
 def _export_bytes(source: Path) -> bytes:

@@ -665,7 +665,8 @@ class InstallStateTracker:
 
     def update(self, instances: Iterable[_InstanceLike]) -> None:
         """Adopt new instances (their start capture is due at once) and notice restarts (a
-        new ComfyUI process: capture with the interpreter). Cheap; call every loop."""
+        new ComfyUI process: capture with the interpreter). Cheap; the service calls it
+        whenever its instances change (``Service._sync_watchers``)."""
         now = time.monotonic()
         with self._cond:
             wake = False

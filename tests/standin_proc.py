@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from oom_sentinel.bisect.workspace import free_port
 
 STANDIN_DIR = Path(__file__).resolve().parent / "standin"
 ENV_FAKE_GPU = "OOM_SENTINEL_FAKE_GPU"
@@ -37,12 +38,6 @@ def _maybe_json(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw.decode("utf-8", "replace")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from webhook_receiver import free_port, serve
+from webhook_receiver import serve
+
+from oom_sentinel.bisect.workspace import free_port
 
 PASSWORD = "pa55-w0rd-XYZ"
 TOKEN = "TOKENabcdef123456"

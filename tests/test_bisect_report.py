@@ -193,7 +193,7 @@ def test_a_failed_attachment_leaves_nothing_behind(tmp_path, monkeypatch) -> Non
     def boom(path: Path, data: bytes, mode: int = 0o600) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(rep, "atomic_write_bytes", boom)
+    monkeypatch.setattr(rep, "write_bytes_atomic", boom)
     with pytest.raises(OSError):
         attach_to_snapshot(snap, {"report.json": b"{}"})
     assert list(snap.iterdir()) == []

@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 
 import aiohttp
 import pytest
-from standin_proc import StandinProcess, free_port, start_standin
+from standin_proc import StandinProcess, start_standin
 
+from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.daemon.comfy_api import (
     ComfyClient,
     HistoryEntry,

@@ -30,9 +30,10 @@ from typing import Any
 
 import pytest
 from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
-from standin_proc import free_port, start_standin
+from standin_proc import start_standin
 from test_comfy_watch import Inbox
 
+from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.daemon.comfy_watch import ApiStatus, ComfyWatcher, PromptDone, PromptStarted
 from oom_sentinel.daemon.events import Pool
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 import snapshot_samples as samples
 from fake_comfy_install import make_install, start_comfy, stop
 
+from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.daemon.fake_gpu import ENV_FAKE_GPU, FakeDevice, FakeGpuDir, FakeProcessUsage
 from oom_sentinel.daemon.snapshot import InstanceInfo, snapshots_dir, write_snapshot
 
@@ -30,12 +30,6 @@ pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX processes and pat
 
 GIB = 1024**3
 CPU_ONLY_TITLE = "CUDA not available in ComfyUI's interpreter: this torch is a CPU-only build"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def doctor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

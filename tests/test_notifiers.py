@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from webhook_receiver import free_port, serve
+from webhook_receiver import serve
 
+from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.config.settings import Settings, parse_settings
 from oom_sentinel.daemon.alert_format import sample_alert
 from oom_sentinel.daemon.alerts import Alert

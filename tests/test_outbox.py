@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 import snapshot_samples as samples
-from webhook_receiver import Receiver, free_port, serve
+from webhook_receiver import Receiver, serve
 
+from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.config.settings import Settings, parse_settings
 from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
 from oom_sentinel.daemon.alert_outbox import Outbox, OutboxSender, RetryPolicy

@@ -21,15 +21,16 @@ from typing import Any
 
 import pytest
 from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
-from standin_proc import StandinProcess, free_port, start_standin
+from standin_proc import StandinProcess, start_standin
 from standin_repos import BuiltRepo, build_core_repo, build_node_repo
-from webhook import Receiver
+from webhook_receiver import Receiver
 
+from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.daemon.install_state import InstallState
 from oom_sentinel.daemon.regression import BISECT_ADVICE_KEY
 from oom_sentinel.daemon.runs import RunRecord, list_runs
 from oom_sentinel.daemon.snapshot import load_snapshot
-from oom_sentinel.daemon.state_history import list_states
+from oom_sentinel.daemon.state_history import list_states, observations
 from oom_sentinel.daemon.store import Store
 
 pytestmark = pytest.mark.timeout(240)
@@ -77,10 +78,14 @@ def wait_run(daemon: Daemon, prompt_id: str) -> RunRecord:
 
 
 def current_state_id(data_dir: Path) -> str | None:
+    """The current state once the daemon has captured one: the reflog import at start makes a
+    reconstructed state current first, and a slow machine can read that one."""
     store = Store.open_existing(data_dir)
     if store is None:
         return None
     with store:
+        if not observations(store, sources=("capture",)):
+            return None
         return next((s.state_id for s in list_states(store) if s.current_for), None)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import Daemon, append, cuda_oom_record, snapshot_dirs, wait_for
 from standin_proc import start_standin
-from webhook import Receiver
+from webhook_receiver import Receiver
 
 from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
 

@@ -181,7 +181,7 @@ import os, sys
 sys.path.insert(0, sys.argv[2])
 import snapshot_samples
 from oom_sentinel.daemon import snapshot
-snapshot._fsync_dir = lambda path: os.kill(os.getpid(), 9)  # die just before the rename
+snapshot.fsync_dir = lambda path: os.kill(os.getpid(), 9)  # die just before the rename
 snapshot.write_snapshot(sys.argv[1], snapshot_samples.content())
 """
 

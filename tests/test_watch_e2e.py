@@ -23,8 +23,9 @@ from typing import Any
 import psutil
 import pytest
 from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
-from standin_proc import STANDIN_DIR, StandinProcess, free_port, start_standin
+from standin_proc import STANDIN_DIR, StandinProcess, start_standin
 
+from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
 from oom_sentinel.daemon.runs import RunRecord, list_runs
 from oom_sentinel.daemon.store import Store
@@ -294,6 +295,27 @@ def test_a_sigkill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_climb(
     run = wait_run(daemon, pid)
     assert run.outcome == "killed" and run.incident_id == data["incident"]["id"]
     assert run.peak_rss_bytes is not None and run.peak_rss_bytes >= 400 * MIB
+    srv.proc.wait()
+    assert daemon.stop() == 0
+
+
+def test_a_sigkill_after_discovery_rounds_is_still_a_killed_by_os_snapshot(
+    tmp_path: Path, install: Path, started: Callable[..., StandinProcess], daemons: list[Daemon]
+) -> None:
+    """Discovery re-finds the running ComfyUI every round; the process watcher keeps it."""
+    srv = started("base", install)
+    one_second_discovery = config().replace(
+        "enabled = false\n", "enabled = false\ninterval_s = 1\n"
+    )
+    daemon = Daemon(tmp_path, comfyui=[str(install)], config=one_second_discovery)
+    daemons.append(daemon.start())
+    wait_api_up(daemon, srv.url)
+    wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
+    time.sleep(3)  # not a timing assertion: let a few one-second discovery rounds pass
+    os.kill(srv.pid, signal.SIGKILL)
+    (snap,) = wait_snapshots(daemon, 1)
+    data = load_snapshot_json(snap)
+    assert data["event"]["pool"] == "killed-by-os" and data["event"]["killed_pid"] == srv.pid
     srv.proc.wait()
     assert daemon.stop() == 0
 

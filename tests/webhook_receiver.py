@@ -1,7 +1,8 @@
 """A real HTTP receiver on 127.0.0.1 for apprise's json:// and form:// URLs (not a test module).
 
 It answers with the status codes a test scripts (then 200), and records every request: path,
-headers and body, so a test can check what really went over the wire.
+headers and body, so a test can check what really went over the wire. ``Receiver()`` serves
+until ``close()``; ``serve()`` is the same as a context manager.
 """
 
 from __future__ import annotations
@@ -27,13 +28,33 @@ class Request:
 
 
 class Receiver:
-    def __init__(self, statuses: Iterable[int] = ()) -> None:
+    def __init__(self, statuses: Iterable[int] = (), port: int = 0) -> None:
         self.statuses = list(statuses)
         self.requests: list[Request] = []
         self.lock = threading.Lock()
-        self.port = 0
+        receiver = self
 
-    def url(self, scheme: str = "json", path: str = "hook", auth: str = "") -> str:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0") or 0)
+                body = self.rfile.read(length)
+                with receiver.lock:
+                    status = receiver.statuses.pop(0) if receiver.statuses else 200
+                    receiver.requests.append(Request(self.path, dict(self.headers), body, status))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def url(self, path: str = "hook", *, scheme: str = "json", auth: str = "") -> str:
         creds = f"{auth}@" if auth else ""
         return f"{scheme}://{creds}127.0.0.1:{self.port}/{path}"
 
@@ -41,42 +62,30 @@ class Receiver:
         with self.lock:
             return [r for r in self.requests if status is None or r.status == status]
 
+    @property
+    def bodies(self) -> list[Any]:
+        """Every request's body as JSON (``{"raw": text}`` where it is not JSON), in order."""
+        out: list[Any] = []
+        for request in self.received(status=None):
+            try:
+                out.append(request.json())
+            except ValueError:
+                out.append({"raw": request.body.decode("utf-8", "replace")})
+        return out
+
+    def texts(self) -> list[str]:
+        return [json.dumps(b) for b in self.bodies]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
 
 @contextmanager
 def serve(statuses: Iterable[int] = (), port: int = 0) -> Iterator[Receiver]:
-    receiver = Receiver(statuses)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", "0") or 0)
-            body = self.rfile.read(length)
-            with receiver.lock:
-                status = receiver.statuses.pop(0) if receiver.statuses else 200
-                receiver.requests.append(Request(self.path, dict(self.headers), body, status))
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    receiver.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    receiver = Receiver(statuses, port)
     try:
         yield receiver
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 nothing listens on (bound and released: connections are refused)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        receiver.close()
