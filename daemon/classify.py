@@ -24,10 +24,9 @@ every K/M/G here is 1024-based.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import io
-import multiprocessing
 import os
-import pickle
 import re
 import stat
 import sys
@@ -1100,17 +1099,23 @@ def _automaton_prefilter() -> Prefilter | None:
     Leftmost-first matching reports non-overlapping matches only, but a needle occurrence it
     skips overlaps a reported one (it started inside it), and needles hold no newline, so both
     sit on the same line: every needle-holding line still gets a position.
+
+    The module and the automaton load on the first scan: the daemon classifies records one
+    at a time and never scans, so it does not carry them.
     """
-    try:
-        import ahocorasick_rs
-    except ImportError:
+    if importlib.util.find_spec("ahocorasick_rs") is None:
         return None
-    automaton = ahocorasick_rs.BytesAhoCorasick(
-        list(_NEEDLES_B), matchkind=ahocorasick_rs.MatchKind.LeftmostFirst
-    )
-    find_all = automaton.find_matches_as_indexes
+    find_all: Callable[[memoryview], list[tuple[int, int, int]]] | None = None
 
     def hits(buf: bytes | bytearray, end: int) -> list[int]:
+        nonlocal find_all
+        if find_all is None:
+            import ahocorasick_rs
+
+            automaton = ahocorasick_rs.BytesAhoCorasick(
+                list(_NEEDLES_B), matchkind=ahocorasick_rs.MatchKind.LeftmostFirst
+            )
+            find_all = automaton.find_matches_as_indexes
         with memoryview(buf) as view, view[:end] as part:
             return [match[1] for match in find_all(part)]
 
@@ -1553,6 +1558,8 @@ def _scan_range_to_file(
         PREFILTERS[prefilter],
         start_offset=lo,
     )
+    import pickle
+
     with open(out_fd, "wb", closefd=False) as out:
         for finding in scanner.run():
             pickle.dump(finding, out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -1590,6 +1597,8 @@ def _range_worker(
 def _replay(spill: BinaryIO, lines: int, counted: list[int]) -> Iterator[Finding]:
     """A worker's findings from its file, line numbers moved on by ``lines``; the range's
     newline count is appended to ``counted`` once the file proves complete."""
+    import pickle
+
     spill.seek(0)
     try:
         while True:
@@ -1616,6 +1625,8 @@ def _scan_ranges(
     start, died, or left a file cut short is scanned here, skipping what was already replayed:
     a scan of a range always finds the same.
     """
+    import multiprocessing  # the daemon never forks workers: only diagnose's big scans load it
+
     hits_of = PREFILTERS[prefilter]
     n = len(ranges)
     ctx = multiprocessing.get_context("fork")

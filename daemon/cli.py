@@ -1,40 +1,61 @@
 """The ``oom-sentinel`` command: run the watchdog, and inspect what it recorded.
 
-Each subcommand group lives in its own module (``cli_*.py``) and is registered here, so this
-file stays a table of contents.
+Each subcommand group lives in its own module (``cli_*.py``) and is named here, so this
+file stays a table of contents. The modules load only when their command runs: the daemon
+(``run``) lives for months beside a GPU workload and should not carry the importers, tables
+and clients of ``doctor``, ``states`` or ``service``.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
 from oom_sentinel.config.settings import default_toml_text, load_settings
-from oom_sentinel.daemon.cli_alert import alert_group
-from oom_sentinel.daemon.cli_diagnose import diagnose
-from oom_sentinel.daemon.cli_doctor import doctor_command
-from oom_sentinel.daemon.cli_notify_agent import notify_agent_command
-from oom_sentinel.daemon.cli_run import run_command, status_command
-from oom_sentinel.daemon.cli_runs import runs_command
-from oom_sentinel.daemon.cli_service import service_group
-from oom_sentinel.daemon.cli_snapshots import snapshots_group
-from oom_sentinel.daemon.cli_states import states_group
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
 
 PROG = "oom-sentinel"
 
+#: command name -> "module:attribute" of its click command, imported on first use
+LAZY_COMMANDS: dict[str, str] = {
+    "alert": "oom_sentinel.daemon.cli_alert:alert_group",
+    "diagnose": "oom_sentinel.daemon.cli_diagnose:diagnose",
+    "doctor": "oom_sentinel.daemon.cli_doctor:doctor_command",
+    "notify-agent": "oom_sentinel.daemon.cli_notify_agent:notify_agent_command",
+    "run": "oom_sentinel.daemon.cli_run:run_command",
+    "runs": "oom_sentinel.daemon.cli_runs:runs_command",
+    "service": "oom_sentinel.daemon.cli_service:service_group",
+    "snapshots": "oom_sentinel.daemon.cli_snapshots:snapshots_group",
+    "states": "oom_sentinel.daemon.cli_states:states_group",
+    "status": "oom_sentinel.daemon.cli_run:status_command",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported when asked for (``--help`` imports them all)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            module, _, attr = LAZY_COMMANDS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attr)
+            if command.name != cmd_name:  # a renamed command must be renamed here too
+                raise RuntimeError(f"{module}:{attr} is named {command.name!r}, not {cmd_name!r}")
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks for errors (for bug reports).")
 @click.version_option(package_name="oom-sentinel", prog_name=PROG)
 @click.pass_context
 def main(ctx: click.Context, verbose: bool) -> None:
     """Watch ComfyUI for out-of-memory failures and record what caused them."""
     ctx.obj = {"verbose": verbose}
-
-
-main.add_command(diagnose)
 
 
 @main.group("config")
@@ -96,14 +117,3 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     return str(value)
-
-
-main.add_command(run_command)
-main.add_command(status_command)
-main.add_command(snapshots_group)
-main.add_command(states_group)
-main.add_command(doctor_command)
-main.add_command(alert_group)
-main.add_command(service_group)
-main.add_command(notify_agent_command)
-main.add_command(runs_command)

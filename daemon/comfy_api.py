@@ -22,11 +22,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, Literal
 
 from oom_sentinel.daemon.errors import ComfyError
+
+if TYPE_CHECKING:  # aiohttp (~11 MiB) loads with the first client: a daemon with no ComfyUI
+    import aiohttp  # to watch stays without it
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -335,6 +336,8 @@ class ComfyWebSocket:
 
     async def receive(self, timeout_s: float | None = None) -> WsMessage | None:
         """The next text message; None once the connection is closed. Raises ``TimeoutError``."""
+        import aiohttp
+
         while not self.closed:
             try:
                 msg = await self._ws.receive(timeout=timeout_s)
@@ -405,6 +408,8 @@ class ComfyClient:
             self._session = None
 
     def _get_session(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s)
@@ -424,6 +429,8 @@ class ComfyClient:
         ok_status: tuple[int, ...] = (200,),
         timeout_s: float | None = None,
     ) -> tuple[int, str]:
+        import aiohttp
+
         session = self._get_session()
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         try:
@@ -604,6 +611,8 @@ class ComfyClient:
 
     async def open_websocket(self, client_id: str | None = None) -> ComfyWebSocket:
         """Connect ``/ws?clientId=``; the caller closes it (or use ``websocket()``)."""
+        import aiohttp
+
         cid = client_id or self.client_id
         url = (
             self.base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)

@@ -26,8 +26,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.errors import InputError
 from oom_sentinel.daemon.install_state import (
@@ -365,6 +363,8 @@ def _load_document(path: Path) -> Any:
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml  # only Manager's YAML snapshots need it; the daemon stays lighter without
+
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as exc:
