@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import time
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,14 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-# GitPython refuses to import when no git binary is found; ref and config reading need none,
-# so let a git-less portable install still be captured (dirty files then come back unknown).
-os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-
-import git
-from git.refs.symbolic import SymbolicReference
-
 from oom_sentinel.daemon.errors import InputError
+from oom_sentinel.daemon.gitread import git_dirs, read_head, remote_urls
 from oom_sentinel.daemon.interpreter import (
     DEFAULT_TIMEOUT_S,
     InterpreterFacts,
@@ -509,36 +504,21 @@ def watch_paths(root: str | Path) -> list[Path]:
     hands these to watchdog and captures again (debounced) when one changes."""
     base = Path(root)
     paths: list[Path] = []
-    gitdir = _git_dir(base)
-    if gitdir is not None:
-        paths += [gitdir / "HEAD", gitdir / "refs" / "heads", gitdir / "packed-refs"]
+    dirs = git_dirs(base)
+    if dirs is not None:
+        gitdir, common = dirs
+        paths += [gitdir / "HEAD", common / "refs" / "heads", common / "packed-refs"]
     cn = custom_nodes_dir(base)
     paths += [cn, cn / _DISABLED_DIR]
     for entry, _disabled, _in_folder in _iter_node_entries(cn):
-        node_git = _git_dir(cn / entry)
-        if node_git is not None:
-            paths.append(node_git / "HEAD")
+        node_dirs = git_dirs(cn / entry)
+        if node_dirs is not None:
+            paths.append(node_dirs[0] / "HEAD")
     return paths
 
 
-def _git_dir(path: Path) -> Path | None:
-    """The git dir of a working tree: ``.git/`` itself, or what a ``.git`` file points to."""
-    dot = path / ".git"
-    if dot.is_dir():
-        return dot
-    if dot.is_file():
-        try:
-            text = dot.read_text("utf-8", errors="replace").strip()
-        except OSError:
-            return None
-        if text.startswith("gitdir:"):
-            target = Path(text[len("gitdir:") :].strip())
-            return target if target.is_absolute() else (path / target).resolve()
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
-# Git reading (GitPython, every Repo closed)
+# Git reading: ref and config files directly (``gitread``), ``git status`` as a subprocess
 
 
 @dataclass(frozen=True, slots=True)
@@ -549,71 +529,56 @@ class GitHead:
 
 
 def git_head(path: str | Path) -> GitHead:
-    """Commit, branch and normalized first remote URL of the repo at ``path`` — read from the
-    ref files and ``.git/config`` (packed refs and ``.git`` files included); runs no git.
-    Unreadable parts come back ``None``."""
-    try:
-        with git.Repo(os.fspath(path)) as repo:
-            return GitHead(_head_commit(repo), _head_branch(repo), _remote_url(repo))
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError, OSError, ValueError):
+    """Commit, branch and normalized remote URL of the repo at ``path`` -- read from the ref
+    files and ``.git/config`` (packed refs and ``.git`` files included); runs no git. The URL
+    is ``origin``'s if it has one, else the first remote's (ComfyUI-Manager takes the first
+    ``url`` of any remote section). Unreadable parts come back ``None``."""
+    dirs = git_dirs(Path(path))
+    if dirs is None:
         return GitHead(None, None, None)
+    commit, branch = read_head(*dirs)
+    urls = remote_urls(dirs[1])
+    url = next((u for name, u in urls if name == "origin"), urls[0][1] if urls else None)
+    return GitHead(
+        commit if commit and _HEX.match(commit) else None,
+        branch,
+        normalize_remote_url(url) if url else None,
+    )
 
 
-def _head_commit(repo: git.Repo) -> str | None:
-    try:
-        sha = SymbolicReference.dereference_recursive(repo, "HEAD")
-    except (ValueError, OSError, AssertionError):
-        return None  # unborn branch, broken ref
-    return sha if _HEX.match(sha) else None
-
-
-def _head_branch(repo: git.Repo) -> str | None:
-    try:
-        if repo.head.is_detached:
-            return None
-        ref_path = repo.head.reference.path  # "refs/heads/master"
-    except (TypeError, ValueError, OSError):
-        return None
-    prefix = "refs/heads/"
-    return ref_path[len(prefix) :] if ref_path.startswith(prefix) else ref_path
-
-
-def _remote_url(repo: git.Repo) -> str | None:
-    """``origin``'s URL if it has one, else the first remote's (ComfyUI-Manager takes the
-    first ``url`` of any remote section)."""
-    try:
-        with repo.config_reader("repository") as cfg:
-            urls: list[tuple[str, str]] = []
-            for section in cfg.sections():
-                m = re.match(r'^remote "(.+)"$', section)
-                if m and cfg.has_option(section, "url"):
-                    urls.append((m.group(1), str(cfg.get_value(section, "url", ""))))
-    except Exception:  # GitPython's config parser raises a zoo of types on broken files
-        return None
-    for name, url in urls:
-        if name == "origin":
-            return normalize_remote_url(url)
-    return normalize_remote_url(urls[0][1]) if urls else None
+#: ``git status`` on a big checkout on a slow disk; past this, dirty files are unknown
+STATUS_TIMEOUT_S = 60.0
 
 
 def _dirty_files(path: Path) -> tuple[str, ...] | None:
-    """Paths that differ from HEAD (modified, staged, untracked-not-ignored), or ``None``.
+    """Paths that differ from HEAD (modified, staged, untracked-not-ignored), or ``None``
+    (no git binary, not a repo, a repo git refuses to trust, too slow).
 
     ``GIT_OPTIONAL_LOCKS=0`` keeps ``git status`` from refreshing and rewriting the index: a
     capture must leave the install byte-for-byte as it was."""
     try:
-        with git.Repo(os.fspath(path)) as repo:
-            out = repo.git.status(
+        done = subprocess.run(
+            [
+                "git",
+                "-C",
+                os.fspath(path),
+                "status",
                 "--porcelain=v1",
                 "-z",
                 "--untracked-files=normal",
                 "--ignore-submodules=dirty",
-                env={"GIT_OPTIONAL_LOCKS": "0"},
-                strip_newline_in_stdout=False,
-            )
-    except (git.GitError, OSError, ValueError):
+            ],
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
+            timeout=STATUS_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
         return None
-    return parse_porcelain_z(out)
+    if done.returncode != 0:
+        return None
+    return parse_porcelain_z(done.stdout.decode("utf-8", errors="surrogateescape"))
 
 
 def parse_porcelain_z(out: str) -> tuple[str, ...]:

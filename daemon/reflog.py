@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from oom_sentinel.daemon.gitread import git_dirs
 from oom_sentinel.daemon.install_state import (
     CORE_REPO,
     CoreState,
@@ -189,31 +190,6 @@ def history_from_entries(
 # Readers
 
 
-def _git_dirs(worktree: Path) -> tuple[Path, Path] | None:
-    """(git dir, common dir) of a working tree (a ``.git`` file for worktrees/submodules)."""
-    dot = worktree / ".git"
-    if dot.is_dir():
-        gitdir = dot
-    elif dot.is_file():
-        try:
-            text = dot.read_text("utf-8", errors="replace").strip()
-        except OSError:
-            return None
-        if not text.startswith("gitdir:"):
-            return None
-        target = Path(text[len("gitdir:") :].strip())
-        gitdir = target if target.is_absolute() else (worktree / target).resolve()
-    else:
-        return None
-    common = gitdir
-    try:
-        rel = (gitdir / "commondir").read_text("utf-8").strip()
-        common = (gitdir / rel).resolve() if rel else gitdir
-    except OSError:
-        pass
-    return gitdir, common
-
-
 def _read_text(path: Path) -> str:
     try:
         return path.read_text("utf-8", errors="replace")
@@ -255,7 +231,7 @@ def _backup_branches(common: Path) -> list[tuple[float, str]]:
 def read_repo_history(worktree: str | Path, repo: str) -> RepoHistory:
     """The history of HEAD in the repo at ``worktree``: ``logs/HEAD`` plus backup branches.
     A repo without a reflog (``core.logAllRefUpdates=false``, a bare copy) has no moves."""
-    dirs = _git_dirs(Path(worktree))
+    dirs = git_dirs(Path(worktree))
     if dirs is None:
         return RepoHistory(repo, ())
     gitdir, common = dirs

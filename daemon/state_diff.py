@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-
-os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-
-import git
 
 from oom_sentinel.daemon.install_state import (
     CORE_REPO,
@@ -433,24 +430,38 @@ def repos_for_state(*states: InstallState) -> dict[str, Path]:
 # ---------------------------------------------------------------------------------------------
 # git (I/O)
 
+#: one read-only git command on a big repository
+GIT_TIMEOUT_S = 60.0
+
 
 def commit_range(path: str | Path, old: str, new: str) -> CommitRange:
     """Count the first-parent commits of ``old..new`` and ``new..old`` in the repo at
-    ``path`` and name the oldest and newest of ``old..new``. Read-only git; the Repo is
-    closed. A commit that is not in the repo gives ``None`` counts and an ``error``."""
-    env = {"GIT_OPTIONAL_LOCKS": "0"}
+    ``path`` and name the oldest and newest of ``old..new``. Read-only git (a subprocess, no
+    optional locks). A commit that is not in the repo gives ``None`` counts and an ``error``."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", os.fspath(path), *args],
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            timeout=GIT_TIMEOUT_S,
+            check=True,
+        )
+        return done.stdout.decode("utf-8", errors="replace")
+
     try:
-        with git.Repo(os.fspath(path)) as repo:
-            for sha in (old, new):
-                try:
-                    repo.git.cat_file("-e", f"{sha}^{{commit}}", env=env)
-                except git.GitCommandError:
-                    return CommitRange(None, None, error=f"{sha[:12]} is not in {path}")
-            log = repo.git.log(
-                "--first-parent", "--format=%H%x09%s", f"{old}..{new}", "--", env=env
-            )
-            behind = int(repo.git.rev_list("--first-parent", "--count", f"{new}..{old}", env=env))
-    except (git.GitError, OSError, ValueError) as exc:
+        for sha in (old, new):
+            try:
+                git("cat-file", "-e", f"{sha}^{{commit}}")
+            except subprocess.CalledProcessError:
+                return CommitRange(None, None, error=f"{sha[:12]} is not in {path}")
+        log = git("log", "--first-parent", "--format=%H%x09%s", f"{old}..{new}", "--")
+        behind = int(git("rev-list", "--first-parent", "--count", f"{new}..{old}").strip())
+    except FileNotFoundError:
+        return CommitRange(None, None, error=f"{path}: no git program to count commits with")
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return CommitRange(None, None, error=f"{path}: {type(exc).__name__}")
     subjects = [line.split("\t", 1)[1] if "\t" in line else "" for line in log.splitlines()]
     return CommitRange(

@@ -1,0 +1,174 @@
+"""What HEAD, its branch and the remotes of a checkout are, read from git's own files.
+
+The daemon asks this of ComfyUI and of every custom node each time an install changes, for
+months. Reading a handful of small files answers it without a ``git`` binary (the portable
+and Desktop builds often have none), without a subprocess, and without GitPython's module
+tree in the long-running process (GitPython stays the bisect's tool). Nothing here writes.
+
+The formats are git's documented on-disk ones: ``HEAD`` and loose refs hold ``ref: <name>``
+or an object name; ``packed-refs`` holds ``<sha> <name>`` lines (``^<sha>`` peel lines
+follow annotated tags); a linked worktree or submodule has a ``.git`` *file* with
+``gitdir: <path>``, and its git dir a ``commondir`` file naming where branches and the
+config live. The config reader understands what remote sections use: sections and
+``"subsections"``, ``key = value`` with quotes, escapes, comments and line continuations;
+it does not follow ``[include]`` (git's own ``remote.*.url`` are never written there).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = [
+    "git_dirs",
+    "read_head",
+    "remote_urls",
+    "resolve_ref",
+]
+
+_SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
+#: symbolic refs pointing at symbolic refs: git itself gives up after 5
+_MAX_DEPTH = 5
+
+
+def git_dirs(worktree: Path) -> tuple[Path, Path] | None:
+    """(git dir, common dir) of a working tree: ``.git/`` itself, or the directory a ``.git``
+    file points to (worktrees, submodules) and its ``commondir``; None when there is none."""
+    dot = worktree / ".git"
+    if dot.is_dir():
+        gitdir = dot
+    elif dot.is_file():
+        text = _read(dot)
+        if text is None or not text.startswith("gitdir:"):
+            return None
+        target = Path(text[len("gitdir:") :].strip())
+        gitdir = target if target.is_absolute() else (worktree / target).resolve()
+        if not gitdir.is_dir():
+            return None
+    else:
+        return None
+    common = gitdir
+    rel = _read(gitdir / "commondir")
+    if rel and rel.strip():
+        common = (gitdir / rel.strip()).resolve()
+    return gitdir, common
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _packed_refs(common: Path) -> dict[str, str]:
+    refs: dict[str, str] = {}
+    for line in (_read(common / "packed-refs") or "").splitlines():
+        if not line or line[0] in "#^":
+            continue
+        sha, _, name = line.partition(" ")
+        if _SHA.match(sha) and name:
+            refs[name.strip()] = sha
+    return refs
+
+
+def resolve_ref(gitdir: Path, common: Path, name: str) -> str | None:
+    """The object name ``name`` (``HEAD``, ``refs/heads/master``) ends at, following
+    symbolic refs; None for an unborn branch, a broken or looping ref."""
+    packed: dict[str, str] | None = None
+    for _ in range(_MAX_DEPTH + 1):
+        # HEAD and other pseudo refs are per worktree; refs/ live in the common dir
+        base = gitdir if not name.startswith("refs/") else common
+        text = _read(base / name)
+        if text is None and base is not gitdir:
+            text = _read(gitdir / name)
+        if text is None:
+            if packed is None:
+                packed = _packed_refs(common)
+            return packed.get(name)
+        value = text.strip()
+        if value.startswith("ref:"):
+            name = value[len("ref:") :].strip()
+            continue
+        return value if _SHA.match(value) else None
+    return None
+
+
+def read_head(gitdir: Path, common: Path) -> tuple[str | None, str | None]:
+    """(commit, branch) of HEAD. The branch is the short name under ``refs/heads/`` (the full
+    ref name for anything else) and None when HEAD is detached; the commit is None for an
+    unborn branch or a broken ref."""
+    text = _read(gitdir / "HEAD")
+    if text is None:
+        return None, None
+    value = text.strip()
+    branch: str | None = None
+    if value.startswith("ref:"):
+        ref = value[len("ref:") :].strip()
+        branch = ref[len("refs/heads/") :] if ref.startswith("refs/heads/") else ref
+    return resolve_ref(gitdir, common, "HEAD"), branch
+
+
+# -- config ------------------------------------------------------------------------------------
+
+_SECTION = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]')
+_KEY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=(.*))?$")
+
+
+def _value(raw: str) -> str:
+    """A config value: quotes removed, escapes decoded, a comment outside quotes dropped."""
+    out: list[str] = []
+    quoted = False
+    i = 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\\" and i + 1 < len(raw):
+            out.append({"n": "\n", "t": "\t", "b": "\b"}.get(raw[i + 1], raw[i + 1]))
+            i += 2
+            continue
+        if ch == '"':
+            quoted = not quoted
+        elif ch in "#;" and not quoted:
+            break
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out).strip()
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Config lines with backslash-newline continuations joined."""
+    lines: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending += line[:-1]
+            continue
+        lines.append(pending + line)
+        pending = ""
+    if pending:
+        lines.append(pending)
+    return lines
+
+
+def remote_urls(common: Path) -> list[tuple[str, str]]:
+    """(remote name, url) of every ``[remote "name"] url = ...`` in the repo's config, in file
+    order; empty when there is no readable config."""
+    urls: list[tuple[str, str]] = []
+    remote: str | None = None
+    for line in _logical_lines(_read(common / "config") or ""):
+        section = _SECTION.match(line)
+        if section:
+            name, sub = section.group(1).lower(), section.group(2)
+            remote = re.sub(r"\\(.)", r"\1", sub) if name == "remote" and sub is not None else None
+            line = line[section.end() :]
+            if not line.strip():
+                continue
+        if remote is None:
+            continue
+        key = _KEY.match(line)
+        if key and key.group(1).lower() == "url" and key.group(2) is not None:
+            url = _value(key.group(2))
+            if url:
+                urls.append((remote, url))
+    return urls
