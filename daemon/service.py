@@ -48,9 +48,9 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import psutil
@@ -73,6 +73,7 @@ from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, 
 from oom_sentinel.daemon.errors import ConfigError, SentinelError
 from oom_sentinel.daemon.events import Pool
 from oom_sentinel.daemon.gpu_select import select_gpu_probe
+from oom_sentinel.daemon.heap import release_free_heap
 from oom_sentinel.daemon.host_probe import PsutilHostProbe
 from oom_sentinel.daemon.incidents import (
     CloseIncident,
@@ -86,7 +87,6 @@ from oom_sentinel.daemon.incidents import (
     pool_family,
 )
 from oom_sentinel.daemon.logtail import LogLine, LogTailManager
-from oom_sentinel.daemon.metrics import MetricsExporter
 from oom_sentinel.daemon.notifiers import build_channels
 from oom_sentinel.daemon.probes import MemorySample
 from oom_sentinel.daemon.process_watch import (
@@ -123,6 +123,9 @@ from oom_sentinel.daemon.state_history import InstallStateTracker
 from oom_sentinel.daemon.store import IncidentRow, Store
 from oom_sentinel.daemon.timeline import Sampler, Timeline, to_csv
 
+if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
+    from oom_sentinel.daemon.metrics import MetricsExporter
+
 __all__ = ["RunOptions", "Service", "WatchedInstance", "run_service"]
 
 log = logging.getLogger("oom_sentinel")
@@ -148,6 +151,9 @@ RECENT_PROMPT_IDS = 4096
 #: store meta key: the last time this daemon was alive, so a prompt that failed while it was
 #: down (found in history at the next connect) still becomes an incident
 META_LAST_ALIVE = "last_alive_s"
+#: glibc heap trims: the first once start-up work is done, then periodically
+HEAP_TRIM_FIRST_S = 15.0
+HEAP_TRIM_INTERVAL_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -371,6 +377,8 @@ class Service:
             clock=self.clock,
         )
         if self.settings.metrics.enabled:
+            from oom_sentinel.daemon.metrics import MetricsExporter
+
             self.metrics = MetricsExporter(self.settings.metrics, clock=self.clock)
             host, port = self.metrics.start()
             log.info("metrics on http://%s:%d/metrics", host, port)
@@ -435,6 +443,16 @@ class Service:
             )
         self.scheduler.add_job(
             self._retention_job, "interval", hours=1, id="retention", coalesce=True
+        )
+        # a minute after start (the first captures and the API handshake are done), then
+        # every ten: a few ms of glibc work that keeps RSS near what is live
+        self.scheduler.add_job(
+            release_free_heap,
+            "interval",
+            seconds=HEAP_TRIM_INTERVAL_S,
+            next_run_time=datetime.now(UTC) + timedelta(seconds=HEAP_TRIM_FIRST_S),
+            id="heap-trim",
+            coalesce=True,
         )
         if self.settings.install_state.enabled:
             self.install_states = InstallStateTracker(
