@@ -21,6 +21,7 @@ from pathlib import Path
 
 __all__ = [
     "git_dirs",
+    "packed_refs",
     "read_head",
     "remote_urls",
     "resolve_ref",
@@ -61,7 +62,8 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _packed_refs(common: Path) -> dict[str, str]:
+def packed_refs(common: Path) -> dict[str, str]:
+    """Ref name -> object name of every line of ``packed-refs`` (tag peel lines skipped)."""
     refs: dict[str, str] = {}
     for line in (_read(common / "packed-refs") or "").splitlines():
         if not line or line[0] in "#^":
@@ -84,7 +86,7 @@ def resolve_ref(gitdir: Path, common: Path, name: str) -> str | None:
             text = _read(gitdir / name)
         if text is None:
             if packed is None:
-                packed = _packed_refs(common)
+                packed = packed_refs(common)
             return packed.get(name)
         value = text.strip()
         if value.startswith("ref:"):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from oom_sentinel.daemon.gitread import git_dirs
+from oom_sentinel.daemon.gitread import git_dirs, packed_refs
 from oom_sentinel.daemon.install_state import (
     CORE_REPO,
     CoreState,
@@ -201,11 +201,12 @@ def _backup_branches(common: Path) -> list[tuple[float, str]]:
     """(time, commit) of every ``backup_branch_*`` (loose or packed). The time is the
     branch's own reflog entry when it has one (exact, with time zone), else the local time in
     its name."""
-    refs: dict[str, str] = {}
-    for line in _read_text(common / "packed-refs").splitlines():
-        parts = line.strip().split(" ", 1)
-        if len(parts) == 2 and parts[1].startswith(f"refs/heads/{BACKUP_BRANCH_PREFIX}"):
-            refs[parts[1][len("refs/heads/") :]] = parts[0]
+    prefix = f"refs/heads/{BACKUP_BRANCH_PREFIX}"
+    refs = {
+        name[len("refs/heads/") :]: sha
+        for name, sha in packed_refs(common).items()
+        if name.startswith(prefix)
+    }
     heads = common / "refs" / "heads"
     try:
         names = os.listdir(heads)
