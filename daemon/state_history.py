@@ -581,6 +581,8 @@ class _Target:
     busy: bool = False
     #: the capture in flight records a change announced by file events
     busy_with_change: bool = False
+    #: settle() calls waiting on this install: while any waits, events are not debounced
+    settling: int = 0
     why: str = "start"
     error: str | None = None
     #: watched directory -> (recursive, names that matter or None for any)
@@ -733,12 +735,16 @@ class InstallStateTracker:
                     return True
                 return everything and (t.busy or not t.started or t.due_mono is not None)
 
-            while waiting():
-                left = deadline - time.monotonic()
-                if left <= 0 or self._stopping:
-                    return False
-                self._cond.wait(left)
-            return True
+            t.settling += 1
+            try:
+                while waiting():
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._stopping:
+                        return False
+                    self._cond.wait(left)
+                return True
+            finally:
+                t.settling -= 1
 
     def change_pending(self, instance: str) -> bool:
         """Whether file events announced a change of ``instance`` not yet recorded."""
@@ -1033,9 +1039,12 @@ class InstallStateTracker:
                 if t.pending_since is None or t.first_event_mono is None:
                     t.pending_since, t.first_event_mono = wall, now
                 # Trailing debounce (a pull writes many files), capped so a stream of events
-                # (a long clone) is still captured.
-                t.event_due_mono = min(
-                    now + debounce, t.first_event_mono + debounce * DEBOUNCE_CAP_FACTOR
+                # (a long clone) is still captured. Someone in settle() wants it now: the
+                # later events of the same checkout must not push it back out.
+                t.event_due_mono = (
+                    now
+                    if t.settling
+                    else min(now + debounce, t.first_event_mono + debounce * DEBOUNCE_CAP_FACTOR)
                 )
                 if t.requested_mono is None:
                     t.why = "file change"

@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -402,6 +403,41 @@ def test_settle_records_an_announced_change_without_waiting_out_the_debounce(
     wait(lambda: tracker.change_pending("main"))
     assert tracker.settle("main", 20)
     assert not tracker.change_pending("main")
+    _, now = current_state(store, "main")  # type: ignore[misc]
+    assert now.node_table()["ComfyUI-Foo"].commit == old
+
+
+def test_events_arriving_during_settle_do_not_restart_the_debounce(
+    store: Store, pulled: Install, tracker_factory: object
+) -> None:
+    # A checkout's events trail in over a moment (logs/HEAD, then the HEAD rename); one that
+    # lands after settle() cut the debounce short must not push the capture a minute out.
+    tracker: InstallStateTracker = tracker_factory(  # type: ignore[operator]
+        probe_interpreter=False, debounce_ms=60_000
+    )
+    tracker.update([Inst("main", str(pulled.root))])
+    assert tracker.settle("main", 60, everything=True)
+    node = pulled.custom_nodes / "ComfyUI-Foo"
+    old = pulled.shas["ComfyUI-Foo"][0]
+    git(node, "checkout", "-q", old)
+    head = str(node / ".git" / "HEAD")
+    wait(lambda: tracker.change_pending("main"))
+
+    def trailing_events() -> None:
+        for _ in range(30):
+            tracker.on_path_event([head])
+            time.sleep(0.01)
+
+    burst = threading.Thread(target=trailing_events)
+    burst.start()
+    t0 = time.monotonic()
+    try:
+        settled = tracker.settle("main", 15)
+    finally:
+        burst.join()
+    assert settled, "settle() gave up: a trailing event re-armed the one-minute debounce"
+    assert time.monotonic() - t0 < 15
+    assert tracker.settle("main", 15)  # whatever the burst's last event announced
     _, now = current_state(store, "main")  # type: ignore[misc]
     assert now.node_table()["ComfyUI-Foo"].commit == old
 
