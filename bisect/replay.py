@@ -673,6 +673,8 @@ class Replayer:
             sampler.finish()
             timings["teardown_s"] = time.monotonic() - t_stop
         exit_code = proc.returncode
+        if exit_code in _KILLED and not sigkilled_by_harness:
+            killed_by_harness = False  # it was dying of someone else's SIGKILL at teardown
         report = _read_report(self.report_path)
         reserved, allocated = _torch_peaks(report)
         peaks = sampler.peaks()
