@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 _SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
+#: what a ref name may look like here (git check-ref-format, restricted to what we follow)
+_REF_NAME = re.compile(r"^(?:HEAD|refs/[^\x00-\x20~^:?*\[\\]+)$")
 #: symbolic refs pointing at symbolic refs: git itself gives up after 5
 _MAX_DEPTH = 5
 
@@ -79,6 +81,8 @@ def resolve_ref(gitdir: Path, common: Path, name: str) -> str | None:
     symbolic refs; None for an unborn branch, a broken or looping ref."""
     packed: dict[str, str] | None = None
     for _ in range(_MAX_DEPTH + 1):
+        if not _REF_NAME.match(name) or ".." in name:
+            return None  # not a ref git could write: never read outside the git dir
         # HEAD and other pseudo refs are per worktree; refs/ live in the common dir
         base = gitdir if not name.startswith("refs/") else common
         text = _read(base / name)

@@ -201,3 +201,13 @@ def test_an_unreadable_or_garbage_config_gives_no_url(tmp_path: Path) -> None:
     assert git_head(repo).commit == head
     (repo / ".git" / "config").unlink()
     assert remote_urls(repo / ".git") == []
+
+
+def test_a_ref_pointing_outside_the_git_dir_is_not_followed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    sha = git(repo, "rev-parse", "HEAD")
+    outside = tmp_path / "outside"
+    outside.write_text(sha + "\n")  # a file that would pass for a ref
+    for target in (str(outside), "refs/../../../outside", "../outside"):
+        (repo / ".git" / "HEAD").write_text(f"ref: {target}\n")
+        assert what_we_read(repo)[0] is None
