@@ -22,9 +22,13 @@ How the API is read, and why:
   ``classify_execution_error`` reads. ComfyUI removes an item from the queue and writes its
   history under one lock, so an item gone from the queue with no history was deleted, or its
   server restarted.
-- **Prompts too fast to be seen in the queue**: every ``status`` whose ``queue_remaining``
-  grew announces a queued prompt; when the queue is empty again and fewer new prompts were seen
-  than announced, the newest history entries are swept for the missing ones.
+- **Prompts too fast to be seen in the queue**: the websocket's ``status`` broadcasts count
+  prompts in (``queue_remaining`` grew) and out (it shrank). When the queue is empty again and
+  fewer new prompts were seen than came in, or fewer were reported than went out, the newest
+  history entries are swept for the missing ones. Both counts matter: a broadcast can overtake
+  a ``/queue`` answer that predates its prompt, and the sweep that this answer triggers finds
+  the prompt not finished yet; the count of prompts out still misses it at the next empty
+  queue. When everything that went out was reported, no history is read.
 - **A restart never needs a daemon restart**: a dropped websocket (no close frame) or a failed
   request ends the session; ``/system_stats`` is retried with backoff (0.1 s doubling to 2 s)
   until it answers again. On every (re)connect the newest history entries are read once, so a
@@ -327,6 +331,10 @@ class _InstanceWatch:
         #: status broadcasts whose queue_remaining grew (prompts queued) vs new ids seen
         self.announced = 0
         self.seen_new = 0
+        #: status broadcasts whose queue_remaining shrank (prompts out) vs prompts reported
+        self.finished = 0
+        self.reported_new = 0
+        #: queue_remaining of the last broadcast (None: count from the next one)
         self._last_remaining: int | None = None
 
     # -- the outer loop: connect, run a session, reconnect ------------------------------------
@@ -360,7 +368,7 @@ class _InstanceWatch:
         self.connected = True
         self.ws_dropped = False
         self._last_remaining = None
-        self.announced = self.seen_new = 0
+        self.announced = self.seen_new = self.finished = self.reported_new = 0
         ws_task = asyncio.create_task(
             self._ws_loop(client) if self.options.websocket else asyncio.sleep(0),
             name=f"ws-{self.name}",
@@ -434,6 +442,7 @@ class _InstanceWatch:
                 continue
             backoff = self.options.reconnect_min_s
             self.ws_up = True
+            self._last_remaining = None  # ComfyUI greets a new socket with the current status
             try:
                 while True:
                     msg = await ws.receive()
@@ -457,8 +466,11 @@ class _InstanceWatch:
         remaining = info.get("queue_remaining") if isinstance(info, Mapping) else None
         if not isinstance(remaining, int) or isinstance(remaining, bool):
             return
-        if self._last_remaining is not None and remaining > self._last_remaining:
-            self.announced += remaining - self._last_remaining
+        if self._last_remaining is not None:
+            if remaining > self._last_remaining:
+                self.announced += remaining - self._last_remaining
+            else:
+                self.finished += self._last_remaining - remaining
         self._last_remaining = remaining
 
     # -- polling ------------------------------------------------------------------------------
@@ -499,9 +511,10 @@ class _InstanceWatch:
         if started:
             await self._context(client)
         if state.remaining == 0 and not self.tracked:
-            self._last_remaining = 0
-            missing = self.announced - self.seen_new
-            self.announced = self.seen_new = 0
+            if not self.ws_up:
+                self._last_remaining = 0  # no broadcasts to keep it true: the poll is all we have
+            missing = max(self.announced - self.seen_new, self.finished - self.reported_new)
+            self.announced = self.seen_new = self.finished = self.reported_new = 0
             if missing > 0:
                 await self._sweep(client, missing + 2, backfill=False)
             elif not self.ws_up and await self._newest_is_new(client):
@@ -564,6 +577,7 @@ class _InstanceWatch:
 
     def _report(self, done: PromptDone) -> None:
         self.reported.add(done.prompt_id)
+        self.reported_new += 1
         self.emit(done)
 
     async def _backfill(self, client: ComfyClient) -> None:
