@@ -577,7 +577,8 @@ class _InstanceWatch:
 
     def _report(self, done: PromptDone) -> None:
         self.reported.add(done.prompt_id)
-        self.reported_new += 1
+        if not done.backfill:  # a backfilled prompt went out before we counted
+            self.reported_new += 1
         self.emit(done)
 
     async def _backfill(self, client: ComfyClient) -> None:

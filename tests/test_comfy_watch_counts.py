@@ -124,3 +124,20 @@ def test_prompts_seen_only_as_broadcasts_are_all_found_in_one_sweep() -> None:
         return done_ids(got)
 
     assert sorted(asyncio.run(scenario())) == ["A", "B", "C"]
+
+
+def test_backfilled_prompts_do_not_count_as_prompts_that_went_out() -> None:
+    async def scenario() -> list[str]:
+        watch, got = make_watch()
+        client = ScriptedClient()
+        client.done["old1"] = history_entry("old1", 0)  # ran before the watcher connected
+        client.done["old2"] = history_entry("old2", 1)
+        await watch._backfill(client)
+        watch._on_status(status(1))  # Z: queued and done between two polls ...
+        await watch._poll(client)  # ... the first poll's answer predates it
+        client.done["Z"] = history_entry("Z", 2)
+        watch._on_status(status(0))
+        await watch._poll(client)
+        return done_ids(got)
+
+    assert asyncio.run(scenario()) == ["old2", "old1", "Z"]
