@@ -14,7 +14,6 @@ Git failures become ``BisectError``/``BadRef`` lines naming the repository; call
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oom_sentinel.daemon.errors import BadRef, BisectError
+from oom_sentinel.daemon.gitread import git_env
 
 __all__ = [
     "CommitInfo",
@@ -41,18 +41,6 @@ __all__ = [
     "tracked_top_level",
 ]
 
-_SCRUB = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_CEILING_DIRECTORIES",
-    "GIT_PREFIX",
-    "GIT_QUARANTINE_PATH",
-)
 _HEX_RE = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
 _ZERO = "0" * 40
 
@@ -60,17 +48,6 @@ _ZERO = "0" * 40
 def is_commit_id(value: str) -> bool:
     """A full object id (SHA-1 or SHA-256), lower case."""
     return bool(_HEX_RE.match(value))
-
-
-def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    env["LC_ALL"] = "C"
-    env["LANGUAGE"] = "C"
-    if extra:
-        env.update(extra)
-    return env
 
 
 def git(

@@ -12,20 +12,42 @@ follow annotated tags); a linked worktree or submodule has a ``.git`` *file* wit
 config live. The config reader understands what remote sections use: sections and
 ``"subsections"``, ``key = value`` with quotes, escapes, comments and line continuations;
 it does not follow ``[include]`` (git's own ``remote.*.url`` are never written there).
+
+What needs git itself (``status``, counting commits) goes through ``run_git``, with the one
+environment every git call of the project gets (``git_env``, the bisect's too).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
     "git_dirs",
+    "git_env",
     "packed_refs",
     "read_head",
     "remote_urls",
     "resolve_ref",
+    "run_git",
 ]
+
+#: variables a calling hook or shell may set that would point git at another repository
+_SCRUB = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_PREFIX",
+    "GIT_QUARANTINE_PATH",
+)
 
 _SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
 #: what a ref name may look like here (git check-ref-format, restricted to what we follow)
@@ -178,3 +200,34 @@ def remote_urls(common: Path) -> list[tuple[str, str]]:
             if url:
                 urls.append((remote, url))
     return urls
+
+
+# -- running git ---------------------------------------------------------------------------------
+
+
+def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for every git call: no ``GIT_DIR`` and friends from a calling hook,
+    ``GIT_OPTIONAL_LOCKS=0`` so reads never refresh the user's index, no credential prompt,
+    C locale for parseable output."""
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["LC_ALL"] = "C"
+    env["LANGUAGE"] = "C"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_git(path: str | os.PathLike[str], *args: str, timeout_s: float) -> bytes:
+    """stdout of a read-only ``git -C path args``. Raises ``FileNotFoundError`` (no git),
+    ``subprocess.CalledProcessError`` (git said no) or ``subprocess.TimeoutExpired``."""
+    done = subprocess.run(
+        ["git", "-C", os.fspath(path), *args],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        env=git_env(),
+        timeout=timeout_s,
+        check=True,
+    )
+    return done.stdout

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from oom_sentinel.daemon.errors import InputError
-from oom_sentinel.daemon.gitread import git_dirs, read_head, remote_urls
+from oom_sentinel.daemon.gitread import git_dirs, read_head, remote_urls, run_git
 from oom_sentinel.daemon.interpreter import (
     DEFAULT_TIMEOUT_S,
     InterpreterFacts,
@@ -557,28 +557,18 @@ def _dirty_files(path: Path) -> tuple[str, ...] | None:
     ``GIT_OPTIONAL_LOCKS=0`` keeps ``git status`` from refreshing and rewriting the index: a
     capture must leave the install byte-for-byte as it was."""
     try:
-        done = subprocess.run(
-            [
-                "git",
-                "-C",
-                os.fspath(path),
-                "status",
-                "--porcelain=v1",
-                "-z",
-                "--untracked-files=normal",
-                "--ignore-submodules=dirty",
-            ],
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
-            timeout=STATUS_TIMEOUT_S,
-            check=False,
+        out = run_git(
+            path,
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=normal",
+            "--ignore-submodules=dirty",
+            timeout_s=STATUS_TIMEOUT_S,
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    if done.returncode != 0:
-        return None
-    return parse_porcelain_z(done.stdout.decode("utf-8", errors="surrogateescape"))
+    return parse_porcelain_z(out.decode("utf-8", errors="surrogateescape"))
 
 
 def parse_porcelain_z(out: str) -> tuple[str, ...]:

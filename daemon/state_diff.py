@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from oom_sentinel.daemon.gitread import run_git
 from oom_sentinel.daemon.install_state import (
     CORE_REPO,
     CustomNode,
@@ -438,18 +439,9 @@ def commit_range(path: str | Path, old: str, new: str) -> CommitRange:
     """Count the first-parent commits of ``old..new`` and ``new..old`` in the repo at
     ``path`` and name the oldest and newest of ``old..new``. Read-only git (a subprocess, no
     optional locks). A commit that is not in the repo gives ``None`` counts and an ``error``."""
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
 
     def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", os.fspath(path), *args],
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            timeout=GIT_TIMEOUT_S,
-            check=True,
-        )
-        return done.stdout.decode("utf-8", errors="replace")
+        return run_git(path, *args, timeout_s=GIT_TIMEOUT_S).decode("utf-8", errors="replace")
 
     try:
         for sha in (old, new):
