@@ -12,10 +12,17 @@ and one alert per problem, with the best evidence each source had, so this modul
   already sent after a pause of ``repeat_gap_s`` (that is the next failure). The most specific evidence wins per
   field: node and exception type from the API, numbers and message from the log, killer and
   victim from the kernel.
-* **storm** -- another failure of the same pool family on the same instance within
-  ``storm_window_s`` of the previous one grows the open incident's ``count``; no new snapshot.
+* **storm** -- a repeat of the *same* failure (same instance, pool family, node type and
+  exception type, and the same workflow fingerprint when known) within ``storm_window_s`` of
+  the previous one grows the open incident's ``count``; no new snapshot. A different node or
+  workflow is a failure of its own: its own incident and snapshot, even inside the window. A
+  field one side does not know (a log record names no workflow) never tells two failures apart.
   ``gpu`` and ``gpu-fragmentation`` are one family: which of the two a failure reads as depends
   on the allocator's state at that instant, not on a different problem.
+* **records** -- every observation that carries a ``record_id`` (a log record) is reported once,
+  in the ``records`` of the first ``WriteSnapshot``/``UpdateIncident`` after it joined, with the
+  failure number it counts towards. The caller persists them with the row, so a restart knows
+  which records are already counted and ``resume`` can carry an open storm on.
 * **soft OOMs** (``OomEvent.recovered``: tiled-VAE retries and the like) are counted per
   instance and never open an incident.
 * **when to write** -- a snapshot is written once per incident and never rewritten. It is due
@@ -50,6 +57,7 @@ __all__ = [
     "Action",
     "CloseIncident",
     "CountSoftOom",
+    "FoldedRecord",
     "Incident",
     "IncidentTracker",
     "Observation",
@@ -61,7 +69,9 @@ __all__ = [
     "fingerprint",
     "merge_events",
     "pool_family",
+    "storm_key",
     "summarize",
+    "workflow_fingerprint",
 ]
 
 
@@ -128,6 +138,8 @@ class Incident:
     summary: str
     #: whether a WriteSnapshot for it has been emitted (or it was resumed from the store)
     snapshot_written: bool
+    #: the workflow fingerprint of its first failure, when a source knew it (API prompts)
+    workflow_fingerprint: str | None = None
 
     @property
     def pool(self) -> Pool:
@@ -147,17 +159,35 @@ class Incident:
 
 
 @dataclass(frozen=True, slots=True)
+class FoldedRecord:
+    """One source record counted into an incident (what makes a re-read after a restart a no-op)."""
+
+    record_id: str
+    #: the failure it belongs to: 1 for the first, ``count`` for the latest storm repeat
+    failure: int
+    source: str
+    #: the record's kind within its source (``_record_key``); a repeat of a kind starts a failure
+    rule: str
+    at_s: float
+    prompt_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class WriteSnapshot:
-    """Write this incident's snapshot now, then insert its store row."""
+    """Write this incident's snapshot now, then insert its store row and ``records``."""
 
     incident: Incident
+    #: every record folded into the incident so far
+    records: tuple[FoldedRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class UpdateIncident:
-    """The incident's count or sources changed after its snapshot: update the store row only."""
+    """The incident changed after its snapshot (count, sources, or records that joined it):
+    update the store row and add ``records`` (those folded since the last action)."""
 
     incident: Incident
+    records: tuple[FoldedRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +389,26 @@ def summarize(instance: str, event: OomEvent) -> str:
     return text
 
 
+def workflow_fingerprint(obs: Observation) -> str | None:
+    """The workflow fingerprint a source attached to an observation (``evidence``), if any."""
+    value = obs.evidence.get("workflow_fingerprint") if isinstance(obs.evidence, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def storm_key(
+    instance: str, event: OomEvent, workflow: str | None
+) -> tuple[str, str, str | None, str | None, str | None]:
+    """What makes two failures "the same failure" for a storm; ``None`` parts are unknown."""
+    return (instance, pool_family(event.pool), event.node_type, event.exception_type, workflow)
+
+
+def _compatible(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Same instance and family, and no part both sides know differs."""
+    return a[:2] == b[:2] and all(
+        x is None or y is None or x == y for x, y in zip(a[2:], b[2:], strict=True)
+    )
+
+
 def _default_id() -> str:
     return uuid.uuid4().hex[:16]
 
@@ -380,6 +430,7 @@ class _Open:
     id: str
     instance: str
     family: str
+    workflow: str | None
     observations: list[Observation]
     event: OomEvent
     first_seen_s: float
@@ -390,6 +441,11 @@ class _Open:
     touched_now_s: float
     written: bool = False
     due_s: float | None = None
+    #: records folded in and not yet handed out in an action
+    records: list[FoldedRecord] = field(default_factory=list)
+
+    def key(self) -> tuple[str, str, str | None, str | None, str | None]:
+        return storm_key(self.instance, self.event, self.workflow)
 
 
 def _record_key(obs: Observation) -> tuple[str, str]:
@@ -422,7 +478,8 @@ class IncidentTracker:
     ) -> None:
         self.config = config or TrackerConfig()
         self._new_id = new_id
-        self._open: dict[tuple[str, str], _Open] = {}
+        #: open incidents by id, in opening order
+        self._open: dict[str, _Open] = {}
         self._available: dict[str, frozenset[str]] = {}
         self._soft: dict[str, int] = {}
 
@@ -447,21 +504,40 @@ class IncidentTracker:
         """Emit snapshots whose settle time has come and close incidents gone quiet."""
         return self._flush(now, [], [])
 
-    def resume(self, incident: Incident, now: float) -> None:
+    def resume(
+        self,
+        incident: Incident,
+        now: float,
+        *,
+        last_failure: Iterable[FoldedRecord] = (),
+    ) -> None:
         """Re-admit an incident from the store after a restart so a storm that goes on joins
-        it instead of opening a second snapshot. It counts as written."""
-        key = (incident.instance, pool_family(incident.pool))
-        self._open[key] = _Open(
+        it instead of opening a second snapshot. It counts as written.
+
+        ``last_failure``: the stored records of its latest failure, so a record of that
+        failure read after the restart (ComfyUI's second log call) joins it, and the next
+        repeat of a kind it already had counts as the next failure."""
+        records = [r for r in last_failure if r.failure == incident.count]
+        failure = _Failure(started_s=incident.last_seen_s, last_s=incident.last_seen_s)
+        if records:
+            failure = _Failure(
+                started_s=min(r.at_s for r in records),
+                last_s=max(r.at_s for r in records),
+                seen={(r.source, r.rule) for r in records},
+                prompt_id=next((r.prompt_id for r in records if r.prompt_id), None),
+            )
+        self._open[incident.id] = _Open(
             id=incident.id,
             instance=incident.instance,
-            family=key[1],
+            family=pool_family(incident.pool),
+            workflow=incident.workflow_fingerprint,
             observations=list(incident.observations),
             event=incident.event,
             first_seen_s=incident.first_seen_s,
             last_seen_s=incident.last_seen_s,
             count=incident.count,
             sources=set(incident.sources),
-            failure=_Failure(started_s=incident.last_seen_s, last_s=incident.last_seen_s),
+            failure=failure,
             touched_now_s=now,
             written=True,
         )
@@ -477,10 +553,8 @@ class IncidentTracker:
         return min(times) if times else None
 
     def current(self, incident_id: str) -> Incident | None:
-        for inc in self._open.values():
-            if inc.id == incident_id:
-                return self._freeze(inc)
-        return None
+        inc = self._open.get(incident_id)
+        return self._freeze(inc) if inc is not None else None
 
     def open_incidents(self) -> tuple[Incident, ...]:
         return tuple(self._freeze(inc) for inc in self._open.values())
@@ -497,30 +571,40 @@ class IncidentTracker:
             actions.append(CountSoftOom(obs.instance, self._soft[obs.instance], obs))
             return
         cfg = self.config
-        key = (obs.instance, pool_family(obs.event.pool))
-        inc = self._open.get(key)
-        if inc is not None and abs(obs.at_s - inc.last_seen_s) > cfg.storm_window_s:
-            # A new failure long after the last one (e.g. catching up on an old log): close the
-            # open incident, first writing its snapshot if its settle time had not come yet.
-            if not inc.written:
-                inc.written = True
-                actions.append(WriteSnapshot(self._freeze(inc)))
-            elif inc.id in dirty:
-                actions.append(UpdateIncident(self._freeze(inc)))
-            if inc.id in dirty:
-                dirty.remove(inc.id)
-            actions.append(CloseIncident(self._freeze(inc)))
-            del self._open[key]
-            inc = None
-        if inc is None:
-            self._open[key] = self._start(obs, key[1], now)
+        family = pool_family(obs.event.pool)
+        key = storm_key(obs.instance, obs.event, workflow_fingerprint(obs))
+        same_family = [inc for inc in self._open.values() if (inc.instance, inc.family) == key[:2]]
+        for inc in same_family:
+            if abs(obs.at_s - inc.last_seen_s) > cfg.storm_window_s and _compatible(inc.key(), key):
+                # A new failure long after the last one (e.g. catching up on an old log):
+                # close the open incident, first writing its snapshot if it was still pending.
+                self._close_now(inc, actions, dirty)
+        live = [inc for inc in same_family if inc.id in self._open]
+        # One failure's records: the incident whose latest failure this record continues
+        # (newest failure first; one instance runs one prompt at a time).
+        target: _Open | None = None
+        joined = False
+        for inc in sorted(live, key=lambda i: i.failure.started_s, reverse=True):
+            if self._same_failure(inc.failure, obs):
+                target, joined = inc, True
+                break
+        if target is None:
+            # A repeat of the same failure: the most specific compatible open incident.
+            fits = [inc for inc in live if _compatible(inc.key(), key)]
+            if fits:
+                target = max(fits, key=lambda i: (_specificity(i.key(), key), i.last_seen_s))
+        if target is None:
+            inc = self._start(obs, family, now)
+            self._open[inc.id] = inc
+            self._fold(inc, obs)
             return
+        inc = target
         inc.touched_now_s = now
         inc.first_seen_s = min(inc.first_seen_s, obs.at_s)
         inc.last_seen_s = max(inc.last_seen_s, obs.at_s)
         before = (inc.count, len(inc.sources))
         inc.sources.add(obs.source)
-        if self._same_failure(inc.failure, obs):
+        if joined:
             self._join_failure(inc, obs)
         else:
             inc.count += 1
@@ -532,8 +616,36 @@ class IncidentTracker:
                 prompt_id=prompt_id,
                 pid=pid,
             )
-        if inc.written and (inc.count, len(inc.sources)) != before and inc.id not in dirty:
+        folded = self._fold(inc, obs)
+        changed = (inc.count, len(inc.sources)) != before or folded
+        if inc.written and changed and inc.id not in dirty:
             dirty.append(inc.id)
+
+    def _close_now(self, inc: _Open, actions: list[Action], dirty: list[str]) -> None:
+        if not inc.written:
+            inc.written = True
+            actions.append(WriteSnapshot(self._freeze(inc), self._take_records(inc)))
+        elif inc.id in dirty or inc.records:
+            actions.append(UpdateIncident(self._freeze(inc), self._take_records(inc)))
+        if inc.id in dirty:
+            dirty.remove(inc.id)
+        actions.append(CloseIncident(self._freeze(inc)))
+        del self._open[inc.id]
+
+    def _fold(self, inc: _Open, obs: Observation) -> bool:
+        """Note the record ``obs`` came from as counted in ``inc``; False if it has none."""
+        rid = obs.evidence.get("record_id") if isinstance(obs.evidence, Mapping) else None
+        if not isinstance(rid, str):
+            return False
+        source, rule = _record_key(obs)
+        inc.records.append(FoldedRecord(rid, inc.count, source, rule, obs.at_s, _ids(obs)[0]))
+        return True
+
+    @staticmethod
+    def _take_records(inc: _Open) -> tuple[FoldedRecord, ...]:
+        records = tuple(inc.records)
+        inc.records.clear()
+        return records
 
     def _start(self, obs: Observation, family: str, now: float) -> _Open:
         prompt_id, pid = _ids(obs)
@@ -541,6 +653,7 @@ class IncidentTracker:
             id=self._new_id(),
             instance=obs.instance,
             family=family,
+            workflow=workflow_fingerprint(obs),
             observations=[obs],
             event=merge_events([obs]),
             first_seen_s=obs.at_s,
@@ -588,6 +701,7 @@ class IncidentTracker:
         ):
             inc.observations.append(obs)
             inc.event = merge_events(inc.observations)
+            inc.workflow = inc.workflow or workflow_fingerprint(obs)
 
     def _all_expected_seen(self, inc: _Open) -> bool:
         expected = expected_sources(inc.event, self._available.get(inc.instance, ()))
@@ -597,19 +711,19 @@ class IncidentTracker:
         writes: list[Action] = []
         updates: list[Action] = []
         closes: list[Action] = []
-        for key, inc in list(self._open.items()):
+        for inc in list(self._open.values()):
             if not inc.written:
                 if inc.due_s is not None and inc.due_s > now and self._all_expected_seen(inc):
                     inc.due_s = now  # the last expected source arrived, or one went away
                 if inc.due_s is not None and inc.due_s <= now:
                     inc.written = True
-                    writes.append(WriteSnapshot(self._freeze(inc)))
+                    writes.append(WriteSnapshot(self._freeze(inc), self._take_records(inc)))
                 continue
-            if inc.id in dirty:
-                updates.append(UpdateIncident(self._freeze(inc)))
+            if inc.id in dirty or inc.records:
+                updates.append(UpdateIncident(self._freeze(inc), self._take_records(inc)))
             if now - inc.touched_now_s > self.config.storm_window_s:
                 closes.append(CloseIncident(self._freeze(inc)))
-                del self._open[key]
+                del self._open[inc.id]
         return actions + writes + updates + closes
 
     def _freeze(self, inc: _Open) -> Incident:
@@ -625,4 +739,10 @@ class IncidentTracker:
             fingerprint=fingerprint(inc.instance, inc.event),
             summary=summarize(inc.instance, inc.event),
             snapshot_written=inc.written,
+            workflow_fingerprint=inc.workflow,
         )
+
+
+def _specificity(a: tuple[Any, ...], b: tuple[Any, ...]) -> int:
+    """How many parts of two compatible keys are known on both sides (and so equal)."""
+    return sum(x is not None and y is not None for x, y in zip(a[2:], b[2:], strict=True))

@@ -447,3 +447,95 @@ def test_close_carries_final_state() -> None:
     t.observe(obs(LOG_TRACEBACK, 5.0), now=5.0)
     (close,) = t.tick(306.0)
     assert isinstance(close, CloseIncident) and close.incident.count == 2
+
+
+# --- one incident per distinct failure (issue 11, item 1) --------------------------------------
+
+
+def _node(event: OomEvent, node: str) -> OomEvent:
+    return replace(event, node_type=node)
+
+
+def test_a_different_node_inside_the_storm_window_is_its_own_incident() -> None:
+    t = tracker(storm_window_s=300.0)
+    writes: list[str] = []
+    for i, node in enumerate(["KSampler", "VAEDecode", "ApplyInstantID", "SUPIR_Upscale"]):
+        at = 100.0 + 30.0 * i
+        for action in t.observe(obs(_node(LOG_TRACEBACK, node), at), now=at):
+            if isinstance(action, WriteSnapshot):
+                writes.append(action.incident.node_type or "")
+    assert writes == ["KSampler", "VAEDecode", "ApplyInstantID", "SUPIR_Upscale"]
+    assert sorted(i.count for i in t.open_incidents()) == [1, 1, 1, 1]
+    # and a repeat of the second one joins it, not the newest
+    actions = t.observe(obs(_node(LOG_TRACEBACK, "VAEDecode"), 300.0), now=300.0)
+    assert [(type(a).__name__, a.incident.node_type, a.incident.count) for a in actions] == [  # type: ignore[union-attr]
+        ("UpdateIncident", "VAEDecode", 2)
+    ]
+
+
+def test_a_different_workflow_is_its_own_incident_the_same_one_a_storm() -> None:
+    t = tracker(settle_s=0.0)
+    t.observe(obs(API_ERROR, 100.0, "api", prompt_id="p1", workflow_fingerprint="wf-a"), 100.0)
+    other = t.observe(
+        obs(API_ERROR, 110.0, "api", prompt_id="p2", workflow_fingerprint="wf-b"), 110.0
+    )
+    assert kinds(other) == ["WriteSnapshot"]
+    again = t.observe(
+        obs(API_ERROR, 120.0, "api", prompt_id="p3", workflow_fingerprint="wf-a"), 120.0
+    )
+    assert [(a.incident.workflow_fingerprint, a.incident.count) for a in again] == [("wf-a", 2)]  # type: ignore[union-attr]
+    # the fingerprint the alerts group by stays (instance, family, exception, node)
+    assert len({i.fingerprint for i in t.open_incidents()}) == 1
+
+
+def test_a_field_only_one_side_knows_does_not_split_a_storm() -> None:
+    t = tracker()
+    t.observe(obs(_node(LOG_TRACEBACK, "KSampler"), 100.0), now=100.0)
+    # a later log record that names no node is a repeat, not a new problem
+    actions = t.observe(obs(LOG_TRACEBACK, 130.0), now=130.0)
+    assert [(type(a).__name__, a.incident.count) for a in actions] == [("UpdateIncident", 2)]  # type: ignore[union-attr]
+
+
+def test_one_failures_follow_up_record_joins_the_newest_failure() -> None:
+    t = tracker()
+    t.observe(obs(_node(LOG_TRACEBACK, "KSampler"), 100.0, record_id="r1"), now=100.0)
+    t.observe(obs(_node(LOG_TRACEBACK, "VAEDecode"), 102.0, record_id="r2"), now=102.0)
+    actions = t.observe(obs(LOG_GOT_AN_OOM, 102.05, record_id="r3"), now=102.05)
+    (update,) = actions
+    assert isinstance(update, UpdateIncident)
+    assert update.incident.node_type == "VAEDecode" and update.incident.count == 1
+    assert [(r.record_id, r.failure) for r in update.records] == [("r3", 1)]
+
+
+# --- records counted once (issue 11, item 2) ---------------------------------------------------
+
+
+def test_every_record_is_handed_out_once_with_its_failure_number() -> None:
+    t = tracker()
+    got: list[tuple[str, int]] = []
+    for i in range(4):
+        at = 100.0 + 5.0 * i
+        for action in t.observe(obs(LOG_TRACEBACK, at, record_id=f"tb{i}"), now=at):
+            if isinstance(action, (WriteSnapshot, UpdateIncident)):
+                got += [(r.record_id, r.failure) for r in action.records]
+        # the follow-up record of the same failure changes no count, yet is reported
+        for action in t.observe(obs(LOG_GOT_AN_OOM, at + 0.05, record_id=f"got{i}"), now=at):
+            assert isinstance(action, UpdateIncident)
+            got += [(r.record_id, r.failure) for r in action.records]
+    assert got == [(f"{k}{i}", i + 1) for i in range(4) for k in ("tb", "got")]
+    assert t.tick(200.0) == []  # nothing handed out twice
+
+
+def test_a_resumed_storm_knows_its_last_failure() -> None:
+    first = tracker()
+    (write,) = first.observe(obs(LOG_TRACEBACK, 100.0, record_id="a"), now=100.0)
+    assert isinstance(write, WriteSnapshot)
+    restarted = tracker()
+    restarted.resume(write.incident, now=130.0, last_failure=write.records)
+    # ComfyUI's second log call for the same OOM, read after the restart: same failure
+    (update,) = restarted.observe(obs(LOG_GOT_AN_OOM, 101.0, record_id="b"), now=131.0)
+    assert isinstance(update, UpdateIncident) and update.incident.count == 1
+    # the next traceback is the next failure, although it is only 3 s later
+    (update,) = restarted.observe(obs(LOG_TRACEBACK, 103.0, record_id="c"), now=132.0)
+    assert isinstance(update, UpdateIncident) and update.incident.count == 2
+    assert [(r.record_id, r.failure) for r in update.records] == [("c", 2)]
