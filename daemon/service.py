@@ -27,10 +27,15 @@ and merged by the tracker; the snapshot carries ``prompt.json``/``workflow.json`
 between re-reads the prompt from ComfyUI's history instead of losing it.
 
 Exactly-once across ``kill -9``: a log record's offset is committed only after the incident it
-belongs to is on disk; every snapshot records which log records it was built from
-(``evidence.record_id``), and at start-up the records named by recent snapshots are skipped and
-snapshots without a store row get one. So a crash anywhere costs at most a re-read, never a
-duplicate or a loss.
+belongs to counted it durably -- its snapshot on disk and its row saved together with the ids of
+the records it counted (``incident_records``), storm repeats included. A re-read record whose
+id is stored is skipped; every snapshot also lists the records it counted, so one whose row was
+lost (killed between the two writes) gets its row and records back at start-up; an incident
+whose storm was not closed is resumed from the store, so a storm that spans a restart stays one
+snapshot. Positions are committed while a backlog is worked through (every
+``BACKLOG_BATCH_RECORDS`` records or ``BACKLOG_BATCH_S``), and a snapshot that could not be
+written (full disk) is retried every ``SNAPSHOT_RETRY_S`` while its records keep their hold.
+So a crash anywhere costs at most a re-read, never a duplicate or a loss.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ from oom_sentinel.daemon.host_probe import PsutilHostProbe
 from oom_sentinel.daemon.incidents import (
     CloseIncident,
     CountSoftOom,
+    FoldedRecord,
     Incident,
     IncidentTracker,
     Observation,
@@ -116,6 +122,7 @@ from oom_sentinel.daemon.snapshot import (
     iso_utc,
     list_snapshots,
     parse_iso_utc,
+    snapshot_records,
     snapshots_dir,
     write_snapshot,
 )
@@ -154,6 +161,12 @@ META_LAST_ALIVE = "last_alive_s"
 #: glibc heap trims: the first once start-up work is done, then periodically
 HEAP_TRIM_FIRST_S = 15.0
 HEAP_TRIM_INTERVAL_S = 600.0
+#: while a backlog is read, incidents are acted on and read positions saved at least this often
+#: (in records and in seconds), so a restart in the middle repeats little work
+BACKLOG_BATCH_RECORDS = 16
+BACKLOG_BATCH_S = 0.25
+#: a snapshot that could not be written (disk full, permissions) is tried again this often
+SNAPSHOT_RETRY_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -203,6 +216,17 @@ class _Held:
     key: str
     path: str
     start_offset: int
+    #: emission order: the oldest hold of a key is where its read position must stay
+    seq: int
+
+
+@dataclass
+class _Unwritten:
+    """An incident whose snapshot could not be written yet, with the records it counted."""
+
+    incident: Incident
+    records: list[FoldedRecord]
+    retry_at_s: float
 
 
 @dataclass
@@ -306,6 +330,9 @@ class Service:
         self.instances: dict[str, WatchedInstance] = {}
         self._keys: dict[str, _LogKeyState] = {}
         self._holds: dict[str, _Held] = {}
+        self._hold_seq = 0
+        #: incidents whose snapshot write failed, retried while running (by incident id)
+        self._unwritten: dict[str, _Unwritten] = {}
         self._handled_records: set[str] = set()
         #: log lines before each OOM record, until its snapshot is written
         self._contexts: dict[str, tuple[str, ...]] = {}
@@ -369,6 +396,7 @@ class Service:
         for leftover in clean_leftovers(self.snapshots_dir):
             log.info("removed an unfinished snapshot left by a crash: %s", leftover)
         self._recover()
+        self._resume_storms()
 
         self.alerts = AlertDispatcher(
             self.store,
@@ -990,8 +1018,18 @@ class Service:
             if self.store.incident_for_snapshot(snap.id) is None:
                 row = _row_from_snapshot(snap.data, snap.id)
                 if row is not None:
-                    self.store.save_incident(row)
+                    self.store.save_incident(row, snapshot_records(snap.data))
                     log.info("snapshot %s had no store row; restored it", snap.id)
+
+    def _resume_storms(self) -> None:
+        """Re-admit the incidents whose storm was still open when the daemon stopped, so the
+        storm's next repeat grows the same incident instead of writing a second snapshot."""
+        assert self.store is not None
+        now = self.clock()
+        for row in self.store.open_incidents():
+            last = self.store.incident_records(row.id, failure=row.count)
+            self.tracker.resume(row.to_incident(), now, last_failure=last)
+            log.debug("resumed open incident %s (count %d)", row.id, row.count)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -1008,6 +1046,8 @@ class Service:
             self._handle_lines(self.tails.poll(), now)
             self._flush_idle_records(now)
             self._apply(self.tracker.tick(self.clock()))
+            if self._unwritten:
+                self._retry_unwritten(self.clock())
             if self.alerts is not None:
                 self.alerts.tick()
             self._expire_lost_runs(self.clock())
@@ -1036,6 +1076,9 @@ class Service:
         if self._lost:
             oldest = min(lost.since_s for lost in self._lost)
             timeout = min(timeout, max(0.0, oldest + LOST_RUN_GRACE_S - now))
+        if self._unwritten:
+            retry = min(u.retry_at_s for u in self._unwritten.values())
+            timeout = min(timeout, max(0.0, retry - now))
         return timeout
 
     def _post(self, kind: str, payload: Any) -> None:
@@ -1061,7 +1104,18 @@ class Service:
 
     def _handle_lines(self, lines: Sequence[LogLine], now: float) -> None:
         observations: list[Observation] = []
+        batch_start = time.monotonic()
         for line in lines:
+            if observations and (
+                len(observations) >= BACKLOG_BATCH_RECORDS
+                or time.monotonic() - batch_start >= BACKLOG_BATCH_S
+            ):
+                # A backlog: act on what was read so far and save the positions, so a restart
+                # in the middle of it repeats at most one batch.
+                self._apply(self.tracker.observe_many(observations, self.clock()))
+                observations = []
+                self._commit_offsets()
+                batch_start = time.monotonic()
             state = self._keys.get(line.key)
             if state is None:
                 continue
@@ -1104,11 +1158,12 @@ class Service:
         if event is None:
             return
         rid = _record_id(key, record)
-        if rid in self._handled_records:
-            return  # a snapshot already holds it (re-read after a crash)
+        if rid in self._handled_records or self._record_counted(rid):
+            return  # an incident already counted it (re-read after a crash)
         self._handled_records.add(rid)
         if not event.recovered:
-            self._holds[rid] = _Held(key, path, record.start_offset)
+            self._hold_seq += 1
+            self._holds[rid] = _Held(key, path, record.start_offset, self._hold_seq)
         out.append(
             Observation(
                 instance=state.instance,
@@ -1126,6 +1181,14 @@ class Service:
         )
         self._contexts[rid] = self._context_lines(state, path, record.start_offset)
 
+    def _record_counted(self, rid: str) -> bool:
+        assert self.store is not None
+        try:
+            return self.store.record_counted(rid)
+        except SentinelError as exc:
+            log.warning("could not check whether a log record was counted: %s", exc)
+            return False
+
     def _context_lines(self, state: _LogKeyState, path: str, start: int) -> tuple[str, ...]:
         before = [text for p, off, text in state.recent if p == path and off < start][
             -self.settings.logs.context_lines :
@@ -1138,10 +1201,26 @@ class Service:
         assert self.store is not None
         for action in actions:
             if isinstance(action, WriteSnapshot):
-                self._write(action.incident)
+                self._write(action.incident, action.records)
                 continue  # _write alerts with the snapshot it wrote
             if isinstance(action, UpdateIncident):
-                self.store.save_incident(IncidentRow.from_incident(action.incident))
+                pending = self._unwritten.get(action.incident.id)
+                if pending is not None:  # its snapshot is not on disk yet: it carries these
+                    pending.incident = action.incident
+                    pending.records.extend(action.records)
+                    continue
+                try:
+                    self.store.save_incident(
+                        IncidentRow.from_incident(action.incident), action.records
+                    )
+                except SentinelError as exc:
+                    # the records keep their hold: a restart reads and counts them again
+                    log.error("could not save incident %s: %s", action.incident.id, exc)
+                    continue
+                self._release(action.records)
+            elif isinstance(action, CloseIncident) and action.incident.id in self._unwritten:
+                self._unwritten[action.incident.id].incident = action.incident
+                continue  # closed once its snapshot is written
             elif isinstance(action, CountSoftOom):
                 log.info(
                     "ComfyUI %r recovered from a soft OOM (%d so far): %s",
@@ -1157,12 +1236,37 @@ class Service:
                     action.incident.id,
                     action.incident.count,
                 )
+                try:
+                    self.store.close_incident(action.incident.id, self.clock())
+                except SentinelError as exc:
+                    log.warning("could not close incident %s: %s", action.incident.id, exc)
             if self.metrics is not None and isinstance(action, (UpdateIncident, CloseIncident)):
                 self.metrics.observe_incident(action.incident)
             if self.alerts is not None:
                 self.alerts.handle(action)
 
-    def _write(self, incident: Incident) -> None:
+    def _release(self, records: Iterable[FoldedRecord]) -> None:
+        """The records are counted durably: their log positions may move past them."""
+        for record in records:
+            self._holds.pop(record.record_id, None)
+            self._contexts.pop(record.record_id, None)
+
+    def _retry_unwritten(self, now: float) -> None:
+        """Write the snapshots that failed earlier (a full disk that has room again)."""
+        for incident_id, pending in list(self._unwritten.items()):
+            if now < pending.retry_at_s:
+                continue
+            current = self.tracker.current(incident_id)
+            incident = current if current is not None else pending.incident
+            del self._unwritten[incident_id]
+            self._write(incident, pending.records, retry=True)
+            if current is None and incident_id not in self._unwritten and self.store is not None:
+                with contextlib.suppress(SentinelError):
+                    self.store.close_incident(incident_id, now)
+
+    def _write(
+        self, incident: Incident, records: Sequence[FoldedRecord] = (), *, retry: bool = False
+    ) -> None:
         assert self.store is not None
         inst = self.instances.get(incident.instance) or WatchedInstance(
             name=incident.instance, path=None, url=None, log_paths=()
@@ -1201,18 +1305,33 @@ class Service:
             prompt=prompt,
             workflow=workflow,
             sections=sections,
+            records=tuple(records),
         )
         try:
             ref = write_snapshot(self.snapshots_dir, content)
         except SentinelError as exc:
-            log.error("could not write the snapshot of incident %s: %s", incident.id, exc)
+            # Delayed, never dropped: its records keep their hold and it is tried again.
+            if not retry:
+                log.error(
+                    "could not write the snapshot of incident %s (trying again every %.0f s): %s",
+                    incident.id,
+                    SNAPSHOT_RETRY_S,
+                    exc,
+                )
+            self._unwritten[incident.id] = _Unwritten(
+                incident, list(records), self.clock() + SNAPSHOT_RETRY_S
+            )
             return
-        self.store.save_incident(IncidentRow.from_incident(incident, ref.id))
-        for obs in incident.observations:
-            rid = obs.evidence.get("record_id")
-            if isinstance(rid, str):
-                self._holds.pop(rid, None)
-                self._contexts.pop(rid, None)
+        if retry:
+            log.info("snapshot of incident %s written on a later try", incident.id)
+        try:
+            self.store.save_incident(IncidentRow.from_incident(incident, ref.id), records)
+        except SentinelError as exc:
+            # The snapshot lists its records: the next start restores the row from it, and
+            # until then the records keep their hold.
+            log.error("could not save incident %s: %s", incident.id, exc)
+        else:
+            self._release(records)
         self.incidents_written += 1
         self.last_incident = ref.id
         if self.metrics is not None:
@@ -1282,21 +1401,30 @@ class Service:
         return "\n".join(chunks) + ("\n" if chunks else "")
 
     def _commit_offsets(self) -> None:
+        """Save each log's position: before its oldest record not yet counted durably (held,
+        possibly in a file rotated since -- ``.prev.log``), else before the record still being
+        assembled, else after the last line read."""
         assert self.tails is not None
+        oldest: dict[str, _Held] = {}
+        for held in self._holds.values():
+            if held.key not in oldest or held.seq < oldest[held.key].seq:
+                oldest[held.key] = held
         for key, state in self._keys.items():
             if state.path is None:
                 continue
-            offset = state.end_offset
+            path, offset = state.path, state.end_offset
             pending = state.assembler.pending_start_offset
             if pending is not None:
                 offset = min(offset, pending)
-            for held in self._holds.values():
-                if held.key == key and held.path == state.path:
-                    offset = min(offset, held.start_offset)
+            held = oldest.get(key)
+            if held is not None:
+                path, offset = held.path, held.start_offset
             try:
-                self.tails.commit(key, state.path, offset)
+                self.tails.commit(key, path, offset)
             except SentinelError as exc:
                 log.warning("could not save the read position of %s: %s", key, exc)
+            except ValueError as exc:  # a position the follower no longer knows: keep the old
+                log.debug("%s", exc)
 
     def status(self, now: float) -> dict[str, Any]:
         """What ``oom-sentinel status`` shows: what is watched, the last sample, incidents."""

@@ -39,7 +39,7 @@ from typing import Any
 
 from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.errors import InputError, SentinelError
-from oom_sentinel.daemon.incidents import Incident
+from oom_sentinel.daemon.incidents import FoldedRecord, Incident
 from oom_sentinel.daemon.probes import MemorySample
 from oom_sentinel.daemon.redact import redact, redact_text
 
@@ -67,6 +67,7 @@ __all__ = [
     "load_snapshot",
     "parse_iso_utc",
     "snapshot_dirs",
+    "snapshot_records",
     "snapshot_name",
     "snapshots_dir",
     "validate_snapshot_json",
@@ -194,6 +195,9 @@ class SnapshotContent:
     workflow: Mapping[str, Any] | None = None
     #: optional sections by name (see OPTIONAL_SECTIONS), each a JSON-ready mapping
     sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: the source records the incident had counted when the snapshot was written: a restart
+    #: that finds this snapshot without its store row restores them with the row
+    records: Sequence[FoldedRecord] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +318,41 @@ def _advice_json(items: Sequence[Any]) -> list[dict[str, str]]:
     return out
 
 
+def _record_json(record: FoldedRecord) -> dict[str, Any]:
+    return {
+        "id": record.record_id,
+        "failure": record.failure,
+        "source": record.source,
+        "rule": record.rule,
+        "at_s": record.at_s,
+        "prompt_id": record.prompt_id,
+    }
+
+
+def snapshot_records(data: Mapping[str, Any]) -> list[FoldedRecord]:
+    """The records a ``snapshot.json`` says its incident had counted (none for old ones)."""
+    inc = data.get("incident")
+    items = inc.get("records") if isinstance(inc, Mapping) else None
+    out: list[FoldedRecord] = []
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, Mapping) or not isinstance(item.get("id"), str):
+            continue
+        try:
+            out.append(
+                FoldedRecord(
+                    item["id"],
+                    int(item.get("failure") or 1),
+                    str(item.get("source") or ""),
+                    str(item.get("rule") or ""),
+                    float(item.get("at_s") or 0.0),
+                    item.get("prompt_id") if isinstance(item.get("prompt_id"), str) else None,
+                )
+            )
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
 def build_snapshot_json(content: SnapshotContent, snapshot_id: str) -> dict[str, Any]:
     """The ``snapshot.json`` document for ``content``, redacted and JSON-ready."""
     inc = content.incident
@@ -330,6 +369,7 @@ def build_snapshot_json(content: SnapshotContent, snapshot_id: str) -> dict[str,
             "first_seen": iso_utc(inc.first_seen_s),
             "last_seen": iso_utc(inc.last_seen_s),
             "count": inc.count,
+            **({"records": [_record_json(r) for r in content.records]} if content.records else {}),
         },
         "instance": {
             "name": content.instance.name,

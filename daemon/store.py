@@ -43,7 +43,7 @@ from typing import Any
 from oom_sentinel.daemon.cursors import FileCursor
 from oom_sentinel.daemon.errors import StoreError
 from oom_sentinel.daemon.events import Backend, OomEvent, Pool
-from oom_sentinel.daemon.incidents import Incident
+from oom_sentinel.daemon.incidents import FoldedRecord, Incident
 
 __all__ = ["APPLICATION_ID", "DB_NAME", "MIGRATIONS", "IncidentRow", "Store"]
 
@@ -156,6 +156,23 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX state_observations_by_time ON state_observations (instance, at_s);
     CREATE INDEX state_observations_by_state ON state_observations (state_id);
     """,
+    # 5: exactly once across restarts: which source records each incident counted, the
+    # workflow an incident is about (its storm key), and whether its storm is over
+    """
+    ALTER TABLE incidents ADD COLUMN workflow_fingerprint TEXT;
+    ALTER TABLE incidents ADD COLUMN closed_s REAL;
+    CREATE INDEX incidents_open ON incidents (closed_s);
+    CREATE TABLE incident_records (
+        record_id TEXT PRIMARY KEY,
+        incident_id TEXT NOT NULL,
+        failure INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        rule TEXT NOT NULL,
+        at_s REAL NOT NULL,
+        prompt_id TEXT
+    );
+    CREATE INDEX incident_records_by_incident ON incident_records (incident_id, failure);
+    """,
 )
 
 
@@ -177,6 +194,10 @@ class IncidentRow:
     sources: tuple[str, ...]
     summary: str
     fingerprint: str
+    #: the workflow fingerprint of its first failure, when known (part of its storm key)
+    workflow_fingerprint: str | None = None
+    #: when its storm window passed (None: it may still grow -- a restart resumes it)
+    closed_s: float | None = None
 
     @classmethod
     def from_incident(cls, incident: Incident, snapshot_id: str | None = None) -> IncidentRow:
@@ -194,6 +215,7 @@ class IncidentRow:
             sources=tuple(incident.sources),
             summary=incident.summary,
             fingerprint=incident.fingerprint,
+            workflow_fingerprint=incident.workflow_fingerprint,
         )
 
     def to_incident(self) -> Incident:
@@ -226,12 +248,13 @@ class IncidentRow:
             fingerprint=self.fingerprint,
             summary=self.summary,
             snapshot_written=self.snapshot_id is not None,
+            workflow_fingerprint=self.workflow_fingerprint,
         )
 
 
 _INCIDENT_COLUMNS = (
     "id, snapshot_id, instance, pool, backend, node_type, exception_type, first_seen_s, "
-    "last_seen_s, count, sources, summary, fingerprint"
+    "last_seen_s, count, sources, summary, fingerprint, workflow_fingerprint, closed_s"
 )
 
 
@@ -254,6 +277,8 @@ def _row_to_incident(row: Sequence[Any]) -> IncidentRow:
         sources=sources,
         summary=row[11],
         fingerprint=row[12],
+        workflow_fingerprint=row[13],
+        closed_s=row[14],
     )
 
 
@@ -431,16 +456,20 @@ class Store:
         self.close()
 
     # -- incidents ---------------------------------------------------------------------------
-    def save_incident(self, row: IncidentRow) -> None:
-        """Insert or update one incident row, durably (fsynced before returning).
+    def save_incident(self, row: IncidentRow, records: Iterable[FoldedRecord] = ()) -> None:
+        """Insert or update one incident row and add the records it counted, durably (fsynced
+        before returning), in one transaction: a record is in the store exactly when the
+        count that includes it is.
 
         A row saved with ``snapshot_id=None`` keeps the snapshot id it already had, so an
-        ``UpdateIncident`` need not know it.
+        ``UpdateIncident`` need not know it. A record already stored keeps its incident.
         """
         with self.transaction("save an incident", durable=True) as db:
             db.execute(
-                f"INSERT INTO incidents ({_INCIDENT_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "INSERT INTO incidents (id, snapshot_id, instance, pool, backend, node_type, "
+                "exception_type, first_seen_s, last_seen_s, count, sources, summary, "
+                "fingerprint, workflow_fingerprint) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET "
                 "snapshot_id = coalesce(excluded.snapshot_id, snapshot_id), "
                 "instance = excluded.instance, pool = excluded.pool, "
@@ -449,7 +478,9 @@ class Store:
                 "first_seen_s = min(first_seen_s, excluded.first_seen_s), "
                 "last_seen_s = max(last_seen_s, excluded.last_seen_s), "
                 "count = max(count, excluded.count), sources = excluded.sources, "
-                "summary = excluded.summary, fingerprint = excluded.fingerprint",
+                "summary = excluded.summary, fingerprint = excluded.fingerprint, "
+                "workflow_fingerprint = "
+                "coalesce(workflow_fingerprint, excluded.workflow_fingerprint)",
                 (
                     row.id,
                     row.snapshot_id,
@@ -464,7 +495,57 @@ class Store:
                     json.dumps(list(row.sources)),
                     row.summary,
                     row.fingerprint,
+                    row.workflow_fingerprint,
                 ),
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO incident_records (record_id, incident_id, failure, "
+                "source, rule, at_s, prompt_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (r.record_id, row.id, r.failure, r.source, r.rule, r.at_s, r.prompt_id)
+                    for r in records
+                ],
+            )
+
+    def record_counted(self, record_id: str) -> bool:
+        """Whether an incident already counted this source record (a re-read after a crash)."""
+        rows = self.query(
+            "read a counted record",
+            "SELECT 1 FROM incident_records WHERE record_id = ?",
+            (record_id,),
+        )
+        return bool(rows)
+
+    def incident_records(
+        self, incident_id: str, *, failure: int | None = None
+    ) -> list[FoldedRecord]:
+        """The records an incident counted (of one failure when ``failure`` is given)."""
+        sql = (
+            "SELECT record_id, failure, source, rule, at_s, prompt_id FROM incident_records "
+            "WHERE incident_id = ?"
+        )
+        params: list[Any] = [incident_id]
+        if failure is not None:
+            sql += " AND failure = ?"
+            params.append(failure)
+        rows = self.query("read counted records", sql + " ORDER BY failure, at_s", params)
+        return [FoldedRecord(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+    def open_incidents(self) -> list[IncidentRow]:
+        """Incidents with a snapshot whose storm was not closed: a restart resumes them."""
+        rows = self.query(
+            "list open incidents",
+            f"SELECT {_INCIDENT_COLUMNS} FROM incidents "
+            "WHERE closed_s IS NULL AND snapshot_id IS NOT NULL ORDER BY first_seen_s",
+        )
+        return [_row_to_incident(r) for r in rows]
+
+    def close_incident(self, incident_id: str, at_s: float) -> None:
+        """Its storm window passed: nothing more joins it, a restart does not resume it."""
+        with self.transaction("close an incident") as db:
+            db.execute(
+                "UPDATE incidents SET closed_s = ? WHERE id = ? AND closed_s IS NULL",
+                (at_s, incident_id),
             )
 
     def incident(self, incident_id: str) -> IncidentRow | None:
@@ -508,6 +589,11 @@ class Store:
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
                 marks = ", ".join("?" for _ in chunk)
+                db.execute(
+                    "DELETE FROM incident_records WHERE incident_id IN "
+                    f"(SELECT id FROM incidents WHERE snapshot_id IN ({marks}))",
+                    chunk,
+                )
                 cur = db.execute(f"DELETE FROM incidents WHERE snapshot_id IN ({marks})", chunk)
                 deleted += cur.rowcount
         return deleted

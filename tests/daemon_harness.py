@@ -128,13 +128,18 @@ class Daemon:
         self.proc: subprocess.Popen[str] | None = None
         self.stderr_path = tmp / "daemon.stderr"
 
-    def start(self, timeout_s: float = 20.0) -> Daemon:
+    def spawn(self) -> Daemon:
+        """Start the process without waiting for its ready line."""
         # several runs share one stderr file; only this run's output counts from here on
         self._err_from = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
         self._err = open(self.stderr_path, "a", encoding="utf-8")  # noqa: SIM115
         self.proc = subprocess.Popen(
             self.args, env=self.env, stdout=subprocess.DEVNULL, stderr=self._err, text=True
         )
+        return self
+
+    def start(self, timeout_s: float = 20.0) -> Daemon:
+        self.spawn()
         wait_for(
             lambda: "watching " in self.stderr() or self.proc.poll() is not None,  # type: ignore[union-attr]
             timeout_s,
