@@ -399,6 +399,9 @@ class LogFollower:
         self._budget = 0
         self._partial_mark: tuple[int, int] | None = None
         self._partial_since = 0.0
+        #: (dev, ino, size) of a live file first seen unreadable: once readable it is read
+        #: from there, not from its end, so what was written meanwhile is not skipped
+        self._unreadable_at: tuple[int, int, int] | None = None
         #: True when the last poll stopped at ``max_read_bytes`` with more to read
         self.more_pending = False
         self.error: str | None = None
@@ -579,13 +582,23 @@ class LogFollower:
                 with open_shared(self.key) as fh:
                     st = os.fstat(fh.fileno())
                     head = fh.read(FINGERPRINT_BYTES)
-                    offset = _tail_start(fh, st.st_size)
+                    seen = self._unreadable_at
+                    end = st.st_size
+                    if seen is not None and seen[:2] == (st.st_dev, st.st_ino):
+                        end = min(end, seen[2])
+                    offset = _tail_start(fh, end)
             except FileNotFoundError:
                 return False
             except OSError as exc:
+                if self._unreadable_at is None or self._unreadable_at[:2] != (
+                    st.st_dev,
+                    st.st_ino,
+                ):
+                    self._unreadable_at = (st.st_dev, st.st_ino, st.st_size)
                 raise InputError(
                     f"{self.key}: cannot read log file: {exc.strerror or exc}"
                 ) from exc
+            self._unreadable_at = None
         adopted = _File(st.st_dev, st.st_ino, head)
         self._begin(adopted, self.key, offset)
         self._fresh = True  # any later adoption follows a file that replaced this one

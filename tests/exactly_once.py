@@ -49,6 +49,8 @@ class StressFigures:
     rotations: int = 0
     starts: int = 0
     incidents: int = 0
+    #: one per storm written (a jump past the storm window starts the next)
+    expected_incidents: int = 0
     snapshots: int = 0
     counted: int = 0
     lost: int = 0
@@ -60,7 +62,8 @@ class StressFigures:
         return (
             f"records {self.records}, kill -9 {self.kills} (in a storm {self.kills_in_storm}, "
             f"in a backlog {self.kills_in_backlog}), rotations {self.rotations}, "
-            f"daemon starts {self.starts}, incidents {self.incidents}, snapshots "
+            f"daemon starts {self.starts}, incidents {self.incidents} (storms written "
+            f"{self.expected_incidents}), snapshots "
             f"{self.snapshots}, sum of counts {self.counted}, lost {self.lost}, duplicated "
             f"{self.duplicated}, {self.elapsed_s:.1f} s"
         )
@@ -196,7 +199,10 @@ def run_stress(
 
     def failure(backlog: bool = False) -> str:
         """The next failure's lines (a few progress lines before it)."""
+        if not times:
+            figures.expected_incidents = 1
         if clock["jump"] <= 0:
+            figures.expected_incidents += 1
             clock["at"] += timedelta(seconds=STORM_WINDOW_S * 3)
             clock["jump"] = rng.randint(2, 6) if backlog else rng.randint(20, 60)
         clock["jump"] -= 1

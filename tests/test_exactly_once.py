@@ -21,3 +21,5 @@ def test_every_failure_is_counted_once_through_kills_rotations_and_backlogs(tmp_
     assert figures.problems == []
     assert (figures.lost, figures.duplicated) == (0, 0), figures.line()
     assert figures.counted == figures.records
+    # a storm that spans a restart stays one incident and one snapshot
+    assert figures.incidents == figures.snapshots == figures.expected_incidents

@@ -635,3 +635,67 @@ def test_lines_written_between_start_and_the_first_poll_are_read(live: Path) -> 
     append(live, "new\n")
     assert texts(manager.poll()) == ["new"]
     manager.close()
+
+
+def _unreadable_probe(work: Path) -> dict[str, object]:
+    live = work / "comfyui.log"
+    live.write_text("old 1\nold 2\n")
+    live.chmod(0o200)  # its writer may append, we may not read
+    follower = LogFollower(live, MemoryOffsetStore())
+    out: dict[str, object] = {"first": texts(follower.poll()), "error": follower.error}
+    append(live, "written while unreadable\n")
+    follower.poll()
+    live.chmod(0o600)
+    append(live, "after\n")
+    out["then"] = texts(follower.poll())
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork to drop root")
+def test_a_log_unreadable_when_first_seen_is_read_from_there_once_readable(
+    tmp_path: Path,
+) -> None:
+    """Issue 11: OOMs written while the log was unreadable were skipped once it was readable
+    again -- the follower started at the end it found then. Root reads any file, so as root
+    the probe runs in a forked child that has become ``nobody``."""
+    import shutil
+    import tempfile
+
+    root = os.geteuid() == 0
+    # pytest's tmp dirs are private to root; nobody needs a path it can walk
+    work = Path(tempfile.mkdtemp(prefix="unreadable-")) if root else tmp_path
+    if root:
+        work.chmod(0o755)
+        os.chown(work, 65534, 65534)
+    try:
+        out = _probe_in_child(work, root)
+    finally:
+        if root:
+            shutil.rmtree(work, ignore_errors=True)
+    assert "crash" not in out, out
+    assert out["first"] == [] and "Permission denied" in str(out["error"])
+    assert out["then"] == ["written while unreadable", "after"]
+
+
+def _probe_in_child(work: Path, root: bool) -> dict[str, object]:
+    import json
+
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 0
+        try:
+            os.close(rfd)
+            if root:
+                os.setgid(65534)
+                os.setuid(65534)
+            payload = json.dumps(_unreadable_probe(work))
+        except BaseException as exc:
+            payload, code = json.dumps({"crash": repr(exc)}), 1
+        os.write(wfd, payload.encode())
+        os._exit(code)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)  # type: ignore[no-any-return]
