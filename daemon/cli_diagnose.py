@@ -16,6 +16,7 @@ import gzip
 import io
 import json
 import sys
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
@@ -71,7 +72,7 @@ def _json_dump_text(data: bytes) -> str | None:
     """The log text inside an ``/internal/logs`` dump, or None when ``data`` is not one."""
     try:
         value = json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if isinstance(value, str):
         return value
@@ -143,6 +144,8 @@ def open_log(path: str) -> Iterator[BinaryIO]:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except EOFError as exc:  # a truncated gzip file
         raise InputError(f"{path}: cannot read: {exc}") from exc
+    except zlib.error as exc:  # a corrupt gzip file (bad deflate data, not an OSError)
+        raise InputError(f"{path}: not a readable gzip file ({exc})") from exc
     finally:
         if close:
             raw.close()

@@ -355,6 +355,28 @@ def find_manager_snapshots(
     return found
 
 
+#: deeper documents are refused: no snapshot or state file nests more than a few levels, and
+#: walking a deeper one (parsers, our own recursive readers) would exhaust the stack
+MAX_DOCUMENT_DEPTH = 64
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests containers deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def _load_document(path: Path) -> Any:
     try:
         text = path.read_text("utf-8-sig")
@@ -362,19 +384,28 @@ def _load_document(path: Path) -> Any:
         raise InputError(f"{path}: not UTF-8 text") from exc
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    too_deep = InputError(f"{path}: nested more than {MAX_DOCUMENT_DEPTH} levels deep")
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml  # only Manager's YAML snapshots need it; the daemon stays lighter without
 
         try:
-            return yaml.safe_load(text)
+            data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
             raise InputError(f"{path}: not valid YAML{where}") from exc
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from exc
+        except RecursionError:
+            raise too_deep from None
+    else:
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise too_deep from None
+        except ValueError as exc:
+            raise InputError(f"{path}: not valid JSON ({exc})") from exc
+    if _depth_exceeds(data, MAX_DOCUMENT_DEPTH):
+        raise too_deep
+    return data
 
 
 def _manager_from_document(p: Path, data: Any) -> InstallState:

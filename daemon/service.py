@@ -145,6 +145,10 @@ RECOVERY_SNAPSHOTS = 200
 #: Lines after the OOM record kept for log.txt (ComfyUI's "Memory summary" and "Got an OOM"
 #: follow the traceback).
 AFTER_LINES = 60
+#: log.txt is bounded in bytes as well as lines: a line is kept up to this many characters
+#: (a 50 MB line must not make every later snapshot 63 MB), the whole text up to LOG_TEXT_BYTES
+CONTEXT_LINE_CHARS = 4096
+LOG_TEXT_BYTES = 256 * 1024
 #: How often ``status.json`` (read by ``oom-sentinel status``) is refreshed.
 STATUS_INTERVAL_S = 5.0
 STATUS_FILE = "status.json"  # cli_run.STATUS_FILE reads it
@@ -299,6 +303,35 @@ def _row_from_snapshot(data: Mapping[str, Any], snapshot_id: str) -> IncidentRow
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _clip_line(text: str) -> str:
+    """A log line as kept for context: at most CONTEXT_LINE_CHARS characters."""
+    if len(text) <= CONTEXT_LINE_CHARS:
+        return text
+    return f"{text[:CONTEXT_LINE_CHARS]} [... {len(text) - CONTEXT_LINE_CHARS} characters cut]"
+
+
+def _bounded_context(header: str, before: Sequence[str], after: Sequence[str]) -> str:
+    """log.txt's text within LOG_TEXT_BYTES: the record and what follows it first, then as
+    many of the lines before it as fit (the oldest go first)."""
+    budget = LOG_TEXT_BYTES - len(header.encode("utf-8", "replace")) - 1
+    kept_after: list[str] = []
+    for line in after:
+        cost = len(line.encode("utf-8", "replace")) + 1
+        if cost > budget:
+            break
+        kept_after.append(line)
+        budget -= cost
+    kept_before: list[str] = []
+    for line in reversed(before):
+        cost = len(line.encode("utf-8", "replace")) + 1
+        if cost > budget:
+            break
+        kept_before.append(line)
+        budget -= cost
+    kept_before.reverse()
+    return "\n".join([header, *kept_before, *kept_after])
 
 
 def _instance_name_for_url(url: str) -> str:
@@ -1125,7 +1158,7 @@ class Service:
                 # a record never spans two files (or a gap): close the pending one first
                 for record in state.assembler.flush():
                     self._on_record(line.key, state, state.path, record, now, observations)
-            state.recent.append((line.path, line.start_offset, line.text))
+            state.recent.append((line.path, line.start_offset, _clip_line(line.text)))
             for record in state.assembler.feed(line.text, line.start_offset, line.end_offset):
                 self._on_record(line.key, state, line.path, record, now, observations)
             state.path = line.path
@@ -1396,7 +1429,7 @@ class Service:
                     for p, off, text in state.recent
                     if p == ev.get("log_path") and off >= int(ev.get("start_offset", 0))
                 ][:AFTER_LINES]
-            chunks.append("\n".join([f"==> {ev.get('log_path')} <==", *before, *after]))
+            chunks.append(_bounded_context(f"==> {ev.get('log_path')} <==", before, after))
             break  # the first log record's neighbourhood tells the story
         return "\n".join(chunks) + ("\n" if chunks else "")
 
