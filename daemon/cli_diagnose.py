@@ -12,6 +12,7 @@ least one was, 3 when a file cannot be read (one line on stderr).
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import json
@@ -28,6 +29,7 @@ from oom_sentinel.daemon.classify import Finding, scan_stream
 from oom_sentinel.daemon.clikit import handle_errors
 from oom_sentinel.daemon.errors import InputError
 from oom_sentinel.daemon.events import OomEvent, Pool
+from oom_sentinel.daemon.textenc import UTF8, detect_encoding
 
 __all__ = ["diagnose", "finding_json", "open_log", "scan_log"]
 
@@ -128,7 +130,10 @@ def open_log(path: str) -> Iterator[BinaryIO]:
             base = gzip.GzipFile(fileobj=_Prepend(head, raw), mode="rb")  # type: ignore[assignment]
             head = _read_up_to(base, 65536)
         stream: BinaryIO = _Prepend(head, base)  # type: ignore[assignment]
-        if base is raw and start is not None and not _looks_like_json(head):
+        encoding = detect_encoding(head)
+        if encoding != UTF8:  # PowerShell 5's `>`: UTF-16, scanned as the UTF-8 it says
+            stream = _Transcode(stream, encoding)  # type: ignore[assignment]
+        elif base is raw and start is not None and not _looks_like_json(head):
             # a plain file: hand over the file itself, so the scan reads it without a copy
             # through _Prepend and may split a big one across processes (scan_stream)
             raw.seek(start)
@@ -149,6 +154,41 @@ def open_log(path: str) -> Iterator[BinaryIO]:
     finally:
         if close:
             raw.close()
+
+
+class _Transcode(io.RawIOBase):
+    """``stream`` decoded from ``encoding`` and re-encoded as UTF-8 (a leading BOM dropped)."""
+
+    def __init__(self, stream: BinaryIO, encoding: str) -> None:
+        super().__init__()
+        self._stream = stream
+        self._decoder = codecs.getincrementaldecoder(encoding)("replace")
+        self._out = b""
+        self._first = True
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = size if size is not None and size >= 0 else None
+        while not self._done and (want is None or len(self._out) < want):
+            data = self._stream.read(65536)
+            text = self._decoder.decode(data, final=not data)
+            if self._first and text:
+                text, self._first = text.removeprefix("\ufeff"), False
+            self._out += text.encode("utf-8")
+            self._done = not data
+        if want is None:
+            data, self._out = self._out, b""
+        else:
+            data, self._out = self._out[:want], self._out[want:]
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 class _Prepend(io.RawIOBase):

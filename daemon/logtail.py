@@ -71,6 +71,7 @@ from watchdog.events import (
 from oom_sentinel.daemon.cursors import FileCursor, OffsetStore
 from oom_sentinel.daemon.errors import InputError, SentinelError
 from oom_sentinel.daemon.logfamily import RotationFamily
+from oom_sentinel.daemon.textenc import UTF8, detect_encoding, newline_bytes
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -169,13 +170,17 @@ class LineSplitter:
     payload has its ``\\n`` and one ``\\r`` before it removed; offsets count the raw bytes.
     """
 
-    def __init__(self, offset: int, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    def __init__(
+        self, offset: int, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, encoding: str = UTF8
+    ) -> None:
         if max_line_bytes < 4:
             raise ValueError("max_line_bytes must be >= 4")
         #: offset of the first byte of the held-back tail (= end of the last line emitted)
         self.line_start = offset
         self._pending = bytearray()
         self._max = max_line_bytes
+        #: textenc's name of the file's encoding; UTF-16 lines end at an aligned ``\n`` unit
+        self.encoding = encoding
 
     @property
     def pos(self) -> int:
@@ -187,6 +192,8 @@ class LineSplitter:
         return bytes(self._pending)
 
     def feed(self, data: bytes) -> list[tuple[bytes, int, int]]:
+        if self.encoding != UTF8:
+            return self._feed_wide(data)
         out: list[tuple[bytes, int, int]] = []
         parts = data.split(b"\n")
         last = parts.pop()
@@ -209,6 +216,30 @@ class LineSplitter:
             self._pending = bytearray(rest)
         return out
 
+    def _feed_wide(self, data: bytes) -> list[tuple[bytes, int, int]]:
+        """UTF-16: a line ends at a ``\n`` code unit that starts at an even file offset."""
+        out: list[tuple[bytes, int, int]] = []
+        newline = newline_bytes(self.encoding)
+        cr = "\r".encode(self.encoding)
+        self._pending += data
+        buf, base = self._pending, self.line_start
+        start = pos = 0
+        while (idx := buf.find(newline, pos)) >= 0:
+            if (base + idx) % 2:
+                pos = idx + 1
+                continue
+            raw = bytes(buf[start:idx])
+            out.append((raw[:-2] if raw.endswith(cr) else raw, base + start, base + idx + 2))
+            start = pos = idx + 2
+        del self._pending[:start]
+        self.line_start = base + start
+        while len(self._pending) > self._max:
+            cut = self._max - self._max % 2
+            out.append((bytes(self._pending[:cut]), self.line_start, self.line_start + cut))
+            del self._pending[:cut]
+            self.line_start += cut
+        return out
+
     def _cut_long(
         self, out: list[tuple[bytes, int, int]], raw: bytes, start: int
     ) -> tuple[int, bytes]:
@@ -228,7 +259,8 @@ class LineSplitter:
         start = self.line_start
         self._pending.clear()
         self.line_start = start + len(raw)
-        return [(raw[:-1] if raw.endswith(b"\r") else raw, start, self.line_start)]
+        cr = "\r".encode(self.encoding)
+        return [(raw[: -len(cr)] if raw.endswith(cr) else raw, start, self.line_start)]
 
 
 # -- opening without blocking the writer's rename -------------------------------------------
@@ -395,6 +427,7 @@ class LogFollower:
         self._persisted: tuple[_File, int] | None = None
         self._path: str | None = None
         self._splitter: LineSplitter | None = None
+        self._encoding_known = False
         self._segments: list[_Segment] = []
         self._budget = 0
         self._partial_mark: tuple[int, int] | None = None
@@ -586,7 +619,7 @@ class LogFollower:
                     end = st.st_size
                     if seen is not None and seen[:2] == (st.st_dev, st.st_ino):
                         end = min(end, seen[2])
-                    offset = _tail_start(fh, end)
+                    offset = _tail_start(fh, end, detect_encoding(head))
             except FileNotFoundError:
                 return False
             except OSError as exc:
@@ -678,7 +711,10 @@ class LogFollower:
                 self._save_quietly(f, offset)
         self._file = f
         self._path = path
-        self._splitter = LineSplitter(offset, self._max_line_bytes)
+        encoding = detect_encoding(f.head) if f.head else UTF8
+        self._splitter = LineSplitter(offset, self._max_line_bytes, encoding)
+        #: decided from the file's first bytes (a new file may have none yet)
+        self._encoding_known = len(f.head) >= 2
 
     def _lose_file(self, out: list[LogLine], why: str) -> None:
         log.warning(
@@ -720,6 +756,9 @@ class LogFollower:
                     assert f is not None and sp is not None
                 if len(head) > len(f.head):
                     f.head = head
+                if not self._encoding_known and head:
+                    sp.encoding = detect_encoding(head)
+                    self._encoding_known = len(head) >= 2
                 fh.seek(sp.pos)
                 while True:
                     want = min(_READ_CHUNK_BYTES, self._budget)
@@ -758,8 +797,9 @@ class LogFollower:
         if not pieces:
             return
         key = self.key
+        encoding = self._splitter.encoding if self._splitter is not None else UTF8
         out.extend(
-            LogLine(key, path, raw.decode("utf-8", "replace"), start, end)
+            LogLine(key, path, _decode(raw, start, encoding), start, end)
             for raw, start, end in pieces
         )
         f = self._file
@@ -807,15 +847,24 @@ class LogFollower:
             log.warning("%s: could not save the log position: %s", self.key, exc)
 
 
-def _tail_start(fh: BinaryIO, size: int) -> int:
+def _decode(raw: bytes, start: int, encoding: str) -> str:
+    text = raw.decode(encoding, "replace")
+    return text[1:] if start == 0 and text.startswith("\ufeff") else text
+
+
+def _tail_start(fh: BinaryIO, size: int, encoding: str = UTF8) -> int:
     """Where to start reading an unseen file at its end: after its last newline."""
     start = max(0, size - _TAIL_SCAN_BYTES)
+    start -= start % 2  # UTF-16 code units start at even offsets
     fh.seek(start)
     buf = fh.read(size - start)
-    newline = buf.rfind(b"\n")
-    if newline >= 0:
-        return start + newline + 1
-    return 0 if start == 0 else start + len(buf)
+    newline = newline_bytes(encoding)
+    at = buf.rfind(newline)
+    while at >= 0 and encoding != UTF8 and (start + at) % 2:
+        at = buf.rfind(newline, 0, at + len(newline) - 1)
+    if at >= 0:
+        return start + at + len(newline)
+    return 0 if start == 0 else start + len(buf) - len(buf) % len(newline)
 
 
 # -- wake-ups ---------------------------------------------------------------------------------

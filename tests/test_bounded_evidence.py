@@ -81,3 +81,48 @@ def test_states_show_on_deeply_nested_json_is_one_line_and_exit_3(
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert str(path) in proc.stderr and "nested" in proc.stderr
+
+
+def _utf16_log(bom: bool) -> bytes:
+    text = cuda_oom_record(T0).replace("\n", "\r\n")  # PowerShell 5 writes CRLF
+    return ("\ufeff" if bom else "").encode("utf-16-le") + text.encode("utf-16-le")
+
+
+@pytest.mark.parametrize("bom", [True, False], ids=["bom", "detected"])
+def test_diagnose_reads_a_utf16_log(tmp_path: Path, bom: bool) -> None:
+    path = tmp_path / "comfyui.log"
+    path.write_bytes(_utf16_log(bom))
+    proc = _cli(tmp_path, "diagnose", "--json", str(path))
+    assert proc.returncode == 1, proc.stderr  # 1: an OOM was found
+    assert '"pool": "gpu"' in proc.stdout and "2147483648" in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_the_daemon_reads_a_utf16_log(tmp_path: Path) -> None:
+    log = tmp_path / "comfyui.log"
+    log.write_bytes("\ufeffstarting\r\n".encode("utf-16-le"))
+    daemon = Daemon(tmp_path, logs=[log], config=CONFIG).start()
+    try:
+        with open(log, "ab") as fh:
+            fh.write(_utf16_log(bom=False))
+        snaps = wait_for(lambda: snapshot_dirs(daemon.data_dir), 30, "a snapshot")
+    finally:
+        daemon.stop()
+    text = (snaps[0] / "log.txt").read_text("utf-8")
+    assert "CUDA out of memory. Tried to allocate 2.00 GiB" in text and "\x00" not in text
+
+
+def test_utf16_lines_are_cut_at_aligned_newlines_across_any_chunking() -> None:
+    from oom_sentinel.daemon.logtail import LineSplitter
+    from oom_sentinel.daemon.textenc import detect_encoding
+
+    lines = ["\ufeffone", "zwei \u0a0a", "three"]  # U+0A0A holds the bytes of "\n\n"
+    data = "\r\n".join(lines).encode("utf-16-le") + "\r\n".encode("utf-16-le")
+    assert detect_encoding(data) == "utf-16-le"
+    for chunk in (1, 3, 7, len(data)):
+        sp = LineSplitter(0, encoding="utf-16-le")
+        got = []
+        for i in range(0, len(data), chunk):
+            got += sp.feed(data[i : i + chunk])
+        assert [raw.decode("utf-16-le") for raw, _, _ in got] == lines
+        assert got[-1][2] == len(data) and [s for _, s, _ in got][1:] == [e for _, _, e in got][:-1]
