@@ -90,7 +90,6 @@ from oom_sentinel.daemon.incidents import (
     TrackerConfig,
     UpdateIncident,
     WriteSnapshot,
-    pool_family,
 )
 from oom_sentinel.daemon.logtail import LogLine, LogTailManager
 from oom_sentinel.daemon.notifiers import build_channels
@@ -254,15 +253,21 @@ class _LostRun:
 
 @dataclass(frozen=True)
 class _PendingRun:
-    """An OOM run, written once its incident's snapshot is on disk."""
+    """An OOM run, written once its incident counted its API record (snapshot on disk)."""
 
     run: RunRecord
-    family: str
+    #: the API observation's record id (``_api_record_id``)
+    record_id: str
 
 
 def _record_id(key: str, record: Record) -> str:
     digest = hashlib.sha1(record.text.encode("utf-8", "replace")).hexdigest()[:16]
     return f"{key}|{record.start_offset}|{digest}"
+
+
+def _api_record_id(instance: str, prompt_id: str) -> str:
+    """The record id of a prompt's API error: one prompt fails once."""
+    return f"api|{instance}|{prompt_id}"
 
 
 def _record_time(record: Record, fallback: float) -> float:
@@ -851,9 +856,21 @@ class Service:
         obs = done.observation
         fresh = not done.backfill or (done.ended_s or done.seen_s) >= self._api_horizon_s
         if obs is not None and fresh and done.prompt_id not in self._handled_prompts:
-            self._pending_runs.append(_PendingRun(run, pool_family(obs.event.pool)))
+            rid = _api_record_id(done.instance, done.prompt_id)
+            counted_by = self._counted_by(rid)
+            if counted_by is not None:  # counted before a restart, its run row not saved
+                self._save_run(dataclasses.replace(run, incident_id=counted_by))
+                return
+            # the workflow is part of what makes a storm "the same failure" (incidents.py)
+            extra = {"record_id": rid}
+            if run.fingerprint:
+                extra["workflow_fingerprint"] = run.fingerprint
+            obs = dataclasses.replace(obs, evidence={**obs.evidence, **extra})
+            if not obs.event.recovered:
+                self._pending_runs.append(_PendingRun(run, rid))
+                self._apply(self.tracker.observe(obs, self.clock()))
+                return
             self._apply(self.tracker.observe(obs, self.clock()))
-            return
         self._save_run(run)
 
     def _recent_exit(self, instance: str) -> ProcessExit | None:
@@ -912,23 +929,16 @@ class Service:
         log.debug("run %s on %s: %s", run.prompt_id, run.instance, run.outcome)
 
     def _flush_runs(self) -> None:
-        """Write the rows of OOM runs whose incident's snapshot is on disk."""
+        """Write the rows of OOM runs whose incident has counted them (snapshot on disk)."""
         if not self._pending_runs:
             return
-        unwritten: dict[tuple[str, str], str] = {}
-        open_ids: dict[tuple[str, str], str] = {}
-        for inc in self.tracker.open_incidents():
-            key = (inc.instance, pool_family(inc.pool))
-            open_ids[key] = inc.id
-            if not inc.snapshot_written:
-                unwritten[key] = inc.id
         keep: list[_PendingRun] = []
         for pending in self._pending_runs:
-            key = (pending.run.instance, pending.family)
-            if key in unwritten:
-                keep.append(pending)
+            incident_id = self._counted_by(pending.record_id)
+            if incident_id is None:
+                keep.append(pending)  # its snapshot is not written yet
                 continue
-            self._save_run(dataclasses.replace(pending.run, incident_id=open_ids.get(key)))
+            self._save_run(dataclasses.replace(pending.run, incident_id=incident_id))
         self._pending_runs = keep
 
     def _expire_lost_runs(self, now: float) -> None:
@@ -1215,12 +1225,16 @@ class Service:
         self._contexts[rid] = self._context_lines(state, path, record.start_offset)
 
     def _record_counted(self, rid: str) -> bool:
+        return self._counted_by(rid) is not None
+
+    def _counted_by(self, rid: str) -> str | None:
+        """The incident that counted a source record, from the store (None: none yet)."""
         assert self.store is not None
         try:
-            return self.store.record_counted(rid)
+            return self.store.counted_by(rid)
         except SentinelError as exc:
-            log.warning("could not check whether a log record was counted: %s", exc)
-            return False
+            log.warning("could not check whether a record was counted: %s", exc)
+            return None
 
     def _context_lines(self, state: _LogKeyState, path: str, start: int) -> tuple[str, ...]:
         before = [text for p, off, text in state.recent if p == path and off < start][

@@ -507,14 +507,14 @@ class Store:
                 ],
             )
 
-    def record_counted(self, record_id: str) -> bool:
-        """Whether an incident already counted this source record (a re-read after a crash)."""
+    def counted_by(self, record_id: str) -> str | None:
+        """The incident that already counted this source record (a re-read after a crash)."""
         rows = self.query(
             "read a counted record",
-            "SELECT 1 FROM incident_records WHERE record_id = ?",
+            "SELECT incident_id FROM incident_records WHERE record_id = ?",
             (record_id,),
         )
-        return bool(rows)
+        return str(rows[0][0]) if rows else None
 
     def incident_records(
         self, incident_id: str, *, failure: int | None = None
