@@ -120,7 +120,8 @@ class LogLine:
     key: str
     #: where the file was when the line was read: the live path or a rotated name
     path: str
-    #: without the line ending (``\\n`` or ``\\r\\n``), decoded as UTF-8 with ``errors="replace"``
+    #: without the line ending (``\\n`` or ``\\r\\n``), decoded in the file's encoding (UTF-8, or
+    #: UTF-16 -- ``textenc``) with ``errors="replace"``
     text: str
     #: offset of the line's first byte
     start_offset: int
