@@ -564,6 +564,8 @@ class LogFollower:
                     self.key,
                     candidate,
                 )
+                if candidate == self.key and self._begin_oldest_rotated():
+                    return  # the cursor's file was deleted and its inode reused by the live one
                 restarted = _File(cursor.dev, cursor.ino)
                 self._begin(restarted, candidate, 0)
                 self._save_quietly(restarted, 0)  # the content the cursor named is gone
@@ -575,15 +577,36 @@ class LogFollower:
             return
         log.info(
             "%s: the file read last (inode %d, byte %d) is no longer in its rotation family; "
-            "reading the current file from its start",
+            "reading the files rotated after it and the current one from their start",
             self.key,
             cursor.ino,
             cursor.offset,
         )
+        if self._begin_oldest_rotated():
+            return
         self._fresh = True
         # That file is gone for good: the start of the live file is the best position now,
         # and saving it at once keeps a second restart from skipping the file we read next.
         self._save_on_adopt = True
+
+    def _begin_oldest_rotated(self) -> bool:
+        """After the cursor's file was rotated out of existence (Manager keeps two copies),
+        every Manager-rotated copy left was rotated after it: start at the oldest, from 0, and
+        walk forward to the live file. False when there is none."""
+        members = [
+            (named.rank, path)
+            for path in self.family.rotated()
+            if (named := self.family.classify(path.name)) is not None and named.scheme == "manager"
+        ]
+        for _, path in sorted(members):
+            st = _stat(str(path))
+            if st is None:
+                continue
+            oldest = _File(st.st_dev, st.st_ino)
+            self._begin(oldest, str(path), 0)
+            self._save_quietly(oldest, 0)
+            return True
+        return False
 
     def _verify_cursor(self, path: str, cursor: FileCursor) -> tuple[_Verify, bytes]:
         """Whether ``path`` still holds the content the cursor was taken on, and its head."""

@@ -699,3 +699,20 @@ def _probe_in_child(work: Path, root: bool) -> dict[str, object]:
         data = fh.read()
     os.waitpid(pid, 0)
     return json.loads(data)  # type: ignore[no-any-return]
+
+
+def test_cursor_whose_file_was_rotated_away_reads_every_copy_rotated_after_it(
+    live: Path,
+) -> None:
+    """Issue 11: after three Manager rotations while the daemon was down, the restart read only
+    the live file ("no longer in its rotation family", or "truncated or replaced" when the new
+    live file reused the deleted file's inode); the runs in .prev2.log and .prev.log were
+    skipped. They were all written after the cursor's file, oldest first."""
+    store = MemoryOffsetStore()
+    append(live, "old run\n")
+    first = LogFollower(live, store, from_start=True)
+    commit_all(first, first.poll())
+    for run in (2, 3, 4):
+        manager_rotate(live)  # the third one deletes the file the cursor names
+        append(live, f"run {run} crash\n")
+    assert texts(LogFollower(live, store).poll()) == ["run 2 crash", "run 3 crash", "run 4 crash"]
