@@ -225,11 +225,15 @@ class _Held:
 
 @dataclass
 class _Unwritten:
-    """An incident whose snapshot could not be written yet, with the records it counted."""
+    """An incident whose snapshot or row could not be written yet, with the records it
+    counted meanwhile (they keep their hold on the log position until it is)."""
 
     incident: Incident
     records: list[FoldedRecord]
     retry_at_s: float
+    #: the snapshot is on disk (its id, or "" when the row already has it): only the row and
+    #: the records are missing -- a full disk fails SQLite's writes too
+    snapshot_id: str | None = None
 
 
 @dataclass
@@ -1252,7 +1256,7 @@ class Service:
                 continue  # _write alerts with the snapshot it wrote
             if isinstance(action, UpdateIncident):
                 pending = self._unwritten.get(action.incident.id)
-                if pending is not None:  # its snapshot is not on disk yet: it carries these
+                if pending is not None:  # its snapshot or row is not saved yet: it carries these
                     pending.incident = action.incident
                     pending.records.extend(action.records)
                     continue
@@ -1261,8 +1265,18 @@ class Service:
                         IncidentRow.from_incident(action.incident), action.records
                     )
                 except SentinelError as exc:
-                    # the records keep their hold: a restart reads and counts them again
-                    log.error("could not save incident %s: %s", action.incident.id, exc)
+                    log.error(
+                        "could not save incident %s (trying again every %.0f s): %s",
+                        action.incident.id,
+                        SNAPSHOT_RETRY_S,
+                        exc,
+                    )
+                    self._unwritten[action.incident.id] = _Unwritten(
+                        action.incident,
+                        list(action.records),
+                        self.clock() + SNAPSHOT_RETRY_S,
+                        snapshot_id="",
+                    )
                     continue
                 self._release(action.records)
             elif isinstance(action, CloseIncident) and action.incident.id in self._unwritten:
@@ -1306,10 +1320,29 @@ class Service:
             current = self.tracker.current(incident_id)
             incident = current if current is not None else pending.incident
             del self._unwritten[incident_id]
-            self._write(incident, pending.records, retry=True)
+            if pending.snapshot_id is not None:
+                self._save_row(incident, pending.snapshot_id or None, pending.records)
+            else:
+                self._write(incident, pending.records, retry=True)
             if current is None and incident_id not in self._unwritten and self.store is not None:
                 with contextlib.suppress(SentinelError):
                     self.store.close_incident(incident_id, now)
+
+    def _save_row(
+        self, incident: Incident, snapshot_id: str | None, records: Sequence[FoldedRecord]
+    ) -> None:
+        """The row and the records it counted; on failure tried again while running (and a
+        restart restores them from the snapshot, which lists its records)."""
+        assert self.store is not None
+        try:
+            self.store.save_incident(IncidentRow.from_incident(incident, snapshot_id), records)
+        except SentinelError as exc:
+            log.error("could not save incident %s: %s", incident.id, exc)
+            self._unwritten[incident.id] = _Unwritten(
+                incident, list(records), self.clock() + SNAPSHOT_RETRY_S, snapshot_id or ""
+            )
+            return
+        self._release(records)
 
     def _write(
         self, incident: Incident, records: Sequence[FoldedRecord] = (), *, retry: bool = False
@@ -1371,14 +1404,7 @@ class Service:
             return
         if retry:
             log.info("snapshot of incident %s written on a later try", incident.id)
-        try:
-            self.store.save_incident(IncidentRow.from_incident(incident, ref.id), records)
-        except SentinelError as exc:
-            # The snapshot lists its records: the next start restores the row from it, and
-            # until then the records keep their hold.
-            log.error("could not save incident %s: %s", incident.id, exc)
-        else:
-            self._release(records)
+        self._save_row(incident, ref.id, records)
         self.incidents_written += 1
         self.last_incident = ref.id
         if self.metrics is not None:

@@ -98,3 +98,36 @@ def test_a_snapshot_that_could_not_be_written_is_written_while_running(tmp_path:
         daemon.stop()
     assert len(snapshot_dirs(daemon.data_dir)) == 3
     assert "Traceback" not in daemon.all_stderr()
+
+
+@pytest.mark.timeout(180)
+def test_a_storm_row_that_could_not_be_saved_is_saved_while_running(tmp_path: Path) -> None:
+    """The store refusing writes (a full disk fails SQLite's too; here another process holds
+    its write lock past the busy timeout) delays a storm's count, never drops or repeats it."""
+    log = tmp_path / "comfyui.log"
+    log.write_text("")
+    daemon = Daemon(tmp_path, logs=[log], config=CONFIG).start()
+    db = daemon.data_dir / "oom-sentinel.db"
+    try:
+        append(log, cuda_oom_record(T0))
+        wait_for(lambda: _count(daemon.data_dir) == 1, 30, "the first failure")
+        blocker = sqlite3.connect(db, isolation_level=None, timeout=30)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            for i in range(1, 4):
+                append(log, cuda_oom_record(T0 + timedelta(seconds=5 * i)))
+            wait_for(lambda: "could not save incident" in daemon.stderr(), 60, "a failed row save")
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        wait_for(lambda: _count(daemon.data_dir) == 4, 60, "the storm saved on a later try")
+    finally:
+        daemon.stop(signal.SIGKILL)
+    daemon = Daemon(tmp_path, logs=[log], config=CONFIG).start()
+    try:
+        append(log, cuda_oom_record(T0 + timedelta(seconds=20)))
+        wait_for(lambda: _count(daemon.data_dir) == 5, 30, "the next repeat")
+    finally:
+        daemon.stop()
+    assert [c for _, _, c in _rows(daemon.data_dir)] == [5]
+    assert len(snapshot_dirs(daemon.data_dir)) == 1
