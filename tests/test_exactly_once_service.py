@@ -131,3 +131,27 @@ def test_a_storm_row_that_could_not_be_saved_is_saved_while_running(tmp_path: Pa
         daemon.stop()
     assert [c for _, _, c in _rows(daemon.data_dir)] == [5]
     assert len(snapshot_dirs(daemon.data_dir)) == 1
+
+
+@pytest.mark.timeout(180)
+def test_the_position_is_saved_while_a_backlog_is_worked_through(tmp_path: Path) -> None:
+    """A backlog of 200 incidents: killed half-way, the saved position is near the last
+    failure counted, not at byte 0 (it was saved only when the whole batch ended)."""
+    log = tmp_path / "comfyui.log"
+    log.write_text("")
+    daemon = Daemon(tmp_path, logs=[log], config=CONFIG).start()
+    daemon.stop()
+    starts: list[int] = []
+    with open(log, "a", encoding="utf-8") as fh:
+        for i in range(200):  # each its own incident: 10 minutes apart, window 1 minute
+            starts.append(fh.tell())
+            fh.write(cuda_oom_record(T0 + timedelta(minutes=10 * i)))
+    daemon.spawn()
+    try:
+        wait_for(lambda: _count(daemon.data_dir) >= 40, 60, "40 of the backlog counted")
+    finally:
+        daemon.stop(signal.SIGKILL)
+    counted = _count(daemon.data_dir)
+    assert counted < 200, "the backlog was done before the kill: nothing measured"
+    # at most one batch (16 records, i.e. a few failures) behind the last failure counted
+    assert _saved_offset(daemon.data_dir) >= starts[counted - 8]
