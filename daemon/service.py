@@ -1324,9 +1324,9 @@ class Service:
                 self._save_row(incident, pending.snapshot_id or None, pending.records)
             else:
                 self._write(incident, pending.records, retry=True)
-            if current is None and incident_id not in self._unwritten and self.store is not None:
-                with contextlib.suppress(SentinelError):
-                    self.store.close_incident(incident_id, now)
+            if current is None and incident_id not in self._unwritten:
+                # its storm ended while it waited: close it now that it is saved
+                self._apply([CloseIncident(incident)])
 
     def _save_row(
         self, incident: Incident, snapshot_id: str | None, records: Sequence[FoldedRecord]

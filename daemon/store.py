@@ -48,6 +48,8 @@ from oom_sentinel.daemon.incidents import FoldedRecord, Incident
 __all__ = ["APPLICATION_ID", "DB_NAME", "MIGRATIONS", "IncidentRow", "Store"]
 
 DB_NAME = "oom-sentinel.db"
+#: at most this many open incidents are resumed after a restart (the newest)
+OPEN_INCIDENTS_RESUMED = 256
 #: stamped into the file header so we never mistake another program's database for ours
 APPLICATION_ID = 0x4F4F4D53  # "OOMS"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -157,10 +159,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX state_observations_by_state ON state_observations (state_id);
     """,
     # 5: exactly once across restarts: which source records each incident counted, the
-    # workflow an incident is about (its storm key), and whether its storm is over
+    # workflow an incident is about (its storm key), and whether its storm is over (rows from
+    # before are taken as over: a restart resumes only storms it knows are open)
     """
     ALTER TABLE incidents ADD COLUMN workflow_fingerprint TEXT;
     ALTER TABLE incidents ADD COLUMN closed_s REAL;
+    UPDATE incidents SET closed_s = last_seen_s;
     CREATE INDEX incidents_open ON incidents (closed_s);
     CREATE TABLE incident_records (
         record_id TEXT PRIMARY KEY,
@@ -536,7 +540,9 @@ class Store:
         rows = self.query(
             "list open incidents",
             f"SELECT {_INCIDENT_COLUMNS} FROM incidents "
-            "WHERE closed_s IS NULL AND snapshot_id IS NOT NULL ORDER BY first_seen_s",
+            "WHERE closed_s IS NULL AND snapshot_id IS NOT NULL "
+            "ORDER BY last_seen_s DESC LIMIT ?",
+            (OPEN_INCIDENTS_RESUMED,),
         )
         return [_row_to_incident(r) for r in rows]
 

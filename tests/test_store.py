@@ -328,3 +328,41 @@ def test_rows_written_before_a_kill_9_are_there_after(tmp_path: Path) -> None:
     with Store.open(tmp_path) as store:
         assert store.load_cursor("/log") == FileCursor("/log", 1, 2, 777, "fp")
         assert store.incident("inc-child") is not None
+
+
+def test_incidents_from_before_the_records_table_are_not_resumed(tmp_path: Path) -> None:
+    """Migration 5 takes every older incident's storm as over, so the first start after the
+    upgrade does not re-open the whole history."""
+    conn = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None)
+    for script in MIGRATIONS[:4]:
+        conn.executescript(script)
+    conn.execute("PRAGMA user_version = 4")
+    conn.execute(f"PRAGMA application_id = {0x4F4F4D53}")
+    conn.execute(
+        "INSERT INTO incidents VALUES ('old', 'snap', 'main', 'gpu', 'cuda', NULL, NULL, "
+        "1.0, 2.0, 3, '[]', 'old storm', 'fp')"
+    )
+    conn.close()
+    with Store.open(tmp_path) as store:
+        assert store.open_incidents() == []
+        (row,) = store.incidents()
+        assert (row.id, row.count, row.closed_s) == ("old", 3, 2.0)
+
+
+def test_records_are_saved_with_their_incident_once_and_go_with_it(tmp_path: Path) -> None:
+    from oom_sentinel.daemon.incidents import FoldedRecord
+
+    first = FoldedRecord("log|0|a", 1, "log", "cuda-oom", 10.0)
+    second = FoldedRecord("log|900|b", 2, "log", "cuda-oom", 13.0)
+    with Store.open(tmp_path) as store:
+        store.save_incident(row(1), [first])
+        store.save_incident(row(1, count=2), [second, first])  # a repeat of `first`: ignored
+        store.save_incident(row(2), [first])  # another incident claims it: it keeps its own
+        assert store.counted_by("log|0|a") == store.counted_by("log|900|b") == row(1).id
+        assert store.counted_by("log|1800|c") is None
+        assert store.incident_records(row(1).id, failure=2) == [second]
+        assert {r.id for r in store.open_incidents()} == {row(1).id, row(2).id}
+        store.close_incident(row(1).id, 99.0)
+        assert [r.id for r in store.open_incidents()] == [row(2).id]
+        store.delete_incidents_for_snapshots([str(row(1).snapshot_id)])
+        assert store.counted_by("log|0|a") is None
