@@ -227,7 +227,7 @@ def run_stress(
                 kill("storm" if written and rng.random() < 0.5 else "random")
                 planned += 2
                 next_kill = written + rng.randint(gap // 2, gap * 3 // 2)
-                burst = rng.randint(30, 60)
+                burst = rng.randint(gap, 2 * gap)
                 for _ in range(min(burst, records - written)):
                     writer.append(failure(backlog=True))
                     written += 1
@@ -253,6 +253,11 @@ def run_stress(
                 rotate()
                 next_rotation = written + rng.randint(2, 6)
             time.sleep(rng.uniform(0.0, 0.03))
+        while figures.kills < kills:  # the plan ran out of failures: kill while it settles
+            if not alive():
+                start()
+            time.sleep(rng.uniform(0.0, 0.3))
+            kill("random")
         if not alive():
             start()
         deadline = time.monotonic() + 120.0

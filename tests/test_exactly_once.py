@@ -16,8 +16,8 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL and Man
 def test_every_failure_is_counted_once_through_kills_rotations_and_backlogs(tmp_path: Path) -> None:
     figures = run_stress(tmp_path, records=240, kills=12, seed=11, say=print)
     print(figures.line())
-    assert figures.kills >= 10 and figures.kills_in_storm and figures.kills_in_backlog
-    assert figures.rotations >= 240 // 10
+    assert figures.kills >= 12 and figures.kills_in_storm and figures.kills_in_backlog
+    assert figures.rotations >= 240 // 8  # a Manager rotation every few failures
     assert figures.problems == []
     assert (figures.lost, figures.duplicated) == (0, 0), figures.line()
     assert figures.counted == figures.records
