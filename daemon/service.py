@@ -158,6 +158,8 @@ LOST_RUN_GRACE_S = 15.0
 CAPTURED_PROMPTS = 64
 #: Prompt ids remembered as handled without asking the store again.
 RECENT_PROMPT_IDS = 4096
+#: Log record ids remembered as read (soft OOMs included) without asking the store again.
+RECENT_RECORD_IDS = 20_000
 #: store meta key: the last time this daemon was alive, so a prompt that failed while it was
 #: down (found in history at the next connect) still becomes an incident
 META_LAST_ALIVE = "last_alive_s"
@@ -375,7 +377,9 @@ class Service:
         self._hold_seq = 0
         #: incidents whose snapshot write failed, retried while running (by incident id)
         self._unwritten: dict[str, _Unwritten] = {}
-        self._handled_records: set[str] = set()
+        #: record ids seen lately (recent snapshots' at start-up, then every record read);
+        #: bounded -- the store's incident_records is the durable answer
+        self._handled_records: OrderedDict[str, None] = OrderedDict()
         #: log lines before each OOM record, until its snapshot is written
         self._contexts: dict[str, tuple[str, ...]] = {}
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -1058,7 +1062,7 @@ class Service:
                 evidence = obs.get("evidence") or {} if isinstance(obs, dict) else {}
                 rid = evidence.get("record_id")
                 if isinstance(rid, str):
-                    self._handled_records.add(rid)
+                    self._remember_record(rid)
                 prompt_id = evidence.get("prompt_id")
                 if isinstance(prompt_id, str) and obs.get("source") == "api":
                     self._handled_prompts.add(prompt_id)
@@ -1207,7 +1211,7 @@ class Service:
         rid = _record_id(key, record)
         if rid in self._handled_records or self._record_counted(rid):
             return  # an incident already counted it (re-read after a crash)
-        self._handled_records.add(rid)
+        self._remember_record(rid)
         if not event.recovered:
             self._hold_seq += 1
             self._holds[rid] = _Held(key, path, record.start_offset, self._hold_seq)
@@ -1227,6 +1231,11 @@ class Service:
             )
         )
         self._contexts[rid] = self._context_lines(state, path, record.start_offset)
+
+    def _remember_record(self, rid: str) -> None:
+        self._handled_records[rid] = None
+        while len(self._handled_records) > RECENT_RECORD_IDS:
+            self._handled_records.popitem(last=False)
 
     def _record_counted(self, rid: str) -> bool:
         return self._counted_by(rid) is not None
