@@ -625,9 +625,14 @@ def load_snapshot(path: str | os.PathLike[str], *, validate: bool = True) -> Sna
             f"{doc}: not valid JSON (line {exc.lineno}, column {exc.colno}); "
             "the snapshot is corrupt"
         ) from None
+    except RecursionError:
+        raise InputError(f"{doc}: nested too deeply; the snapshot is corrupt") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise InputError(f"{doc}: not an oom-sentinel snapshot (no schema_version)")
-    problem = validate_snapshot_json(data) if validate else _quick_check(data)
+    try:
+        problem = validate_snapshot_json(data) if validate else _quick_check(data)
+    except RecursionError:
+        problem = "nested too deeply; the snapshot is corrupt"
     if problem:
         raise InputError(f"{doc}: {problem}")
     return Snapshot(id=directory.name, path=directory, data=data)

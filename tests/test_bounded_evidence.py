@@ -126,3 +126,15 @@ def test_utf16_lines_are_cut_at_aligned_newlines_across_any_chunking() -> None:
             got += sp.feed(data[i : i + chunk])
         assert [raw.decode("utf-16-le") for raw, _, _ in got] == lines
         assert got[-1][2] == len(data) and [s for _, s, _ in got][1:] == [e for _, _, e in got][:-1]
+
+
+def test_snapshots_show_on_a_deeply_nested_snapshot_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    snap = tmp_path / "20260102T101112Z_gpu_deep"
+    snap.mkdir()
+    (snap / "snapshot.json").write_text(
+        '{"schema_version": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    )
+    proc = _cli(tmp_path, "snapshots", "show", str(snap))
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "nested too deeply" in proc.stderr
