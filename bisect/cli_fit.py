@@ -345,7 +345,11 @@ def _run(args: FitArgs) -> int:
                 env={**settings.env, **apply_env(change)},
             )
             replayer = Replayer(ws, run_settings, gpu=gpu, host=host)
-            return replayer.measure(apply_prompt(prompt, change), threshold)
+            # the baseline runs to the end over an emulated budget: its prompt time is the
+            # reference for the speed cost; a change is stopped as soon as it crosses
+            return replayer.measure(
+                apply_prompt(prompt, change), threshold if change is not None else None
+            )
 
         experiment = Experiment(
             measure,
@@ -385,17 +389,7 @@ def _run(args: FitArgs) -> int:
     if args.as_json:
         echo_json(
             {
-                "result": doc["result"],
-                "headline": doc["headline"],
-                "message": doc["message"],
-                "pool": doc["pool"],
-                "recommendation": doc["recommendation"],
-                "baseline": doc["baseline"],
-                "trials": doc["trials"],
-                "combined": doc["combined"],
-                "untried": [c["label"] for c in doc["untried"]],
-                "runs": doc["runs"],
-                "elapsed_s": doc["elapsed_s"],
+                **doc,
                 "report": {"html": str(html_path), "dir": str(report_dir)},
                 "attached_to": None if attached is None else str(attached),
             }

@@ -30,7 +30,7 @@ import copy
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from oom_sentinel.bisect.cli_args_filter import ArgSpec, split_flags
 
@@ -223,8 +223,8 @@ def flag_candidates(
     if pool == "vram" and on_gpu:
         env = dict(environ or {})
         if EXPANDABLE not in env.get(ALLOC_CONF, ""):
-            current = env.get(ALLOC_CONF, "")
-            value = f"{current},{EXPANDABLE}" if current else EXPANDABLE
+            conf = env.get(ALLOC_CONF, "")
+            value = f"{conf},{EXPANDABLE}" if conf else EXPANDABLE
             out.append(
                 Change(
                     key="expandable-segments",
@@ -338,11 +338,11 @@ def flag_candidates(
 # --------------------------------------------------------------------------- knobs
 
 
-def _literal_int(value: Any) -> bool:
+def _literal_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _literal_number(value: Any) -> bool:
+def _literal_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

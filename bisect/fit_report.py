@@ -9,9 +9,10 @@ it is stored in ``fit.json`` so the daemon's ``show`` reads it without importing
 Every changed prompt is written beside the report as ``fit-<change>.json`` (an API prompt,
 ready to queue or load in ComfyUI); the user's own workflow file is never written.
 
-Time cost: each run's prompt time against the baseline's. The baseline failed, so its time is
-the time to the failure (a run stopped at the budget ends even sooner): a ratio against it
-overstates the slowdown, never hides it, and the report says so.
+Time cost: each run's prompt time against the baseline's. Under an emulated budget the baseline
+runs to the end (the machine has the memory; only the budget says no), so its time is a full
+run's and the ratio is the speed cost of the fix. A baseline that really ran out of memory
+stopped at its failure: no ratio is claimed then, only each run's prompt time.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rich.text import Text
 from oom_sentinel.bisect.fit import RESULT_FITS, FitResult, Trial
 from oom_sentinel.bisect.fit_candidates import apply_prompt
 from oom_sentinel.bisect.session import outcome_to_json
-from oom_sentinel.bisect.verdict import Threshold
+from oom_sentinel.bisect.verdict import Ok, Threshold
 from oom_sentinel.daemon.atomic import write_bytes_atomic
 from oom_sentinel.daemon.units import MIB, format_bytes
 
@@ -64,9 +65,16 @@ def _peak(trial: Trial, pool: str | None) -> int | None:
     return None
 
 
+def baseline_complete(baseline: Trial) -> bool:
+    """Whether the baseline ran its prompt to the end (over an emulated budget, not OOM):
+    only then is its prompt time a fair reference for a speed cost."""
+    o = baseline.measurement.outcome
+    return isinstance(o, Ok) and not o.stopped_early
+
+
 def _ratio(trial: Trial, baseline: Trial) -> float | None:
     a, b = trial.prompt_s, baseline.prompt_s
-    if a is None or b is None or b <= 0:
+    if a is None or b is None or b <= 0 or not baseline_complete(baseline):
         return None
     return round(a / b, 3)
 
@@ -124,10 +132,14 @@ def headline(doc: Mapping[str, Any]) -> str:
     if doc.get("result") == RESULT_FITS and rec:
         words = "fits only with a combination:" if doc.get("combined") else "fits with"
         note = ", changes the output" if (rec.get("change") or {}).get("changes_output") else ""
-        return (
-            f"{words} {rec['label']} ({_of(rec['peak_bytes'], rec['capacity_bytes'])}, "
-            f"{_speed(rec['time_vs_baseline'])}{note})"
-        )
+        ratio = rec["time_vs_baseline"]
+        if ratio is not None:
+            speed = _speed(ratio)
+        elif rec.get("prompt_s") is not None:
+            speed = f"prompt {rec['prompt_s']:.1f} s"
+        else:
+            speed = "time unknown"
+        return f"{words} {rec['label']} ({_of(rec['peak_bytes'], rec['capacity_bytes'])}, {speed}{note})"
     return str(doc.get("message") or doc.get("result"))
 
 
@@ -168,8 +180,13 @@ def build_fit_report(
         "runs": runs,
         "max_runs": max_runs,
         "elapsed_s": round(elapsed_s, 2),
-        "time_note": "prompt time against the baseline's, which stopped at its failure: "
-        "the ratio overstates a slowdown rather than hides one",
+        "baseline_complete": baseline_complete(base),
+        "time_note": (
+            "prompt time against the baseline's, which ran to the end over the budget"
+            if baseline_complete(base)
+            else "no time ratio: the baseline stopped at its failure, so its prompt time is "
+            "not a full run's"
+        ),
     }
     doc["headline"] = headline(doc)
     return doc
