@@ -116,6 +116,19 @@ def _speed(ratio: float | None) -> str:
     return "about as fast"
 
 
+def _secs(value: float) -> str:
+    return f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+
+
+def _note(row: Mapping[str, Any]) -> str:
+    """The first sentence of why a run failed (an OOM message goes on for lines)."""
+    if row["fits"]:
+        return ""
+    text = str(row["reason"]).strip()
+    cut = text.find(". ")
+    return (text[: cut + 1] if 0 < cut < 90 else text[:90]).strip()
+
+
 def _of(peak: int | None, cap: int | None) -> str:
     if peak is None:
         return "peak unknown"
@@ -136,7 +149,7 @@ def headline(doc: Mapping[str, Any]) -> str:
         if ratio is not None:
             speed = _speed(ratio)
         elif rec.get("prompt_s") is not None:
-            speed = f"prompt {rec['prompt_s']:.1f} s"
+            speed = f"prompt {_secs(rec['prompt_s'])} s"
         else:
             speed = "time unknown"
         return f"{words} {rec['label']} ({_of(rec['peak_bytes'], rec['capacity_bytes'])}, {speed}{note})"
@@ -230,7 +243,7 @@ def render_fit_terminal(doc: Mapping[str, Any], console: Console) -> None:
             format_bytes(row["peak_ram_bytes"], "—"),
             "—" if row["prompt_s"] is None else f"{row['prompt_s']:.2f}",
             "—" if ratio is None else f"{ratio:.2f}×",
-            "" if row["fits"] else str(row["reason"])[:80],
+            _note(row),
         )
     console.print(table)
     cap = (doc.get("capacity") or {}).get(doc.get("pool") or "")

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -403,7 +404,7 @@ def test_only_a_flag_fits(install: FitInstall) -> None:
     assert rec["margin_bytes"] > 0
     # the baseline really ran out of memory: its time is not a full run's, no ratio is claimed
     assert rec["time_vs_baseline"] is None and not doc["baseline_complete"]
-    assert doc["headline"].endswith(f"prompt {rec['prompt_s']:.1f} s)")
+    assert re.search(r", prompt \d+\.\d+ s\)$", doc["headline"]), doc["headline"]
     # the changed prompts, beside the report, ready to load; the flags need no file
     report = Path(doc["report"]["dir"])
     half = json.loads((report / "fit-resolution-x0.5.json").read_text())
@@ -531,6 +532,84 @@ def test_a_workflow_that_already_fits_is_not_a_fit_experiment(install: FitInstal
     code, doc, _ = install.fit_workflow(wf)
     assert (code, doc["result"]) == (1, "not-reproduced")
     assert "fits unchanged" in doc["message"] and doc["trials"] == []
+
+
+def _ui_blur_workflow(batch: int) -> dict[str, Any]:
+    """The blur prompt as the frontend saves it (nodes, links, widgets_values)."""
+
+    def node(nid: int, kind: str, inputs: list, outputs: list, widgets: list) -> dict[str, Any]:
+        return {
+            "id": nid,
+            "type": kind,
+            "pos": [100 * nid, 100],
+            "size": [300, 120],
+            "flags": {},
+            "order": nid,
+            "mode": 0,
+            "inputs": inputs,
+            "outputs": outputs,
+            "properties": {"Node name for S&R": kind},
+            "widgets_values": widgets,
+        }
+
+    return {
+        "last_node_id": 3,
+        "last_link_id": 2,
+        "nodes": [
+            node(
+                1,
+                "EmptyImage",
+                [],
+                [{"name": "IMAGE", "type": "IMAGE", "links": [1], "slot_index": 0}],
+                [1024, 1024, batch, 0],
+            ),
+            node(
+                2,
+                "ImageBlur",
+                [{"name": "image", "type": "IMAGE", "link": 1}],
+                [{"name": "IMAGE", "type": "IMAGE", "links": [2], "slot_index": 0}],
+                [1, 1.0],
+            ),
+            node(3, "PreviewAny", [{"name": "source", "type": "*", "link": 2}], [], []),
+        ],
+        "links": [[1, 1, 0, 2, 0, "IMAGE"], [2, 2, 0, 3, 0, "IMAGE"]],
+        "groups": [],
+        "config": {},
+        "extra": {},
+        "version": 0.4,
+    }
+
+
+@pytest.mark.slow
+def test_a_ui_workflow_is_converted_with_the_installs_object_info(install: FitInstall) -> None:
+    wf = install.workflow(_ui_blur_workflow(24), "ui")
+    code, doc, err = install.fit_workflow(wf)
+    assert (code, doc["result"]) == (0, "fits"), err[-3000:]
+    assert "converting the UI workflow" in err
+    assert doc["recommendation"]["change"]["key"] == "batch-1"
+    changed = json.loads((Path(doc["report"]["dir"]) / "fit-batch-1.json").read_text())
+    assert changed["1"]["class_type"] == "EmptyImage"
+    assert changed["1"]["inputs"] == {"width": 1024, "height": 1024, "batch_size": 1, "color": 0}
+    install.assert_untouched()
+
+
+def test_show_leads_with_the_latest_fit_attached(tmp_path: Path) -> None:
+    from oom_sentinel.bisect.report import attach_to_snapshot
+    from oom_sentinel.daemon.cli_snapshots import _fit_lead
+
+    assert _fit_lead(tmp_path) == []
+    first = attach_to_snapshot(
+        tmp_path, {"fit.json": b'{"headline": "fits with --lowvram"}'}, folder="fit"
+    )
+    second = attach_to_snapshot(
+        tmp_path, {"fit.json": b'{"headline": "fits with --novram"}'}, folder="fit"
+    )
+    assert (first.name, second.name) == ("fit", "fit-2")
+    assert _fit_lead(tmp_path) == ["oom-bisect fit: fits with --novram"]
+    (second / "fit.json").write_text("{not json")
+    assert _fit_lead(tmp_path) == []  # a broken attachment is no headline, not a crash
+    # the bisect's own attachments keep their name
+    assert attach_to_snapshot(tmp_path, {"report.json": b"{}"}).name == "bisect"
 
 
 # ---------------------------------------------------------------------------- a real ComfyUI
