@@ -243,7 +243,10 @@ def run_fit(args: FitArgs) -> int:
         try:
             return _run(args)
         except KeyboardInterrupt:
-            click.echo(f"{PROG} fit: interrupted; nothing of the user's was changed", err=True)
+            message = "interrupted; nothing of the user's was changed"
+            if args.as_json:
+                echo_json({"result": "interrupted", "message": message})
+            click.echo(f"{PROG} fit: {message}", err=True)
             return EXIT_INTERRUPTED
         except SentinelError as exc:
             if args.as_json:  # --json always ends with one object, errors included

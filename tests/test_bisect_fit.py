@@ -271,6 +271,50 @@ def test_the_experiment_stops_at_the_first_fit_and_combines_only_when_nothing_si
     assert "left untried" in result.message
 
 
+def test_fit_exit_statuses_are_documented_in_the_readme() -> None:
+    from oom_sentinel.bisect.cli_fit import EXIT_NOTHING_FITS
+
+    text = (Path(__file__).parent.parent / "README.md").read_text("utf-8")
+    section = text[text.index("### oom-bisect fit") :]
+    section = section[: section.index("\n## ")]
+    for code, word in (
+        (0, "fits"),
+        (1, "error"),
+        (2, "usage"),
+        (3, "input"),
+        (4, "nothing fits"),
+        (130, "interrupted"),
+    ):
+        assert re.search(rf"^\| {code} \| .*{word}", section, re.M), f"exit {code} ({word})"
+    assert EXIT_NOTHING_FITS == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "text"),
+    [
+        ([], 2, "give a SNAPSHOT_ID or --workflow FILE"),
+        (["20990101T000000Z", "--workflow", "x.json"], 2, "not both"),
+        (["--workflow", "{wf}", "--max-runs", "1"], 2, "--max-runs must be at least 2"),
+        (["--workflow", "{wf}", "--ram-budget", "lots"], 2, "--ram-budget: 'lots' is not a size"),
+        (["--workflow", "{missing}"], 3, "missing.json"),
+    ],
+    ids=["nothing", "both", "max-runs", "budget", "missing-file"],
+)
+def test_bad_input_is_one_line_and_a_status(
+    tmp_path: Path, args: list[str], status: int, text: str
+) -> None:
+    from click.testing import CliRunner
+
+    from oom_sentinel.bisect.cli import main
+
+    wf = tmp_path / "wf.json"
+    wf.write_text(json.dumps(blur_prompt(1)))
+    words = [a.format(wf=wf, missing=tmp_path / "missing.json") for a in args]
+    res = CliRunner().invoke(main, ["fit", *words, "--data-dir", str(tmp_path / "data")])
+    assert res.exit_code == status, res.output
+    assert text in res.output and "Traceback" not in res.output
+
+
 # ---------------------------------------------------------------------------- end to end
 
 
@@ -590,6 +634,52 @@ def test_a_ui_workflow_is_converted_with_the_installs_object_info(install: FitIn
     changed = json.loads((Path(doc["report"]["dir"]) / "fit-batch-1.json").read_text())
     assert changed["1"]["class_type"] == "EmptyImage"
     assert changed["1"]["inputs"] == {"width": 1024, "height": 1024, "batch_size": 1, "color": 0}
+    install.assert_untouched()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_fit_and_its_comfyui(install: FitInstall) -> None:
+    import signal
+    import time
+
+    wf = install.workflow(
+        {
+            "1": {"class_type": "Sleep", "inputs": {"seconds": 60.0}},
+            "2": {"class_type": "AllocateVRAM", "inputs": {"mib": 500, "value": ["1", 0]}},
+            "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+        },
+        "sleepy",
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "oom_sentinel.bisect",
+            "fit",
+            "--json",
+            "--workflow",
+            str(wf),
+            "--comfyui",
+            str(install.root),
+            "--python",
+            sys.executable,
+        ],
+        env=install.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until its ComfyUI runs the prompt
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        if any("main.py" in " ".join(k.cmdline()) for k in kids if k.is_running()):
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert json.loads(out)["result"] == "interrupted"
     install.assert_untouched()
 
 
