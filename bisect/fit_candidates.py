@@ -129,6 +129,8 @@ class Change:
     #: the prompt's result differs (fewer images, another size): never applied silently
     changes_output: bool = False
     parts: tuple[str, ...] = ()
+    #: runs of the changed prompt that give the baseline's output (batch 8 → 1: 8)
+    repeat: int = 1
 
     @property
     def is_combination(self) -> bool:
@@ -148,6 +150,7 @@ class Change:
             ],
             "changes_output": self.changes_output,
             "parts": list(self.parts),
+            "repeat": self.repeat,
         }
 
 
@@ -248,13 +251,13 @@ def flag_candidates(
         if "--reserve-vram" in spec:
             out.append(
                 Change(
-                    key=_slug(f"reserve-vram {reserve:g}"),
-                    label=f"--reserve-vram {reserve:g}",
+                    key=_slug(f"reserve-vram {reserve:.1f}"),
+                    label=f"--reserve-vram {reserve:.1f}",
                     kind="flag",
                     cost=1.05,
                     why="keeps that many GB free for peaks ComfyUI's estimate misses; "
                     "models load a little less",
-                    flags=("--reserve-vram", f"{reserve:g}"),
+                    flags=("--reserve-vram", f"{reserve:.1f}"),
                     replaces=frozenset({"--reserve-vram"}),
                 )
             )
@@ -439,6 +442,7 @@ def knob_candidates(
                 why="one image per run: queue the prompt that many times for the same images",
                 edits=tuple(batch),
                 changes_output=True,
+                repeat=max(int(e.old) for e in batch),
             )
         )
 
@@ -570,6 +574,7 @@ def combine(a: Change, b: Change) -> Change | None:
         edits=a.edits + b.edits,
         changes_output=a.changes_output or b.changes_output,
         parts=parts,
+        repeat=a.repeat * b.repeat,
     )
 
 

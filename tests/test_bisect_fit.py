@@ -72,7 +72,7 @@ def test_a_ram_failure_is_offered_ram_flags_and_never_vram_modes() -> None:
 def test_a_vram_failure_is_offered_vram_flags_cheapest_first() -> None:
     got = keys(order(flag_candidates("vram", SPEC, gpu=True, model=True)))
     assert got == [
-        "reserve-vram-1",
+        "reserve-vram-1.0",
         "expandable-segments",
         "disable-smart-memory",
         "use-split-cross-attention",
@@ -95,7 +95,7 @@ def test_flags_follow_the_commit_the_device_and_the_users_own_flags() -> None:
             if "--reserve-vram" not in line and "--disable-pinned-memory" not in line
         )
     )
-    assert "reserve-vram-1" not in keys(flag_candidates("vram", old, gpu=True))
+    assert "reserve-vram-1.0" not in keys(flag_candidates("vram", old, gpu=True))
     assert "disable-pinned-memory" not in keys(flag_candidates("ram", old))
     with_dynamic = parse_cli_args(
         STANDIN_CLI + '\nparser.add_argument("--disable-dynamic-vram", action="store_true")\n'
@@ -108,7 +108,7 @@ def test_flags_follow_the_commit_the_device_and_the_users_own_flags() -> None:
     mine = keys(
         flag_candidates("vram", SPEC, gpu=True, user_flags=["--lowvram", "--reserve-vram", "2"])
     )
-    assert "lowvram" not in mine and "reserve-vram-3" in mine
+    assert "lowvram" not in mine and "reserve-vram-3.0" in mine
     # an allocator setting the user already has is kept, expandable segments appended
     (env,) = [
         c
@@ -128,11 +128,13 @@ def test_a_new_vram_mode_replaces_the_users_and_keeps_the_rest() -> None:
         "auto",
         "--novram",
     )
-    reserve = next(c for c in flag_candidates("vram", SPEC, gpu=True) if c.key == "reserve-vram-1")
+    reserve = next(
+        c for c in flag_candidates("vram", SPEC, gpu=True) if c.key == "reserve-vram-1.0"
+    )
     assert apply_flags(["--reserve-vram", "0.5", "--cpu-vae"], reserve, SPEC) == (
         "--cpu-vae",
         "--reserve-vram",
-        "1",
+        "1.0",
     )
     assert apply_flags(["--x"], None, SPEC) == ("--x",)
 
@@ -174,6 +176,7 @@ def test_knobs_are_what_the_prompt_exposes() -> None:
         ("5", "height"): 240,
     }
     assert knobs["batch-1"].changes_output and not knobs["tiled-vae-decode"].changes_output
+    assert knobs["batch-1"].repeat == 4  # four runs of batch 1 give the same images
     tiled = apply_prompt(PROMPT, knobs["tiled-vae-decode"])
     assert tiled["4"]["class_type"] == "VAEDecodeTiled"
     assert tiled["4"]["inputs"] == {"samples": ["3", 0], "vae": ["2", 2], **TILED_DEFAULTS}
@@ -198,12 +201,12 @@ def test_combinations_pair_a_flag_with_a_knob_first_and_never_two_of_a_group() -
     knobs = {c.key: c for c in knob_candidates(PROMPT)}
     assert combine(flags["lowvram"], flags["novram"]) is None
     assert combine(knobs["resolution-x0.75"], knobs["resolution-x0.5"]) is None
-    failed = [flags["reserve-vram-1"], flags["lowvram"], knobs["batch-1"]]
+    failed = [flags["reserve-vram-1.0"], flags["lowvram"], knobs["batch-1"]]
     combos = combinations(failed)
     assert [c.key for c in combos] == [
-        "reserve-vram-1+batch-1",
+        "reserve-vram-1.0+batch-1",
         "lowvram+batch-1",
-        "reserve-vram-1+lowvram",
+        "reserve-vram-1.0+lowvram",
     ]
     both = combos[1]
     assert both.flags == ("--lowvram",) and both.edits == knobs["batch-1"].edits
@@ -235,7 +238,7 @@ def test_judging_a_run() -> None:
 def test_the_experiment_stops_at_the_first_fit_and_combines_only_when_nothing_single_fits() -> None:
     flags = {c.key: c for c in flag_candidates("vram", SPEC, gpu=True, model=False)}
     knobs = {c.key: c for c in knob_candidates(PROMPT)}
-    singles = order([flags["reserve-vram-1"], flags["lowvram"], knobs["batch-1"]])
+    singles = order([flags["reserve-vram-1.0"], flags["lowvram"], knobs["batch-1"]])
     fits_when = {"lowvram+batch-1"}
     seen: list[str] = []
 
@@ -248,10 +251,10 @@ def test_the_experiment_stops_at_the_first_fit_and_combines_only_when_nothing_si
     result = Experiment(measure, lambda pool: singles, budget=Threshold()).run()
     assert seen == [
         "baseline",
-        "reserve-vram-1",
+        "reserve-vram-1.0",
         "lowvram",
         "batch-1",
-        "reserve-vram-1+batch-1",
+        "reserve-vram-1.0+batch-1",
         "lowvram+batch-1",
     ]
     assert result.result == "fits" and result.combined
@@ -262,7 +265,7 @@ def test_the_experiment_stops_at_the_first_fit_and_combines_only_when_nothing_si
     fits_when = {"lowvram"}
     seen.clear()
     result = Experiment(measure, lambda pool: singles, budget=Threshold()).run()
-    assert seen == ["baseline", "reserve-vram-1", "lowvram"] and not result.combined
+    assert seen == ["baseline", "reserve-vram-1.0", "lowvram"] and not result.combined
     # --max-runs bounds everything, the baseline included
     fits_when = set()
     seen.clear()
@@ -436,8 +439,8 @@ def test_only_a_flag_fits(install: FitInstall) -> None:
     assert (code, doc["result"]) == (0, "fits"), err[-3000:]
     assert doc["baseline"]["verdict"] == "oom" and doc["pool"] == "vram"
     rec = doc["recommendation"]
-    assert rec["change"]["key"] == "reserve-vram-1" and rec["fits"]
-    assert doc["headline"].startswith("fits with --reserve-vram 1 (peak ")
+    assert rec["change"]["key"] == "reserve-vram-1.0" and rec["fits"]
+    assert doc["headline"].startswith("fits with --reserve-vram 1.0 (peak ")
     assert " of 4 GiB, " in doc["headline"]
     by_key = {t["change"]["key"]: t for t in doc["trials"]}
     # the knobs of this prompt (its resolution) do not help: the model fills the card
@@ -453,7 +456,7 @@ def test_only_a_flag_fits(install: FitInstall) -> None:
     report = Path(doc["report"]["dir"])
     half = json.loads((report / "fit-resolution-x0.5.json").read_text())
     assert half["2"]["inputs"]["width"] == 256
-    assert not (report / "fit-reserve-vram-1.json").exists()
+    assert not (report / "fit-reserve-vram-1.0.json").exists()
     assert "<svg" in (report / "fit.html").read_text()
     print(f"\n[fit] only a flag: {doc['headline']}; {doc['runs']} runs in {doc['elapsed_s']} s")
     install.assert_untouched()
@@ -465,7 +468,7 @@ def test_only_a_knob_fits(install: FitInstall) -> None:
     code, doc, err = install.fit_workflow(wf)
     assert (code, doc["result"]) == (0, "fits"), err[-3000:]
     assert labels(doc) == [
-        "reserve-vram-1",
+        "reserve-vram-1.0",
         "expandable-segments",
         "disable-smart-memory",
         "lowvram",
@@ -534,12 +537,18 @@ def test_a_ram_failure_from_a_snapshot(install: FitInstall) -> None:
     assert doc["pool"] == "ram" and doc["baseline"]["verdict"] == "over-budget"
     tried = labels(doc)
     assert tried[-1] == "batch-1" and doc["trials"][-1]["fits"]
-    assert not any(k in ("lowvram", "novram", "reserve-vram-1") for k in tried)
+    assert not any(k in ("lowvram", "novram", "reserve-vram-1.0") for k in tried)
     assert tried[0] == "disable-pinned-memory"
     assert doc["recommendation"]["peak_ram_bytes"] < 600 * MIB
     # over an emulated budget the baseline runs to the end: the speed cost is a real ratio
     assert doc["baseline_complete"] and doc["baseline"]["outcome"]["kind"] == "ok"
-    assert doc["recommendation"]["time_vs_baseline"] is not None
+    rec = doc["recommendation"]
+    assert rec["time_vs_baseline"] is not None
+    # batch 8 → 1: the speed cost counts the 8 runs the same images take
+    assert rec["time_vs_baseline"] == pytest.approx(
+        rec["prompt_s"] * 8 / doc["baseline"]["prompt_s"], rel=0.01
+    )
+    assert " over 8 runs, changes the output)" in doc["headline"]
     assert all(t["outcome"].get("stopped_early") for t in doc["trials"][:-1])
     # attached to the snapshot: a new fit/ folder, the snapshot's own files untouched
     attached = Path(doc["attached_to"])
@@ -774,7 +783,7 @@ def test_a_real_comfyui_workflow_fits_only_at_a_smaller_batch_under_a_ram_cap(
     tried = labels(doc)
     assert tried[-1] == "batch-1" and doc["trials"][-1]["fits"], tried
     assert not any(t["fits"] for t in doc["trials"][:-1])
-    assert not any(k in ("lowvram", "novram", "reserve-vram-1") for k in tried)
+    assert not any(k in ("lowvram", "novram", "reserve-vram-1.0") for k in tried)
     rec = doc["recommendation"]
     assert rec["peak_ram_bytes"] < 1.5 * GIB
     print(
