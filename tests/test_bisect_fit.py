@@ -485,6 +485,44 @@ def test_only_a_knob_fits(install: FitInstall) -> None:
 
 
 @pytest.mark.slow
+def test_only_a_combination_fits_and_says_so(install: FitInstall) -> None:
+    """The model fills the card; a 2048² blur needs 1.4 GiB (×10) per image: batch 1 alone
+    leaves too little beside the model, --reserve-vram alone too little for 4 images."""
+    prompt = model_prompt(0)
+    del prompt["4"]
+    prompt["5"] = {"class_type": "PreviewAny", "inputs": {"source": ["3", 0]}}
+    # output nodes run in id order: the blur runs after the sampler has loaded the model
+    prompt["6"] = {
+        "class_type": "EmptyImage",
+        "inputs": {"width": 2048, "height": 2048, "batch_size": 4, "color": 0},
+    }
+    prompt["7"] = {
+        "class_type": "ImageBlur",
+        "inputs": {"image": ["6", 0], "blur_radius": 1, "sigma": 1.0},
+    }
+    prompt["8"] = {"class_type": "PreviewAny", "inputs": {"source": ["7", 0]}}
+    wf = install.workflow(prompt, "combo")
+    code, doc, err = install.fit_workflow(wf, "--max-runs", "16")
+    assert (code, doc["result"]) == (0, "fits"), err[-3000:]
+    assert doc["combined"] and doc["headline"].startswith(
+        "fits only with a combination: --reserve-vram 1.0 + batch size 4 → 1"
+    ), doc["headline"]
+    singles = [t for t in doc["trials"] if t["change"]["kind"] != "combination"]
+    assert singles and not any(t["fits"] for t in singles)
+    assert {"batch-1", "reserve-vram-1.0", "novram"} <= {t["change"]["key"] for t in singles}
+    assert doc["trials"][-1]["fits"] and doc["trials"][-1]["change"]["parts"] == [
+        "reserve-vram-1.0",
+        "batch-1",
+    ]
+    changed = json.loads(
+        (Path(doc["report"]["dir"]) / "fit-reserve-vram-1.0+batch-1.json").read_text()
+    )
+    assert changed["6"]["inputs"]["batch_size"] == 1
+    print(f"\n[fit] combination: {doc['headline']}; {doc['runs']} runs in {doc['elapsed_s']} s")
+    install.assert_untouched()
+
+
+@pytest.mark.slow
 def test_nothing_fits_exits_4_with_a_clear_message(install: FitInstall) -> None:
     wf = install.workflow(
         {
