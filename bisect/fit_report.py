@@ -301,6 +301,10 @@ def _chart_svg(doc: Mapping[str, Any]) -> str:
                 alpha=1.0 if k == 0 else 0.5,
                 label="peak VRAM" if key == "peak_vram_bytes" else "peak RAM",
             )
+        for y, r in zip(ys, rows, strict=True):
+            if not r["fits"]:  # an OOM's peak is what it held before the allocation that failed
+                top = max((r[key] or 0) / MIB for key in keys)
+                ax.annotate(f" {r['verdict']}", (top, y), va="center", fontsize=7)
         cap = (doc.get("capacity") or {}).get(pool or "")
         if cap:
             ax.axvline(cap / MIB, linestyle="--", color="#444", linewidth=1, label="budget")
