@@ -262,9 +262,10 @@ def render_fit_terminal(doc: Mapping[str, Any], console: Console) -> None:
             lines.append(f"changed prompt: {rec['prompt_file']} (beside the report)")
         if doc.get("combined"):
             lines.append("no single change fitted; this combination is the cheapest that did")
-        console.print(Panel("\n".join(lines), title="recommendation", border_style="green"))
+        panel = Panel("\n".join(lines), title="recommendation", border_style="green")
     else:
-        console.print(Panel(doc["headline"], title=doc["result"], border_style="yellow"))
+        panel = Panel(doc["headline"], title=doc["result"], border_style="yellow")
+    console.print(panel, soft_wrap=False)  # wrapped inside the box, never cut at its edge
     console.print(
         f"{doc['runs']} run(s) of ComfyUI (at most {doc['max_runs']}) in {doc['elapsed_s']:.1f} s",
         highlight=False,

@@ -618,6 +618,60 @@ def test_a_ram_failure_from_a_snapshot(install: FitInstall) -> None:
 
 
 @pytest.mark.slow
+def test_a_real_ram_oom_is_fixed_by_a_smaller_batch(install: FitInstall) -> None:
+    """Not an emulated budget: the stand-in runs under an address-space limit (300 MiB over
+    what it maps at start), so batch 8 of 2048² images raises torch's CPU allocator error."""
+    wf = install.workflow(
+        {
+            "1": {
+                "class_type": "EmptyImage",
+                "inputs": {"width": 2048, "height": 2048, "batch_size": 8, "color": 0},
+            },
+            "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+        },
+        "ram-oom",
+    )
+    env = dict(install.env, OOM_STANDIN_RLIMIT_AS_HEADROOM_MIB="300")
+    env.pop("OOM_SENTINEL_FAKE_GPU")  # a machine without a GPU: no VRAM flag is offered
+    digest = hashlib.sha256(wf.read_bytes()).hexdigest()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oom_sentinel.bisect",
+            "fit",
+            "--json",
+            "--workflow",
+            str(wf),
+            "--comfyui",
+            str(install.root),
+            "--python",
+            sys.executable,
+            "--flags",
+            "--cpu",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    doc = json.loads(proc.stdout)
+    assert (proc.returncode, doc["result"]) == (0, "fits"), proc.stderr[-3000:]
+    assert doc["baseline"]["verdict"] == "oom" and doc["pool"] == "ram"
+    assert "DefaultCPUAllocator" in doc["baseline"]["reason"]
+    assert labels(doc) == [
+        "disable-pinned-memory",
+        "cache-lru-1",
+        "cache-none",
+        "disable-smart-memory",
+        "batch-1",
+    ]
+    assert doc["recommendation"]["time_vs_baseline"] is None  # the baseline did not finish
+    assert hashlib.sha256(wf.read_bytes()).hexdigest() == digest
+    install.assert_untouched()
+
+
+@pytest.mark.slow
 def test_a_workflow_that_already_fits_is_not_a_fit_experiment(install: FitInstall) -> None:
     wf = install.workflow(blur_prompt(1), "fine")
     code, doc, _ = install.fit_workflow(wf)
