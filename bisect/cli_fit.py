@@ -94,6 +94,8 @@ class _Progress:
     def run_done(self, number: int, trial: Any) -> None:
         m = trial.measurement
         word = "fits" if trial.fits else f"still fails ({trial.verdict})"
+        if trial.verdict == "skip":
+            word = "not measured (skip)"
         if trial.change is None:
             word = "fits" if trial.fits else f"fails ({trial.verdict})"
         secs = m.timings.get("prompt_s")

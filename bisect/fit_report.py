@@ -236,6 +236,8 @@ def render_fit_terminal(doc: Mapping[str, Any], console: Console) -> None:
         table.add_column(col, **kw)
     for n, row in enumerate([doc["baseline"], *doc["trials"]]):
         word = "fits" if row["fits"] else f"still fails ({row['verdict']})"
+        if row["verdict"] == "skip":
+            word = "not measured (skip)"
         if n == 0:
             word = "fits" if row["fits"] else f"fails ({row['verdict']})"
         ratio = row["time_vs_baseline"]

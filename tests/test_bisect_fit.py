@@ -266,6 +266,21 @@ def test_the_experiment_stops_at_the_first_fit_and_combines_only_when_nothing_si
     seen.clear()
     result = Experiment(measure, lambda pool: singles, budget=Threshold()).run()
     assert seen == ["baseline", "reserve-vram-1.0", "lowvram"] and not result.combined
+    # a change ComfyUI cannot even start with is no part of a combination
+    from oom_sentinel.bisect.verdict import Skip
+
+    fits_when = set()
+    seen.clear()
+
+    def skip_lowvram(change: Change | None) -> Measurement:
+        if change is not None and change.key == "lowvram":
+            seen.append(change.key)
+            return _m(Skip("won't start: exited with status 2"))
+        return measure(change)
+
+    result = Experiment(skip_lowvram, lambda pool: singles, budget=Threshold()).run()
+    assert result.combined and not any("lowvram" in k for k in seen[4:]), seen
+    assert seen[4:] == ["reserve-vram-1.0+batch-1"]
     # --max-runs bounds everything, the baseline included
     fits_when = set()
     seen.clear()
