@@ -1020,3 +1020,10 @@ for _word, _help in (
 def mark_command(term: str, state: tuple[str, ...], comfyui: str | None) -> None:
     """Mark with the session's own terms (e.g. `oom-bisect mark fits`)."""
     _mark(term, state, comfyui)
+
+
+# --------------------------------------------------------------------------- fit (cli_fit.py)
+
+from oom_sentinel.bisect.cli_fit import fit_command  # noqa: E402
+
+main.add_command(fit_command)

@@ -542,21 +542,24 @@ def write_reports(
     return WrittenReports(directory / "report.json", directory / "report.html", attached)
 
 
-def attach_to_snapshot(snapshot_dir: Path, files: Mapping[str, bytes]) -> Path:
-    """Write ``files`` into a new ``bisect/`` (``bisect-2/`` …) folder of the snapshot.
+def attach_to_snapshot(
+    snapshot_dir: Path, files: Mapping[str, bytes], *, folder: str = "bisect"
+) -> Path:
+    """Write ``files`` into a new ``bisect/`` (``bisect-2/`` …) folder of the snapshot
+    (``folder`` names it otherwise: ``oom-bisect fit`` attaches to ``fit/``, ``fit-2/`` …).
 
     The folder is built under a temporary name and renamed into place: the name is claimed
     first with ``mkdir`` (which fails if it exists), then the full folder replaces that empty
     one in a single rename, so no reader ever sees a half-written folder and no existing
     file of the snapshot is rewritten.
     """
-    tmp = snapshot_dir / f".bisect.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = snapshot_dir / f".{folder}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir(mode=0o700)
     try:
         for name, data in files.items():
             write_bytes_atomic(tmp / name, data, mode=0o600)
         for n in range(1, 1000):
-            target = snapshot_dir / ("bisect" if n == 1 else f"bisect-{n}")
+            target = snapshot_dir / (folder if n == 1 else f"{folder}-{n}")
             try:
                 target.mkdir(mode=0o700)
             except FileExistsError:
@@ -569,7 +572,7 @@ def attach_to_snapshot(snapshot_dir: Path, files: Mapping[str, bytes]) -> Path:
                 raise
             fsync_dir(snapshot_dir)
             return target
-        raise OSError(f"{snapshot_dir}: too many bisect reports attached")
+        raise OSError(f"{snapshot_dir}: too many {folder} reports attached")
     except BaseException:
         remove_tree(tmp)
         raise

@@ -10,6 +10,7 @@ the advice last, where the eye lands.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -251,6 +252,7 @@ def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
     data = snap.data
     event = snap.event
     lines: list[str] = [str(data.get("summary", "")).strip() or "An out-of-memory incident"]
+    lines += _fit_lead(snap.path)
     lines.append(f"Snapshot {snap.id}, taken {_local_time(snap.created, with_zone=True)}")
     instance = _get(data, "instance") or {}
     where = [str(instance.get(k)) for k in ("name", "path", "url") if instance.get(k)]
@@ -315,6 +317,31 @@ def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
     else:
         lines.append("  No specific advice was recorded for this incident.")
     return "\n".join(lines)
+
+
+def _fit_lead(path: Path) -> list[str]:
+    """The answer of the latest ``oom-bisect fit`` attached to the snapshot (``fit/``,
+    ``fit-2/`` …), one line: what makes the workflow fit. Read from its ``fit.json`` so the
+    daemon side never imports the bisect."""
+    import json
+
+    found: list[tuple[int, Path]] = []
+    with contextlib.suppress(OSError):
+        for child in path.iterdir():
+            name = child.name
+            n = 1 if name == "fit" else None
+            if name.startswith("fit-") and name[4:].isdigit():
+                n = int(name[4:])
+            if n is not None and (child / "fit.json").is_file():
+                found.append((n, child))
+    if not found:
+        return []
+    try:
+        doc = json.loads((max(found)[1] / "fit.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return []
+    text = str(doc.get("headline") or "").strip() if isinstance(doc, Mapping) else ""
+    return [f"oom-bisect fit: {text}"] if text else []
 
 
 def _what_failed(event: Mapping[str, Any]) -> list[str]:
