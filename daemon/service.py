@@ -376,10 +376,12 @@ class Service:
             build_channels(self.settings, environ=self.environ),
             clock=self.clock,
         )
-        if self.settings.metrics.enabled:
+        if self.settings.metrics.enabled or self.settings.fleet.listen:
             from oom_sentinel.daemon.metrics import MetricsExporter
 
-            self.metrics = MetricsExporter(self.settings.metrics, clock=self.clock)
+            self.metrics = MetricsExporter(
+                self.settings.metrics, clock=self.clock, fleet=self.settings.fleet
+            )
             host, port = self.metrics.start()
             log.info("metrics on http://%s:%d/metrics", host, port)
 
@@ -1217,6 +1219,10 @@ class Service:
         self.last_incident = ref.id
         if self.metrics is not None:
             self.metrics.observe_incident(incident)
+            regression = sections.get("regression") or {}
+            self.metrics.observe_snapshot(
+                incident, ref.id, regression=regression.get("suspected") is True
+            )
         if self.alerts is not None:
             self.alerts.on_incident_written(incident, ref)
         log.warning("OOM on %s: %s -- snapshot %s", incident.instance, incident.summary, ref.path)
@@ -1421,7 +1427,7 @@ class Service:
         old, new = self.settings, loaded.settings
         restart_needed = [
             name
-            for name in ("data_dir", "metrics", "gpu")
+            for name in ("data_dir", "metrics", "gpu", "fleet")
             if getattr(old, name) != getattr(new, name)
         ]
         self.loaded, self.settings = loaded, new
