@@ -133,7 +133,7 @@ class _SampleCollector(Collector):
             labels=["gpu", "process", "instance"],
         )
         # Summed per (gpu, process name, instance): a pid is never a label -- every restart of
-        # ComfyUI would start a new series in every Prometheus of the farm (DESIGN §7).
+        # ComfyUI would start a new series in every Prometheus of the farm.
         per_process: dict[tuple[str, str, str], int] = {}
         for proc in sample.gpu_processes:
             if proc.used_bytes is not None:

@@ -70,7 +70,7 @@ from oom_sentinel.daemon.comfy_watch import (
     WatchOptions,
 )
 from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, discover_instances
-from oom_sentinel.daemon.errors import ConfigError, SentinelError
+from oom_sentinel.daemon.errors import ConfigError, SentinelError, StoreError
 from oom_sentinel.daemon.events import Pool
 from oom_sentinel.daemon.gpu_select import select_gpu_probe
 from oom_sentinel.daemon.heap import release_free_heap
@@ -370,11 +370,18 @@ class Service:
             log.info("removed an unfinished snapshot left by a crash: %s", leftover)
         self._recover()
 
+        upload_channel = None
+        if self.settings.fleet.bucket_url:  # boto3 loads on the first upload, never before
+            from oom_sentinel.daemon.bucket import BucketChannel
+
+            upload_channel = BucketChannel(self.settings.fleet)
+            log.info("snapshots are uploaded to %s", upload_channel.name)
         self.alerts = AlertDispatcher(
             self.store,
             self.settings,
             build_channels(self.settings, environ=self.environ),
             clock=self.clock,
+            upload_channel=upload_channel,
         )
         if self.settings.metrics.enabled or self.settings.fleet.listen:
             from oom_sentinel.daemon.metrics import MetricsExporter
@@ -1225,6 +1232,8 @@ class Service:
             )
         if self.alerts is not None:
             self.alerts.on_incident_written(incident, ref)
+            if self.alerts.upload_channel is not None:
+                self._queue_upload(incident, ref)
         log.warning("OOM on %s: %s -- snapshot %s", incident.instance, incident.summary, ref.path)
         if suffix:
             log.warning("suspected regression after an install change: run oom-bisect %s", ref.id)
@@ -1233,6 +1242,24 @@ class Service:
                 self.on_incident(incident, ref)
             except Exception:
                 log.exception("incident callback failed for %s", ref.id)
+
+    def _queue_upload(self, incident: Incident, ref: SnapshotRef) -> None:
+        """[fleet] bucket_url: the finished (redacted) snapshot goes to the bucket, via the
+        outbox (retried, kept across restarts)."""
+        from oom_sentinel.daemon.bucket import upload_item
+
+        assert self.alerts is not None
+        item = upload_item(
+            self.settings.fleet,
+            snapshot_id=ref.id,
+            path=ref.path,
+            instance=incident.instance,
+            created_s=self.clock(),
+        )
+        try:
+            self.alerts.queue_upload(item)
+        except StoreError as exc:
+            log.error("could not queue the upload of snapshot %s: %s", ref.id, exc)
 
     def _advice_context(
         self, inst: WatchedInstance, sections: Mapping[str, Any], memory: Any
