@@ -5,6 +5,7 @@ going away), scraped over HTTP once a simulated minute."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from dataclasses import replace
@@ -336,3 +337,32 @@ def test_fleet_rules_prints_the_shipped_file() -> None:
     rules = yaml.safe_load(result.output)["groups"][0]["rules"]
     assert tuple(sorted(r["alert"] for r in rules)) == tuple(sorted(ALERTS))
     assert all("host" in r["expr"] or r["alert"] == "OomSentinelDown" for r in rules)
+
+
+def _readme_scrape_config() -> dict[str, Any]:
+    readme = (RULES_FILE.parent.parent / "README.md").read_text("utf-8")
+    section = readme[readme.index("## For a farm") :]
+    block = section[section.index("```yaml\n") + 8 :]
+    return yaml.safe_load(block[: block.index("```")])
+
+
+@needs_promtool
+def test_the_readmes_scrape_config_is_valid_prometheus_config(tmp_path: Path) -> None:
+    config = _readme_scrape_config()
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "oom-sentinel" and job["honor_labels"] is True
+    token = tmp_path / "token"
+    token.write_text("t" * 40)
+    job["authorization"]["credentials_file"] = str(token)
+    config["rule_files"] = [str(RULES_FILE)]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    assert PROMTOOL is not None
+    done = subprocess.run(
+        [PROMTOOL, "check", "config", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(ALERTS)} rules found" in done.stdout + done.stderr
+    # the relabelling gives `host` as the rules' tests assume: the target's name, no port
+    (relabel,) = job["relabel_configs"]
+    assert re.fullmatch(relabel["regex"], "gpu-01:9866").group(1) == "gpu-01"  # type: ignore[union-attr]
