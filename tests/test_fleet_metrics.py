@@ -285,3 +285,45 @@ def test_only_the_latest_incident_per_instance_names_its_snapshot() -> None:
     assert [dict(pairs)["snapshot"] for _, pairs in last] == ["snap-19", "snap-x"]
     assert dict(last[1][1])["regression"] == "true"
     assert dict(last[0][1])["node"] == (incident.node_type or "")
+
+
+# --- the daemon, end to end -----------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_the_daemon_serves_the_farm_listener_and_names_each_snapshot(
+    tmp_path: Path, token_file: Path
+) -> None:
+    from datetime import datetime, timedelta
+
+    from daemon_harness import Daemon, append, cuda_oom_record, noise_lines, snapshot_dirs, wait_for
+    from s3_server import free_port
+
+    port = free_port()
+    log = tmp_path / "user" / "comfyui.log"
+    log.parent.mkdir()
+    t0 = datetime(2026, 11, 30, 10, 0, 0)
+    log.write_text(noise_lines(t0, 5))
+    config = (
+        "[discovery]\nenabled = false\n[logs]\npoll_interval_ms = 200\n"
+        # [metrics] stays off: [fleet] listen is the opt-in
+        f'[fleet]\nlisten = "127.0.0.1:{port}"\ntoken_file = "{token_file}"\n'
+    )
+    daemon = Daemon(tmp_path, logs=[log], config=config).start()
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        with pytest.raises(urllib.error.HTTPError) as info:
+            _get(url)
+        assert info.value.code == 401
+        append(log, cuda_oom_record(t0 + timedelta(seconds=2)))
+        (snap,) = wait_for(lambda: snapshot_dirs(daemon.data_dir), 30, "the snapshot")
+
+        def named() -> bool:
+            return f'snapshot="{snap.name}"' in _get(url, token=TOKEN)
+
+        wait_for(named, 30, "the snapshot in the scrape")
+        text = _get(url, token=TOKEN)
+        assert "oom_sentinel_last_incident_timestamp_seconds{" in text
+        assert TOKEN not in daemon.stderr()
+    finally:
+        assert daemon.stop() == 0
