@@ -340,7 +340,7 @@ def test_fleet_rules_prints_the_shipped_file() -> None:
 
 
 def _readme_scrape_config() -> dict[str, Any]:
-    readme = (RULES_FILE.parent.parent / "README.md").read_text("utf-8")
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text("utf-8")
     section = readme[readme.index("## For a farm") :]
     block = section[section.index("```yaml\n") + 8 :]
     return yaml.safe_load(block[: block.index("```")])
