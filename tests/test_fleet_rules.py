@@ -163,9 +163,9 @@ def _expectations() -> list[dict[str, Any]]:
     soft = _alert(
         {"severity": "warning", "host": HOST, "instance": "main", "pool": "gpu"},
         {
-            "summary": f"ComfyUI main on {HOST} keeps recovering from OOMs",
-            "description": "3 or more recovered (soft) OOMs in 15 minutes: prompts run at the "
-            "edge of VRAM and will start failing.",
+            "summary": f"ComfyUI main on {HOST} recovers from OOMs more and more often",
+            "description": "3 or more recovered (soft) OOMs in 15 minutes, over twice the usual "
+            "rate: prompts run at the edge of VRAM and will start failing.",
         },
     )
     regression = _alert(
@@ -252,7 +252,10 @@ def _expectations() -> list[dict[str, Any]]:
     ]
 
 
-def _promtool_test(tmp_path: Path, cases: list[dict[str, Any]], recorder: ScrapeRecorder) -> Any:
+def _promtool_test(
+    tmp_path: Path, *groups: tuple[ScrapeRecorder, list[dict[str, Any]]]
+) -> subprocess.CompletedProcess[str]:
+    """``promtool test rules`` on one test group per (scrapes, expectations)."""
     test_file = tmp_path / "oom-sentinel.test.yml"
     test_file.write_text(
         yaml.safe_dump(
@@ -265,6 +268,7 @@ def _promtool_test(tmp_path: Path, cases: list[dict[str, Any]], recorder: Scrape
                         "input_series": recorder.input_series(),
                         "alert_rule_test": cases,
                     }
+                    for recorder, cases in groups
                 ],
             },
             sort_keys=False,
@@ -274,6 +278,47 @@ def _promtool_test(tmp_path: Path, cases: list[dict[str, Any]], recorder: Scrape
     return subprocess.run(
         [PROMTOOL, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120
     )
+
+
+def _steady_then_burst() -> ScrapeRecorder:
+    """Three hours of one soft OOM a minute on "tiled" (a known workload: no page), then five
+    a minute for ten minutes (rising: a page)."""
+    clock = {"now": 0.0}
+    exporter = MetricsExporter(
+        MetricsSettings(listen="127.0.0.1:0"), clock=lambda: clock["now"], version="9.9"
+    )
+    host, port = exporter.start()
+    recorder = ScrapeRecorder(
+        f"http://{host}:{port}/metrics", job="oom-sentinel", host=HOST, port=9866
+    )
+    try:
+        for minute in range(200):
+            clock["now"] = minute * 60.0
+            exporter.observe_sample(_sample(0, clock["now"]), watched={4242: "tiled"})
+            for _ in range(5 if minute >= 185 else 1):
+                exporter.observe_soft_oom("tiled")
+            recorder.scrape()
+    finally:
+        exporter.stop()
+    return recorder
+
+
+def _rising_expectations() -> list[dict[str, Any]]:
+    rising = _alert(
+        {"severity": "warning", "host": HOST, "instance": "tiled", "pool": "gpu"},
+        {
+            "summary": f"ComfyUI tiled on {HOST} recovers from OOMs more and more often",
+            "description": "3 or more recovered (soft) OOMs in 15 minutes, over twice the usual "
+            "rate: prompts run at the edge of VRAM and will start failing.",
+        },
+    )
+    return [
+        {"eval_time": "3m", "alertname": "ComfyUISoftOomRateRising", "exp_alerts": [rising]},
+        # 15 in every 15 minutes for hours: that is this instance's normal
+        {"eval_time": "150m", "alertname": "ComfyUISoftOomRateRising", "exp_alerts": []},
+        {"eval_time": "184m", "alertname": "ComfyUISoftOomRateRising", "exp_alerts": []},
+        {"eval_time": "195m", "alertname": "ComfyUISoftOomRateRising", "exp_alerts": [rising]},
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -310,7 +355,9 @@ def test_promtool_checks_the_rules() -> None:
 
 @needs_promtool
 def test_the_rules_page_for_what_happened(tmp_path: Path, recorder: ScrapeRecorder) -> None:
-    done = _promtool_test(tmp_path, _expectations(), recorder)
+    done = _promtool_test(
+        tmp_path, (recorder, _expectations()), (_steady_then_burst(), _rising_expectations())
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
@@ -325,7 +372,7 @@ def test_promtool_fails_a_wrong_expectation(tmp_path: Path, recorder: ScrapeReco
             "exp_alerts": [_incident_alert(SNAP_A, "KSampler")],
         }
     ]
-    done = _promtool_test(tmp_path, wrong, recorder)
+    done = _promtool_test(tmp_path, (recorder, wrong))
     assert done.returncode != 0
     assert "ComfyUIOutOfMemory" in done.stdout + done.stderr
 
