@@ -260,9 +260,11 @@ def download(bucket: Bucket, snapshot: RemoteSnapshot, into: Path, *, only: str 
     """Copy one snapshot's files (or just ``only``) to ``into/<id>``; returns that directory."""
     target = into / snapshot.id
     target.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for key in bucket.keys(f"{snapshot.key}/"):
+    # one GET for a single file (what `list` reads); a listing for the whole snapshot
+    keys = [f"{snapshot.key}/{only}"] if only else bucket.keys(f"{snapshot.key}/")
+    for key in keys:
         name = key[len(snapshot.key) + 1 :]
-        if "/" in name or name in ("", ".", "..") or (only and name != only):
+        if "/" in name or name in ("", ".", ".."):
             continue
         data = bucket.get_bytes(key)
         path = target / name
