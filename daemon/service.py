@@ -390,7 +390,9 @@ class Service:
                 self.settings.metrics, clock=self.clock, fleet=self.settings.fleet
             )
             host, port = self.metrics.start()
-            log.info("metrics on http://%s:%d/metrics", host, port)
+            fleet = self.settings.fleet
+            scheme = "https" if fleet.listen and fleet.tls_cert_file else "http"
+            log.info("metrics on %s://%s:%d/metrics", scheme, host, port)
 
         choice = select_gpu_probe(self.settings.gpu, self.environ)
         self.gpu_line = choice.line
