@@ -77,10 +77,13 @@ def _snapshot(tmp_path: Path, **changes: Any) -> SnapshotRef:
     return write_snapshot(tmp_path / "data" / "snapshots", samples.content(**changes))
 
 
+SECRET = "hf_SeedHuggingFaceToken0123456789abcd"
+
+
 def test_an_upload_puts_every_file_under_host_and_instance(
     tmp_path: Path, endpoint: str, s3: Any
 ) -> None:
-    ref = _snapshot(tmp_path)
+    ref = _snapshot(tmp_path, log_text=f"HF_TOKEN={SECRET}\n{samples.LOG_TEXT}")
     channel = BucketChannel(_fleet(endpoint))
     item = upload_item(
         _fleet(endpoint), snapshot_id=ref.id, path=ref.path, instance="main", created_s=1.0
@@ -92,7 +95,9 @@ def test_an_upload_puts_every_file_under_host_and_instance(
     assert _keys(s3) == [f"oom/gpu-01/main/{ref.id}/{name}" for name in files]
     for name in files:  # byte for byte what the daemon wrote (already redacted)
         body = s3.get_object(Bucket=BUCKET, Key=f"oom/gpu-01/main/{ref.id}/{name}")["Body"]
-        assert body.read() == (ref.path / name).read_bytes()
+        uploaded = body.read()
+        assert uploaded == (ref.path / name).read_bytes()
+        assert SECRET.encode() not in uploaded  # redacted before it ever left the box
     assert channel.send(item).ok  # a repeat writes the same keys: nothing doubles
     assert len(_keys(s3)) == len(files)
 
