@@ -357,14 +357,28 @@ class MetricsExporter:
     ) -> None:
         """A snapshot was written for ``incident``: it becomes the instance's latest incident
         (``oom_sentinel_last_incident_timestamp_seconds``) that alert rules name."""
-        self._last_incident.update(
+        self.set_last_incident(
             incident.instance,
             str(incident.pool),
             incident.node_type or "",
             snapshot_id,
-            regression,
-            self._clock(),
+            regression=regression,
         )
+
+    def set_last_incident(
+        self,
+        instance: str,
+        pool: str,
+        node: str,
+        snapshot_id: str,
+        *,
+        regression: bool = False,
+        at_s: float | None = None,
+    ) -> None:
+        """Name an instance's latest incident; ``at_s`` (default: now) is when it was recorded
+        -- a restarted daemon restores it from the snapshot on disk."""
+        at = self._clock() if at_s is None else at_s
+        self._last_incident.update(instance, pool, node, snapshot_id, regression, at)
 
     def observe_soft_oom(self, instance: str) -> None:
         self._soft.labels(instance=instance).inc()

@@ -109,6 +109,7 @@ from oom_sentinel.daemon.sdnotify import Notifier, watchdog_interval_s
 from oom_sentinel.daemon.snapshot import (
     HostFacts,
     InstanceInfo,
+    Snapshot,
     SnapshotContent,
     SnapshotRef,
     clean_leftovers,
@@ -368,7 +369,7 @@ class Service:
         self.snapshots_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for leftover in clean_leftovers(self.snapshots_dir):
             log.info("removed an unfinished snapshot left by a crash: %s", leftover)
-        self._recover()
+        recent = self._recover()
 
         upload_channel = None
         if self.settings.fleet.bucket_url:  # boto3 loads on the first upload, never before
@@ -393,6 +394,7 @@ class Service:
             fleet = self.settings.fleet
             scheme = "https" if fleet.listen and fleet.tls_cert_file else "http"
             log.info("metrics on %s://%s:%d/metrics", scheme, host, port)
+        self._catch_up_fleet(recent)
 
         choice = select_gpu_probe(self.settings.gpu, self.environ)
         self.gpu_line = choice.line
@@ -982,9 +984,10 @@ class Service:
 
     # -- recovery ------------------------------------------------------------------------------
 
-    def _recover(self) -> None:
+    def _recover(self) -> list[Snapshot]:
         """Learn which log records recent snapshots were built from, and give any snapshot
-        that missed its store row (killed between the two writes) its row."""
+        that missed its store row (killed between the two writes) its row. Returns those
+        snapshots, newest first."""
         assert self.store is not None
         snaps, problems = list_snapshots(self.snapshots_dir, newest=RECOVERY_SNAPSHOTS)
         for problem in problems:
@@ -1003,6 +1006,37 @@ class Service:
                 if row is not None:
                     self.store.save_incident(row)
                     log.info("snapshot %s had no store row; restored it", snap.id)
+        return snaps
+
+    def _catch_up_fleet(self, recent: Sequence[Snapshot]) -> None:
+        """At start: a snapshot that a crash kept out of the bucket's queue (killed between
+        writing it and queueing it), or one written before bucket_url was set, is queued now
+        if it is younger than the alerts' retry_max_age_s (the outbox keeps each once: one
+        already queued, sent or given up is left alone); and each instance's latest incident
+        is named in the metrics again, with the time it was recorded."""
+        now = self.clock()
+        if self.alerts is not None and self.alerts.upload_channel is not None:
+            max_age_s = self.settings.alerts.retry_max_age_s
+            for snap in recent:
+                created_s = parse_iso_utc(snap.created)
+                if created_s is not None and now - created_s <= max_age_s:
+                    self._queue_upload(snap.instance_name, snap.id, snap.path)
+        if self.metrics is not None:
+            named: set[str] = set()
+            for snap in recent:  # newest first: the first of each instance is its latest
+                created_s = parse_iso_utc(snap.created)
+                if snap.instance_name in named or created_s is None:
+                    continue
+                named.add(snap.instance_name)
+                regression = snap.data.get("regression")
+                self.metrics.set_last_incident(
+                    snap.instance_name,
+                    str(snap.event.get("pool") or ""),
+                    str(snap.event.get("node_type") or ""),
+                    snap.id,
+                    regression=isinstance(regression, dict) and regression.get("suspected") is True,
+                    at_s=created_s,
+                )
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -1235,7 +1269,7 @@ class Service:
         if self.alerts is not None:
             self.alerts.on_incident_written(incident, ref)
             if self.alerts.upload_channel is not None:
-                self._queue_upload(incident, ref)
+                self._queue_upload(incident.instance, ref.id, ref.path)
         log.warning("OOM on %s: %s -- snapshot %s", incident.instance, incident.summary, ref.path)
         if suffix:
             log.warning("suspected regression after an install change: run oom-bisect %s", ref.id)
@@ -1245,7 +1279,7 @@ class Service:
             except Exception:
                 log.exception("incident callback failed for %s", ref.id)
 
-    def _queue_upload(self, incident: Incident, ref: SnapshotRef) -> None:
+    def _queue_upload(self, instance: str, snapshot_id: str, path: Path) -> None:
         """[fleet] bucket_url: the finished (redacted) snapshot goes to the bucket, via the
         outbox (retried, kept across restarts)."""
         from oom_sentinel.daemon.bucket import upload_item
@@ -1253,15 +1287,15 @@ class Service:
         assert self.alerts is not None
         item = upload_item(
             self.settings.fleet,
-            snapshot_id=ref.id,
-            path=ref.path,
-            instance=incident.instance,
+            snapshot_id=snapshot_id,
+            path=path,
+            instance=instance,
             created_s=self.clock(),
         )
         try:
             self.alerts.queue_upload(item)
         except StoreError as exc:
-            log.error("could not queue the upload of snapshot %s: %s", ref.id, exc)
+            log.error("could not queue the upload of snapshot %s: %s", snapshot_id, exc)
 
     def _advice_context(
         self, inst: WatchedInstance, sections: Mapping[str, Any], memory: Any

@@ -360,3 +360,38 @@ def test_a_bucket_without_boto3_is_a_clear_retryable_failure(
     assert result.detail == "boto3 is not installed (pip install 'oom-sentinel[fleet]')"
     with pytest.raises(Exception, match="boto3 is not installed"):
         Bucket(BucketUrl.parse(URL))
+
+
+@pytest.mark.timeout(180)
+def test_at_start_the_daemon_catches_up_what_a_crash_left_unqueued(
+    tmp_path: Path, endpoint: str, s3: Any
+) -> None:
+    """Killed between writing a snapshot and queueing its upload: the next start queues it
+    (and names it in the metrics again); a snapshot older than retry_max_age_s is left."""
+    import time
+    import urllib.request
+
+    snaps = tmp_path / "data" / "snapshots"
+    fresh = write_snapshot(snaps, samples.content(at=time.time() - 120, node_type="VAEDecode"))
+    stale = write_snapshot(snaps, samples.content(at=time.time() - 3 * 86400))
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    port = free_port()
+    config = _daemon_config(endpoint) + (f'listen = "127.0.0.1:{port}"\ntoken_file = "{token}"\n')
+    daemon = Daemon(tmp_path, config=config, env=aws_env(tmp_path)).start()
+    try:
+        key = f"oom/gpu-07/main/{fresh.id}/snapshot.json"
+        wait_for(lambda: key in _keys(s3), 30, f"{key} in the bucket")
+        assert not any(stale.id in k for k in _keys(s3))
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {'t' * 32}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            text = resp.read().decode()
+        (line,) = [
+            ln for ln in text.splitlines() if ln.startswith("oom_sentinel_last_incident_timestamp")
+        ]
+        assert f'snapshot="{fresh.id}"' in line and 'node="VAEDecode"' in line
+        assert float(line.rsplit(" ", 1)[1]) == pytest.approx(fresh.created_s, abs=1)
+    finally:
+        assert daemon.stop() == 0
