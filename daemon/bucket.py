@@ -37,12 +37,16 @@ if TYPE_CHECKING:
     from oom_sentinel.config.settings import FleetSettings
 
 __all__ = [
+    "MARKER",
     "UPLOAD_KIND",
     "Bucket",
     "BucketChannel",
     "BucketError",
     "BucketUrl",
     "RemoteSnapshot",
+    "download",
+    "find_remote",
+    "remote_snapshots",
     "upload_item",
 ]
 
