@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from oom_sentinel.daemon.errors import ConfigError
 
@@ -25,6 +32,7 @@ __all__ = [
     "SYSTEM_CONFIG",
     "AlertSettings",
     "DiscoverySettings",
+    "FleetSettings",
     "GpuSettings",
     "IncidentSettings",
     "InstallStateSettings",
@@ -173,6 +181,70 @@ class MetricsSettings(_Section):
     listen: Annotated[str, AfterValidator(_loopback_listen)] = "127.0.0.1:9866"
 
 
+# --- [fleet]: a farm of GPU boxes (Prometheus beyond loopback, snapshots in one bucket) ---------
+
+
+def _any_listen(value: str) -> str:
+    """``HOST:PORT`` where HOST may be any address ("" = the farm listener is off)."""
+    if not value:
+        return value
+    host, sep, port = value.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be HOST:PORT (e.g. 0.0.0.0:9866), got {value!r}")
+    return value
+
+
+def _bucket_url(value: str) -> str:
+    if not value:
+        return value
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise ValueError(f"must be s3://BUCKET[/PREFIX], got {value!r}")
+    if parts.username or parts.password or parts.query:
+        raise ValueError(
+            "must be s3://BUCKET[/PREFIX] without credentials or query (credentials come "
+            "from the AWS environment: AWS_ACCESS_KEY_ID, ~/.aws, an instance role)"
+        )
+    return value
+
+
+class FleetSettings(_Section):
+    """A farm (``daemon/metrics_server.py``, ``daemon/bucket.py``); everything off by default."""
+
+    #: serve /metrics on this address, beyond loopback ("" = off); needs token_file or mTLS
+    listen: Annotated[str, AfterValidator(_any_listen)] = ""
+    #: a file holding the bearer token Prometheus must send (``authorization: credentials_file``)
+    token_file: str = ""
+    #: TLS for the farm listener: the server's certificate and key (PEM)
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    #: mTLS: only scrapers presenting a certificate signed by this CA are served
+    tls_client_ca_file: str = ""
+    #: every finished snapshot is uploaded to s3://BUCKET/PREFIX/<host>/<instance>/<id>/
+    bucket_url: Annotated[str, AfterValidator(_bucket_url)] = ""
+    #: an S3-compatible endpoint (MinIO, Ceph, R2...); "" = AWS (or $AWS_ENDPOINT_URL)
+    endpoint_url: str = ""
+    #: the bucket's region; "" = the AWS environment's default
+    region: str = ""
+    #: the host part of each key; "" = this machine's host name
+    host: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FleetSettings:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ValueError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+        if self.listen and not (self.token_file or self.tls_client_ca_file):
+            raise ValueError(
+                "listen: a non-loopback /metrics needs token_file (a bearer token) or "
+                "tls_client_ca_file (mTLS)"
+            )
+        return self
+
+
 class InstallStateSettings(_Section):
     """Install-state history (``daemon/state_history.py``)."""
 
@@ -200,6 +272,7 @@ class Settings(_Section):
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
     install_state: InstallStateSettings = Field(default_factory=InstallStateSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
 

@@ -80,16 +80,19 @@ class AlertDispatcher:
         clock: Callable[[], float] = time.time,
         on_result: Callable[[SendResult], None] | None = None,
         sender_idle_s: float = 60.0,
+        upload_channel: AlertChannel | None = None,
     ) -> None:
         self.store = store
         self._clock = clock
         self.outbox = Outbox(store, RetryPolicy.from_settings(settings.alerts))
         self.channels: tuple[AlertChannel, ...] = tuple(channels)
+        #: [fleet] bucket_url: snapshot uploads share the outbox but never receive alerts
+        self.upload_channel = upload_channel
         self._saved_state: str | None = None
         self.policy = AlertPolicy(PolicyConfig.from_settings(settings.alerts), self._load_state())
         self.sender = OutboxSender(
             self.outbox,
-            {c.id: c for c in self.channels},
+            self._sender_channels(),
             clock=clock,
             on_result=on_result,
             idle_s=sender_idle_s,
@@ -114,7 +117,24 @@ class AlertDispatcher:
         self.outbox.retry = RetryPolicy.from_settings(settings.alerts)
         self.policy.config = PolicyConfig.from_settings(settings.alerts)
         self.channels = tuple(channels)
-        self.sender.set_channels({c.id: c for c in self.channels})
+        self.sender.set_channels(self._sender_channels())
+
+    def _sender_channels(self) -> dict[str, AlertChannel]:
+        """What the sender delivers to: the alert channels and the upload channel, if any."""
+        out = {c.id: c for c in self.channels}
+        if self.upload_channel is not None:
+            out[self.upload_channel.id] = self.upload_channel
+        return out
+
+    def queue_upload(self, item: Alert) -> bool:
+        """Queue a snapshot upload (``bucket.upload_item``) on the upload channel, durably;
+        False when no bucket is configured or it was queued before."""
+        if self.upload_channel is None:
+            return False
+        added = self.outbox.enqueue(item, [self.upload_channel.id], self._clock())
+        if added:
+            self.sender.wake()
+        return added > 0
 
     # -- inputs from the loop ----------------------------------------------------------------
     def on_incident_written(

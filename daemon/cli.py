@@ -23,6 +23,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "alert": "oom_sentinel.daemon.cli_alert:alert_group",
     "diagnose": "oom_sentinel.daemon.cli_diagnose:diagnose",
     "doctor": "oom_sentinel.daemon.cli_doctor:doctor_command",
+    "fleet": "oom_sentinel.daemon.cli_fleet:fleet_group",
     "notify-agent": "oom_sentinel.daemon.cli_notify_agent:notify_agent_command",
     "run": "oom_sentinel.daemon.cli_run:run_command",
     "runs": "oom_sentinel.daemon.cli_runs:runs_command",

@@ -96,6 +96,56 @@ _config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False), help="Config file."
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+_from_option = click.option(
+    "--from",
+    "from_url",
+    metavar="s3://BUCKET[/PREFIX]",
+    help="Read the fleet's snapshots from this bucket ([fleet] bucket_url) instead.",
+)
+_endpoint_option = click.option(
+    "--endpoint-url",
+    help="S3-compatible endpoint for --from (default: [fleet] endpoint_url, $AWS_ENDPOINT_URL).",
+)
+
+
+def _bucket(from_url: str, endpoint_url: str | None, config_path: str | None) -> Any:
+    """The bucket --from names; endpoint and region default to the config's [fleet]."""
+    from oom_sentinel.config.settings import load_settings
+    from oom_sentinel.daemon.bucket import Bucket, BucketUrl
+
+    url = BucketUrl.parse(from_url)
+    fleet = load_settings(config_path).settings.fleet
+    endpoint = endpoint_url if endpoint_url is not None else fleet.endpoint_url
+    return Bucket(url, endpoint_url=endpoint, region=fleet.region)
+
+
+def _remote_entries(bucket: Any) -> list[dict[str, Any]]:
+    """``list`` entries for every complete snapshot in the bucket (their snapshot.json are
+    read in parallel: a farm's bucket holds hundreds)."""
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from oom_sentinel.daemon.bucket import MARKER, download, remote_snapshots
+    from oom_sentinel.daemon.errors import InputError
+
+    found = remote_snapshots(bucket)
+    entries: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="oom-sentinel-fleet-") as tmp:
+
+        def fetch(item: Any) -> dict[str, Any] | None:
+            where = Path(tmp) / item.host / item.instance
+            try:
+                snap = load_snapshot(download(bucket, item, where, only=MARKER), validate=False)
+            except InputError as exc:
+                _warn(f"{bucket.url}/{item.key}: {str(exc).rpartition(': ')[2]}")
+                return None
+            entry = snap.list_entry()
+            entry.update(host=item.host, ref=item.ref, path=f"{bucket.url}/{item.ref}")
+            return entry
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            entries = [e for e in pool.map(fetch, found) if e is not None]
+    return entries
 
 
 @click.group("snapshots")
@@ -107,9 +157,27 @@ def snapshots_group() -> None:
 @_json_option
 @_data_dir_option
 @_config_option
+@_from_option
+@_endpoint_option
 @handle_errors(PROG)
-def list_command(as_json: bool, data_dir: str | None, config_path: str | None) -> None:
-    """List snapshots, newest first."""
+def list_command(
+    as_json: bool,
+    data_dir: str | None,
+    config_path: str | None,
+    from_url: str | None,
+    endpoint_url: str | None,
+) -> None:
+    """List snapshots, newest first (--from: every box's, from the fleet's bucket)."""
+    if from_url:
+        bucket = _bucket(from_url, endpoint_url, config_path)
+        entries = _remote_entries(bucket)
+        if as_json:
+            echo_json(entries)
+        elif not entries:
+            click.echo(f"No snapshots in {bucket.url}.")
+        else:
+            _print_table([{**e, "id": e["ref"], "instance": e["instance"]} for e in entries])
+        return
     directory = _data_dir(data_dir, config_path)
     snaps, problems = list_snapshots(snapshots_dir(directory))
     for problem in problems:
@@ -181,11 +249,22 @@ def _iso_from_s(seconds: float) -> str:
 @_json_option
 @_data_dir_option
 @_config_option
+@_from_option
+@_endpoint_option
 @handle_errors(PROG)
 def show_command(
-    snapshot_id: str, as_json: bool, data_dir: str | None, config_path: str | None
+    snapshot_id: str,
+    as_json: bool,
+    data_dir: str | None,
+    config_path: str | None,
+    from_url: str | None,
+    endpoint_url: str | None,
 ) -> None:
-    """Tell the story of one snapshot (ID may be a unique prefix)."""
+    """Tell the story of one snapshot (ID may be a unique prefix; with --from, also
+    HOST/INSTANCE/ID)."""
+    if from_url:
+        _show_remote(snapshot_id, as_json, _bucket(from_url, endpoint_url, config_path))
+        return
     directory = _data_dir(data_dir, config_path)
     snap = load_snapshot(find_snapshot(snapshots_dir(directory), snapshot_id))
     if as_json:
@@ -193,6 +272,23 @@ def show_command(
         return
     row = _store_rows(directory).get(snap.id)
     click.echo(render_story(snap, row))
+
+
+def _show_remote(ref: str, as_json: bool, bucket: Any) -> None:
+    import tempfile
+
+    from oom_sentinel.daemon.bucket import download, find_remote, remote_snapshots
+
+    item = find_remote(remote_snapshots(bucket), ref, str(bucket.url))
+    with tempfile.TemporaryDirectory(prefix="oom-sentinel-fleet-") as tmp:
+        snap = load_snapshot(download(bucket, item, Path(tmp)))
+        if as_json:
+            echo_json(snap.data)
+            return
+        # the story names where the files are: in the bucket, not in this temporary copy
+        story = render_story(snap).replace(str(snap.path), f"{bucket.url}/{item.ref}")
+    click.echo(f"From {item.host}, instance {item.instance}")
+    click.echo(story)
 
 
 @snapshots_group.command("export")

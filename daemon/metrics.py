@@ -1,9 +1,15 @@
 """Prometheus metrics, so a farm of ComfyUI machines is watched by Prometheus and Alertmanager
 rather than by anything we write.
 
-Off by default (``[metrics] enabled``), and only ever on a loopback address: the endpoint has no
-authentication, and per-process memory names processes. A farm puts a proxy with TLS and auth,
-or an SSH tunnel, in front of it.
+Off by default (``[metrics] enabled``), and on a loopback address: that endpoint has no
+authentication, and per-process memory names processes. A farm sets ``[fleet] listen``: any
+address, but only behind a bearer token or mTLS (``metrics_server.py``).
+
+No label is per-prompt or per-process (no prompt id, no pid): each would start a new series
+at every prompt or restart in every Prometheus of the farm. The one per-incident label,
+``snapshot`` on ``oom_sentinel_last_incident_timestamp_seconds``, is shown for the latest
+incident of each instance only (incidents are rare; a storm is one incident), so an alert can
+name the snapshot and the ``oom-bisect`` command.
 
 Everything lives in a private ``CollectorRegistry`` (never the process-global one), so two
 exporters -- or a test -- never see each other's series. The memory gauges are rendered from
@@ -15,10 +21,12 @@ unsupported NVML query) are left out, never exported as 0.
 metric                                         what
 =============================================  ===============================================
 ``oom_sentinel_gpu_memory_{total,used,free}_bytes{gpu,name}``        per GPU
-``oom_sentinel_gpu_process_memory_bytes{gpu,pid,process,instance}``  per process on a GPU
+``oom_sentinel_gpu_process_memory_bytes{gpu,process,instance}``      per process name on a GPU
 ``oom_sentinel_host_{ram_total,ram_available,swap_total,swap_used}_bytes``
-``oom_sentinel_comfyui_rss_bytes{instance,pid}``                     ComfyUI's process tree
+``oom_sentinel_comfyui_rss_bytes{instance}``                         ComfyUI's process tree
 ``oom_sentinel_incidents_total{instance,pool}``                      snapshots written
+``oom_sentinel_last_incident_timestamp_seconds{instance,pool,node,snapshot,regression}``
+                                                                     the latest per instance
 ``oom_sentinel_oom_failures_total{instance,pool}``                   failures incl. storm repeats
 ``oom_sentinel_soft_ooms_total{instance}``                           recovered OOMs
 ``oom_sentinel_prompts_total{instance,outcome}``                     finished prompts
@@ -49,7 +57,7 @@ from oom_sentinel.daemon.probes import MemorySample
 from oom_sentinel.daemon.units import GIB
 
 if TYPE_CHECKING:
-    from oom_sentinel.config.settings import MetricsSettings
+    from oom_sentinel.config.settings import FleetSettings, MetricsSettings
     from oom_sentinel.daemon.incidents import Incident
     from oom_sentinel.daemon.notifiers import SendResult
 
@@ -121,20 +129,18 @@ class _SampleCollector(Collector):
         yield from gpu_families.values()
         procs = GaugeMetricFamily(
             "oom_sentinel_gpu_process_memory_bytes",
-            "GPU memory per process (absent where the driver cannot say, e.g. WDDM).",
-            labels=["gpu", "pid", "process", "instance"],
+            "GPU memory per process name (absent where the driver cannot say, e.g. WDDM).",
+            labels=["gpu", "process", "instance"],
         )
+        # Summed per (gpu, process name, instance): a pid is never a label -- every restart of
+        # ComfyUI would start a new series in every Prometheus of the farm.
+        per_process: dict[tuple[str, str, str], int] = {}
         for proc in sample.gpu_processes:
             if proc.used_bytes is not None:
-                procs.add_metric(
-                    [
-                        str(proc.device_index),
-                        str(proc.pid),
-                        proc.name or "",
-                        watched.get(proc.pid, ""),
-                    ],
-                    proc.used_bytes,
-                )
+                key = (str(proc.device_index), proc.name or "", watched.get(proc.pid, ""))
+                per_process[key] = per_process.get(key, 0) + proc.used_bytes
+        for key, used in per_process.items():
+            procs.add_metric(list(key), used)
         yield procs
         host = sample.host
         for name, attr, doc in (
@@ -150,12 +156,45 @@ class _SampleCollector(Collector):
             yield family
         rss = GaugeMetricFamily(
             "oom_sentinel_comfyui_rss_bytes",
-            "Resident memory of a watched ComfyUI process tree.",
-            labels=["instance", "pid"],
+            "Resident memory of the watched ComfyUI process trees, per instance.",
+            labels=["instance"],
         )
+        per_instance: dict[str, int] = {}
         for tree in sample.process_trees:
-            rss.add_metric([watched.get(tree.root_pid, ""), str(tree.root_pid)], tree.rss_bytes)
+            name = watched.get(tree.root_pid, "")
+            per_instance[name] = per_instance.get(name, 0) + tree.rss_bytes
+        for name, value in per_instance.items():
+            rss.add_metric([name], value)
         yield rss
+
+
+class _LastIncidentCollector(Collector):
+    """The latest incident of each instance, rendered at scrape time: one series per instance,
+    replaced (not accumulated) by the next incident."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latest: dict[str, tuple[tuple[str, str, str, str, str], float]] = {}
+
+    def update(
+        self, instance: str, pool: str, node: str, snapshot: str, regression: bool, at_s: float
+    ) -> None:
+        labels = (instance, pool, node, snapshot, "true" if regression else "false")
+        with self._lock:
+            self._latest[instance] = (labels, at_s)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "oom_sentinel_last_incident_timestamp_seconds",
+            "When the latest incident of an instance was recorded; its labels name the "
+            "snapshot (and whether an install change is suspected).",
+            labels=["instance", "pool", "node", "snapshot", "regression"],
+        )
+        with self._lock:
+            latest = list(self._latest.values())
+        for labels, at_s in latest:
+            family.add_metric(list(labels), at_s)
+        yield family
 
 
 class MetricsExporter:
@@ -171,6 +210,7 @@ class MetricsExporter:
         *,
         clock: Callable[[], float] = time.time,
         version: str | None = None,
+        fleet: FleetSettings | None = None,
     ) -> None:
         self.settings = settings
         self.registry = CollectorRegistry(auto_describe=True)
@@ -179,6 +219,9 @@ class MetricsExporter:
         self._thread: threading.Thread | None = None
         self._samples = _SampleCollector(clock)
         self.registry.register(self._samples)
+        self._last_incident = _LastIncidentCollector()
+        self.registry.register(self._last_incident)
+        self.fleet = fleet
         reg = self.registry
         self._incidents = Counter(
             "oom_sentinel_incidents",
@@ -253,16 +296,26 @@ class MetricsExporter:
 
     # -- serving -----------------------------------------------------------------------------
     def start(self) -> tuple[str, int]:
-        """Listen on the configured loopback address; returns the (host, port) bound."""
-        from prometheus_client import start_http_server
+        """Listen on ``[fleet] listen`` (token/mTLS) when set, else on the loopback
+        ``[metrics] listen``; returns the (host, port) bound."""
+        from oom_sentinel.daemon.metrics_server import ListenerAuth, serve_metrics
 
-        host, port = parse_listen(self.settings.listen)
+        fleet = self.fleet
+        if fleet is not None and fleet.listen:
+            key, listen = "fleet.listen", fleet.listen
+            auth = ListenerAuth.from_files(
+                token_file=fleet.token_file,
+                cert_file=fleet.tls_cert_file,
+                key_file=fleet.tls_key_file,
+                client_ca_file=fleet.tls_client_ca_file,
+            )
+        else:
+            key, listen, auth = "metrics.listen", self.settings.listen, ListenerAuth()
+        host, port = parse_listen(listen)
         try:
-            server, thread = start_http_server(port, addr=host, registry=self.registry)
+            server, thread = serve_metrics(host, port, self.registry, auth)
         except OSError as exc:
-            raise MetricsError(
-                f"metrics.listen: cannot listen on {self.settings.listen}: {exc.strerror or exc}"
-            ) from None
+            raise MetricsError(f"{key}: cannot listen on {listen}: {exc.strerror or exc}") from None
         self._server, self._thread = server, thread
         bound = server.server_address
         return str(bound[0]), int(bound[1])
@@ -298,6 +351,34 @@ class MetricsExporter:
             self._failures.labels(**labels).inc(incident.count)
         elif incident.count > before:
             self._failures.labels(**labels).inc(incident.count - before)
+
+    def observe_snapshot(
+        self, incident: Incident, snapshot_id: str, *, regression: bool = False
+    ) -> None:
+        """A snapshot was written for ``incident``: it becomes the instance's latest incident
+        (``oom_sentinel_last_incident_timestamp_seconds``) that alert rules name."""
+        self.set_last_incident(
+            incident.instance,
+            str(incident.pool),
+            incident.node_type or "",
+            snapshot_id,
+            regression=regression,
+        )
+
+    def set_last_incident(
+        self,
+        instance: str,
+        pool: str,
+        node: str,
+        snapshot_id: str,
+        *,
+        regression: bool = False,
+        at_s: float | None = None,
+    ) -> None:
+        """Name an instance's latest incident; ``at_s`` (default: now) is when it was recorded
+        -- a restarted daemon restores it from the snapshot on disk."""
+        at = self._clock() if at_s is None else at_s
+        self._last_incident.update(instance, pool, node, snapshot_id, regression, at)
 
     def observe_soft_oom(self, instance: str) -> None:
         self._soft.labels(instance=instance).inc()

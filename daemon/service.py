@@ -75,7 +75,7 @@ from oom_sentinel.daemon.comfy_watch import (
     WatchOptions,
 )
 from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, discover_instances
-from oom_sentinel.daemon.errors import ConfigError, SentinelError
+from oom_sentinel.daemon.errors import ConfigError, SentinelError, StoreError
 from oom_sentinel.daemon.events import Pool
 from oom_sentinel.daemon.gpu_select import select_gpu_probe
 from oom_sentinel.daemon.heap import release_free_heap
@@ -114,6 +114,7 @@ from oom_sentinel.daemon.sdnotify import Notifier, watchdog_interval_s
 from oom_sentinel.daemon.snapshot import (
     HostFacts,
     InstanceInfo,
+    Snapshot,
     SnapshotContent,
     SnapshotRef,
     clean_leftovers,
@@ -441,21 +442,33 @@ class Service:
         self.snapshots_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for leftover in clean_leftovers(self.snapshots_dir):
             log.info("removed an unfinished snapshot left by a crash: %s", leftover)
-        self._recover()
+        recent = self._recover()
         self._resume_storms()
 
+        upload_channel = None
+        if self.settings.fleet.bucket_url:  # boto3 loads on the first upload, never before
+            from oom_sentinel.daemon.bucket import BucketChannel
+
+            upload_channel = BucketChannel(self.settings.fleet)
+            log.info("snapshots are uploaded to %s", upload_channel.name)
         self.alerts = AlertDispatcher(
             self.store,
             self.settings,
             build_channels(self.settings, environ=self.environ),
             clock=self.clock,
+            upload_channel=upload_channel,
         )
-        if self.settings.metrics.enabled:
+        if self.settings.metrics.enabled or self.settings.fleet.listen:
             from oom_sentinel.daemon.metrics import MetricsExporter
 
-            self.metrics = MetricsExporter(self.settings.metrics, clock=self.clock)
+            self.metrics = MetricsExporter(
+                self.settings.metrics, clock=self.clock, fleet=self.settings.fleet
+            )
             host, port = self.metrics.start()
-            log.info("metrics on http://%s:%d/metrics", host, port)
+            fleet = self.settings.fleet
+            scheme = "https" if fleet.listen and fleet.tls_cert_file else "http"
+            log.info("metrics on %s://%s:%d/metrics", scheme, host, port)
+        self._catch_up_fleet(recent)
 
         choice = select_gpu_probe(self.settings.gpu, self.environ)
         self.gpu_line = choice.line
@@ -1050,9 +1063,10 @@ class Service:
 
     # -- recovery ------------------------------------------------------------------------------
 
-    def _recover(self) -> None:
+    def _recover(self) -> list[Snapshot]:
         """Learn which log records recent snapshots were built from, and give any snapshot
-        that missed its store row (killed between the two writes) its row."""
+        that missed its store row (killed between the two writes) its row. Returns those
+        snapshots, newest first."""
         assert self.store is not None
         snaps, problems = list_snapshots(self.snapshots_dir, newest=RECOVERY_SNAPSHOTS)
         for problem in problems:
@@ -1071,6 +1085,37 @@ class Service:
                 if row is not None:
                     self.store.save_incident(row, snapshot_records(snap.data))
                     log.info("snapshot %s had no store row; restored it", snap.id)
+        return snaps
+
+    def _catch_up_fleet(self, recent: Sequence[Snapshot]) -> None:
+        """At start: a snapshot that a crash kept out of the bucket's queue (killed between
+        writing it and queueing it), or one written before bucket_url was set, is queued now
+        if it is younger than the alerts' retry_max_age_s (the outbox keeps each once: one
+        already queued, sent or given up is left alone); and each instance's latest incident
+        is named in the metrics again, with the time it was recorded."""
+        now = self.clock()
+        if self.alerts is not None and self.alerts.upload_channel is not None:
+            max_age_s = self.settings.alerts.retry_max_age_s
+            for snap in recent:
+                created_s = parse_iso_utc(snap.created)
+                if created_s is not None and now - created_s <= max_age_s:
+                    self._queue_upload(snap.instance_name, snap.id, snap.path)
+        if self.metrics is not None:
+            named: set[str] = set()
+            for snap in recent:  # newest first: the first of each instance is its latest
+                created_s = parse_iso_utc(snap.created)
+                if snap.instance_name in named or created_s is None:
+                    continue
+                named.add(snap.instance_name)
+                regression = snap.data.get("regression")
+                self.metrics.set_last_incident(
+                    snap.instance_name,
+                    str(snap.event.get("pool") or ""),
+                    str(snap.event.get("node_type") or ""),
+                    snap.id,
+                    regression=isinstance(regression, dict) and regression.get("suspected") is True,
+                    at_s=created_s,
+                )
 
     def _resume_storms(self) -> None:
         """Re-admit the incidents whose storm was still open when the daemon stopped, so the
@@ -1418,8 +1463,14 @@ class Service:
         self.last_incident = ref.id
         if self.metrics is not None:
             self.metrics.observe_incident(incident)
+            regression = sections.get("regression") or {}
+            self.metrics.observe_snapshot(
+                incident, ref.id, regression=regression.get("suspected") is True
+            )
         if self.alerts is not None:
             self.alerts.on_incident_written(incident, ref)
+            if self.alerts.upload_channel is not None:
+                self._queue_upload(incident.instance, ref.id, ref.path)
         log.warning("OOM on %s: %s -- snapshot %s", incident.instance, incident.summary, ref.path)
         if suffix:
             log.warning("suspected regression after an install change: run oom-bisect %s", ref.id)
@@ -1428,6 +1479,24 @@ class Service:
                 self.on_incident(incident, ref)
             except Exception:
                 log.exception("incident callback failed for %s", ref.id)
+
+    def _queue_upload(self, instance: str, snapshot_id: str, path: Path) -> None:
+        """[fleet] bucket_url: the finished (redacted) snapshot goes to the bucket, via the
+        outbox (retried, kept across restarts)."""
+        from oom_sentinel.daemon.bucket import upload_item
+
+        assert self.alerts is not None
+        item = upload_item(
+            self.settings.fleet,
+            snapshot_id=snapshot_id,
+            path=path,
+            instance=instance,
+            created_s=self.clock(),
+        )
+        try:
+            self.alerts.queue_upload(item)
+        except StoreError as exc:
+            log.error("could not queue the upload of snapshot %s: %s", snapshot_id, exc)
 
     def _advice_context(
         self, inst: WatchedInstance, sections: Mapping[str, Any], memory: Any
@@ -1631,7 +1700,7 @@ class Service:
         old, new = self.settings, loaded.settings
         restart_needed = [
             name
-            for name in ("data_dir", "metrics", "gpu")
+            for name in ("data_dir", "metrics", "gpu", "fleet")
             if getattr(old, name) != getattr(new, name)
         ]
         self.loaded, self.settings = loaded, new

@@ -37,6 +37,13 @@ NOT_AT_START = (
     "oom_sentinel.daemon.cli_snapshots",
     "oom_sentinel.daemon.doctor",
     "oom_sentinel.daemon.metrics",
+    # [fleet]: the farm listener, the bucket (boto3 loads on the first upload, only when
+    # bucket_url is set) and the rules/dashboard printer
+    "boto3",
+    "botocore",
+    "oom_sentinel.daemon.metrics_server",
+    "oom_sentinel.daemon.bucket",
+    "oom_sentinel.daemon.cli_fleet",
     "oom_sentinel.bisect",
 )
 
