@@ -136,6 +136,12 @@ def describe_test(test: Test, session: Session) -> str:
     if test.phase == "minimize":
         switched = ", ".join(map(repo_label, test.switched)) or "nothing"
         return f"which repos are needed (switched: {switched})"
+    if test.phase == "remainder":
+        reverted = ", ".join(map(repo_label, test.reverted)) or "nothing"
+        return f"is anything else bad ({session.setup.terms.new} with {reverted} reverted)"
+    if test.phase == "alone":
+        (repo,) = test.switched
+        return f"{repo_label(repo)} alone on the {session.setup.terms.old} state"
     assert test.repo is not None
     value = test.state.value(test.repo)
     return f"{repo_label(test.repo)} at {value[:12]}"
@@ -167,9 +173,7 @@ class Runner:
     # -- comments for the log
     def default_subject(self, test: Test) -> str:
         s = self.session.setup
-        if test.phase in ("verify-good", "verify-bad"):
-            return describe_test(test, self.session)
-        if test.phase == "minimize":
+        if test.phase != "bisect":
             return describe_test(test, self.session)
         assert test.repo is not None
         value = test.state.value(test.repo)
