@@ -832,9 +832,17 @@ def _finish(
             {
                 "result": result,
                 "culprits": [
-                    {"repo": c["repo"], "commit": c["commit"], "subject": c["subject"]}
+                    {
+                        "repo": c["repo"],
+                        "commit": c["commit"],
+                        "previous": c["previous"],
+                        "subject": c["subject"],
+                        "together": c["together"],
+                        "delta": c["delta"],
+                    }
                     for c in report["culprits"]
                 ],
+                "search": report["search"],
                 "measurements": report["measurements"],
                 "steps": report["steps"],
                 "candidates": [
@@ -905,7 +913,11 @@ def status_command(comfyui: str | None, as_json: bool) -> None:
 
 def _answer_line(sess: Session, step: Step) -> str:
     if isinstance(step, Found):
-        names = "; ".join(f"{repo_label(c.repo)} {c.value}" for c in step.culprits)
+        names = "; ".join(
+            f"{repo_label(c.repo)} {c.value}"
+            + (f" (with {', '.join(map(repo_label, c.together))})" if c.together else "")
+            for c in step.culprits
+        )
         return f"answer: found: {names}"
     if isinstance(step, OnlySkippedLeft):
         return f"answer: ambiguous among {len(step.candidates)} candidate(s)"
