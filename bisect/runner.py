@@ -12,6 +12,10 @@ state needs several), and the verdict is appended to the log last. After Ctrl-C 
 the next ``run`` asks the plan again, finds the same state, takes the finished runs from the
 cache and repeats only the one that was cut off.
 
+A run that dies for a device reason (no GPU for this torch: device.py) stops the loop with
+the one-line fix and is neither cached nor logged as a verdict; only outcomes of the workflow
+itself are cached.
+
 Every ComfyUI start is also appended to ``<session>/measurements.jsonl`` (one JSON object per
 line: ``{"event": "launch"|"done", ...}``), so the report can show each run's peaks, timings
 and console tail, and the tests can count launches across an interruption.
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from oom_sentinel.bisect import gitrepo
+from oom_sentinel.bisect.device import DeviceFailure, device_failure, is_harness_failure
 from oom_sentinel.bisect.fsutil import append_line
 from oom_sentinel.bisect.plan import Step, Test
 from oom_sentinel.bisect.replay import Measurement
@@ -208,7 +213,13 @@ class Runner:
         self.session.set_expected(state)
         threshold = effective_threshold(self.session)
         judge = threshold or Threshold.oom_only()
-        runs: list[Outcome] = list(self.session.cached_runs(state, self.environment))
+        # what the harness failed at says nothing about the state (a cache from before this
+        # rule may hold such runs): measure those again
+        runs: list[Outcome] = [
+            r
+            for r in self.session.cached_runs(state, self.environment)
+            if not is_harness_failure(r)
+        ]
         verdict = decide(runs, judge, s.repeat, timeout_is_bad=s.timeout_is_bad)
         cached = verdict is not None
         # A run stopped early under an older, lower threshold proves nothing now; never loop
@@ -225,10 +236,14 @@ class Runner:
             self.launched += 1
             m = self.measure(state, threshold)
             self.finished += 1
-            runs.append(m.outcome)
-            self.session.store_runs(state, runs, self.environment)
             self._log("done", test, m.to_json())
             self.events.run_done(test, m)
+            fix = device_failure(m.outcome, m.console_tail, s.flags)
+            if fix is not None:
+                raise DeviceFailure(fix)  # the machine's, not the state's: nothing is kept
+            runs.append(m.outcome)
+            kept = [r for r in runs if not is_harness_failure(r)]
+            self.session.store_runs(state, kept, self.environment)
             verdict = decide(runs, judge, s.repeat, timeout_is_bad=s.timeout_is_bad)
         rec = self.session.record(
             state, verdict, _counted(runs, judge, s.timeout_is_bad), self.subject(test)
