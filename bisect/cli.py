@@ -714,12 +714,6 @@ def _start(
     bad = resolve_state(bad_arg, install, snapshot_resolver=resolver)
     if good == bad:
         raise BisectError("the good and bad states are the same: there is nothing to bisect")
-    origin = f"snapshot {args.snapshot.id}" if args.snapshot is not None else None
-    for line in state_lines(terms.old, "--good", good_arg, good, good, bad, origin):
-        err.print(line, highlight=False, markup=False)
-    for line in state_lines(terms.new, "--bad", bad_arg, bad, good, bad, origin):
-        err.print(line, highlight=False, markup=False)
-    err.print("(* differs between the two states: the repos the bisect searches)", markup=False)
     prompt = args.prompt
     source = f"snapshot {args.snapshot.id}" if args.snapshot is not None else "--good/--bad"
     extra: dict[str, Any] = {
@@ -740,7 +734,7 @@ def _start(
             prompt = _convert_ui(loaded, paths, install, bad, python, flags, extra, err)
         else:
             prompt = loaded.to_api({}).prompt
-    return begin(
+    sess = begin(
         paths,
         install,
         good_arg,
@@ -758,6 +752,14 @@ def _start(
         source=source,
         extra=extra,
     )
+    # the states in full, once every input is known to be usable, before the first measurement
+    origin = f"snapshot {args.snapshot.id}" if args.snapshot is not None else None
+    for line in state_lines(terms.old, "--good", good_arg, good, good, bad, origin):
+        err.print(line, highlight=False, markup=False)
+    for line in state_lines(terms.new, "--bad", bad_arg, bad, good, bad, origin):
+        err.print(line, highlight=False, markup=False)
+    err.print("(* differs between the two states: the repos the bisect searches)", markup=False)
+    return sess
 
 
 def _running_flags(discovered: Any) -> tuple[str, ...] | None:
