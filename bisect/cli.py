@@ -72,7 +72,6 @@ from oom_sentinel.daemon.errors import (
     InputError,
     SentinelError,
 )
-from oom_sentinel.daemon.units import format_bytes
 
 __all__ = [
     "EXIT_AMBIGUOUS",
@@ -291,10 +290,14 @@ class _Progress:
         reason = getattr(o, "reason", None) or getattr(o, "evidence", None)
         if reason:
             extra = f" — {str(reason)[:100]}"
+        from oom_sentinel.bisect.report import peak_text
+        from oom_sentinel.bisect.verdict import Oom, Timeout
+
         secs = sum(v for k, v in m.timings.items() if k in ("ready_s", "prompt_s"))
+        partial = m.stopped_early or isinstance(o, Oom | Timeout)
         self.console.print(
-            f"  {kind}: VRAM {format_bytes(m.peaks.vram_bytes, '—')}, "
-            f"RAM {format_bytes(m.peaks.ram_bytes, '—')}"
+            f"  {kind}: VRAM {peak_text(m.peaks.vram_bytes, partial)}, "
+            f"RAM {peak_text(m.peaks.ram_bytes, partial)}"
             f"{' (stopped early)' if m.stopped_early else ''} in {secs:.1f} s{extra}",
             highlight=False,
         )

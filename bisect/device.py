@@ -101,11 +101,17 @@ def device_failure(
     )
 
 
+#: skips that describe the machine or another user at that moment, not the state
+_HARNESS_PREFIXES = (
+    "the prompt was interrupted by someone else",
+    "won't start: no answer on /system_stats",  # a slow or loaded machine, this time
+)
+
+
 def is_harness_failure(outcome: Outcome) -> bool:
-    """An outcome that says nothing about the state: a device failure, or a prompt someone
-    else interrupted. Never cached, so a later bisect measures the state for itself."""
+    """An outcome that says nothing about the state: a device failure, a prompt someone else
+    interrupted, a start that timed out. Never cached, so a later bisect measures the state
+    for itself (a wrong cached answer costs more than one measurement)."""
     if not isinstance(outcome, Skip):
         return False
-    return bool(_DEVICE_RE.search(outcome.reason)) or outcome.reason.startswith(
-        "the prompt was interrupted by someone else"
-    )
+    return bool(_DEVICE_RE.search(outcome.reason)) or outcome.reason.startswith(_HARNESS_PREFIXES)

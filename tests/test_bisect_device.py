@@ -103,7 +103,12 @@ def test_a_device_death_says_which_flag_fixes_it() -> None:
     assert device_failure(Skip("unknown node: Foo does not exist"), ("fine",), ()) is None
     assert device_failure(Ok(1, 2), (NO_DRIVER,), ()) is None  # a run that worked is not one
     assert is_harness_failure(Skip(f"won't start: exited with status 1: {NO_DRIVER}"))
+    assert is_harness_failure(Skip("won't start: no answer on /system_stats within 600 s"))
+    assert is_harness_failure(Skip("the prompt was interrupted by someone else"))
+    # the state's own failures are outcomes of the workflow: cached like any other
     assert not is_harness_failure(Skip("unrelated exception in Foo: ValueError: x"))
+    assert not is_harness_failure(Skip("won't start: exited with status 1: SyntaxError: x"))
+    assert not is_harness_failure(Skip("unknown node: Foo does not exist"))
 
 
 def test_the_device_flags_key_the_outcome_cache() -> None:
