@@ -37,10 +37,10 @@ from rich.text import Text
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.fsutil import remove_tree
 from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
-from oom_sentinel.bisect.runner import effective_threshold, read_measurements
-from oom_sentinel.bisect.session import LogRecord, Session
-from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, repo_label
-from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.bisect.runner import DELTA_PHASE, effective_threshold, read_measurements
+from oom_sentinel.bisect.session import LogRecord, Session, outcome_from_json
+from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, State, repo_label
+from oom_sentinel.bisect.verdict import Oom, Skip, Timeout, Verdict
 from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.errors import SentinelError
 from oom_sentinel.daemon.units import MIB, format_bytes
@@ -171,12 +171,17 @@ _POOLS = (("vram", "peak_vram_bytes", "VRAM"), ("ram", "peak_ram_bytes", "RAM"))
 
 
 def culprit_delta(
-    c: Culprit, records: Sequence[LogRecord], threshold: Mapping[str, Any] | None
+    c: Culprit,
+    records: Sequence[LogRecord],
+    threshold: Mapping[str, Any] | None,
+    complete: Mapping[State, LogRecord] | None = None,
 ) -> dict[str, Any] | None:
     """The culprit's own Δ peak: its parent state's peak and its own, per pool.
 
     Both states were measured (the plan bisects to a measured bad state next to a measured
-    good one). ``pool`` names the headline: the pool whose threshold the culprit's state
+    good one). The culprit's own peak comes from its run to the end (``complete``: the
+    runner's "delta" phase) when there is one, else from its verdict, which may be a lower
+    bound. ``pool`` names the headline: the pool whose threshold the culprit's state
     crossed, else VRAM when measured, else RAM.
     """
     if c.state is None or c.parent is None:
@@ -185,6 +190,8 @@ def culprit_delta(
     mine, parent = latest.get(c.state), latest.get(c.parent)
     if mine is None or parent is None:
         return None
+    if complete and c.state in complete:
+        mine = complete[c.state]
     pools: dict[str, Any] = {}
     for pool, key, _label in _POOLS:
         before, after = getattr(parent, key), getattr(mine, key)
@@ -230,6 +237,29 @@ def delta_text(c: Mapping[str, Any]) -> str | None:
     return f"{at_least}{sign}{amount} {where} ({parent} → {mine})"
 
 
+def _complete_runs(session: Session) -> dict[State, LogRecord]:
+    """Each culprit's run to the end (the runner's "delta" phase), as a record of its peaks."""
+    out: dict[State, LogRecord] = {}
+    for m in read_measurements(session.paths.session):
+        if m.event != "done" or m.phase != DELTA_PHASE:
+            continue
+        try:
+            outcome = outcome_from_json(m.data.get("outcome") or {})
+        except ValueError:
+            continue
+        if isinstance(outcome, Skip):
+            continue
+        partial = isinstance(outcome, Oom | Timeout) or bool(m.data.get("stopped_early"))
+        out[m.state] = LogRecord(
+            Verdict.NEW,
+            m.state,
+            peak_vram_bytes=outcome.peak_vram_bytes,
+            peak_ram_bytes=outcome.peak_ram_bytes,
+            peak_lower_bound=partial,
+        )
+    return out
+
+
 def build_report(session: Session, step: Step, *, message: str | None = None) -> dict[str, Any]:
     """The whole report as JSON-ready data (what ``report.json`` holds)."""
     s = session.setup
@@ -241,10 +271,12 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
     thr = effective_threshold(session)
     thr_json = None if thr is None else {"vram_bytes": thr.vram_bytes, "ram_bytes": thr.ram_bytes}
 
+    complete = _complete_runs(session)
+
     def detail(c: Culprit) -> dict[str, Any]:
         out = culprit_details(c, s.repo_paths)
         out["together"] = list(c.together)
-        out["delta"] = culprit_delta(c, records, thr_json)
+        out["delta"] = culprit_delta(c, records, thr_json, complete)
         return out
 
     if isinstance(step, Found):
@@ -281,12 +313,14 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
             }
         )
     prog = status.progress
+    reruns = sum(1 for r in runs if r["phase"] == DELTA_PHASE)
     search = {
         "measured_states": prog.tested,
+        "culprit_reruns": reruns,
         "repo_level_steps": prog.repo_level,
         "bound": prog.bound,
         "groups": [list(g) for g in prog.groups],
-        "within_bound": prog.tested <= prog.bound,
+        "within_bound": prog.tested + reruns <= prog.bound,
     }
     return {
         "format": REPORT_FORMAT,
@@ -412,9 +446,13 @@ def search_line(report: Mapping[str, Any]) -> str | None:
     repos = {r["repo"]: r["candidates"] for r in report["repos"]}
     terms = [f"⌈log2 {repos[r]}⌉+2" for g in sr["groups"] for r in g]
     over = "" if sr["within_bound"] else " (over it: skipped states cost extra)"
+    reruns = sr.get("culprit_reruns") or 0
+    counted = f"{sr['measured_states']} state(s) measured"
+    if reruns:
+        counted += f" + {reruns} culprit run(s) to the end"
     return (
-        f"{sr['measured_states']} state(s) measured; bound {sr['repo_level_steps']} "
-        f"repo-level step(s) + {' + '.join(terms) or '0'} = {sr['bound']}{over}"
+        f"{counted}; bound {sr['repo_level_steps']} repo-level step(s) + "
+        f"{' + '.join(terms) or '0'} = {sr['bound']}{over}"
     )
 
 

@@ -12,6 +12,10 @@ state needs several), and the verdict is appended to the log last. After Ctrl-C 
 the next ``run`` asks the plan again, finds the same state, takes the finished runs from the
 cache and repeats only the one that was cut off.
 
+Once the answer is known, each culprit whose verdict rests on a run stopped at the threshold
+is run once more to the end (phase "delta" in ``measurements.jsonl``), so the report can give
+its real Δ; verdicts and the log are unchanged by it.
+
 A run that dies for a device reason (no GPU for this torch: device.py) stops the loop with
 the one-line fix and is neither cached nor logged as a verdict; only outcomes of the workflow
 itself are cached.
@@ -33,7 +37,7 @@ from typing import Any, Protocol
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.device import DeviceFailure, device_failure, is_harness_failure
 from oom_sentinel.bisect.fsutil import append_line
-from oom_sentinel.bisect.plan import Step, Test
+from oom_sentinel.bisect.plan import Found, OnlySkippedLeft, Step, Test
 from oom_sentinel.bisect.replay import Measurement
 from oom_sentinel.bisect.session import LogRecord, Session
 from oom_sentinel.bisect.states import State, repo_label
@@ -41,6 +45,7 @@ from oom_sentinel.bisect.verdict import Outcome, Threshold, Verdict, classify_ru
 from oom_sentinel.daemon.errors import SentinelError
 
 __all__ = [
+    "DELTA_PHASE",
     "MEASUREMENTS_FILE",
     "POOLS",
     "Events",
@@ -52,6 +57,8 @@ __all__ = [
 ]
 
 MEASUREMENTS_FILE = "measurements.jsonl"
+#: the phase of a culprit's run to the end, for its Δ (after the answer is known)
+DELTA_PHASE = "delta"
 #: which peaks a verdict looks at (``--pool``; kept in ``session.json``'s ``extra.pool``)
 POOLS = ("any", "vram", "ram")
 
@@ -144,6 +151,9 @@ def describe_test(test: Test, session: Session) -> str:
     if test.phase == "remainder":
         reverted = ", ".join(map(repo_label, test.reverted)) or "nothing"
         return f"is anything else bad ({session.setup.terms.new} with {reverted} reverted)"
+    if test.phase == DELTA_PHASE:
+        assert test.repo is not None
+        return f"{repo_label(test.repo)}'s culprit run to the end, for its own Δ peak"
     if test.phase == "alone":
         (repo,) = test.switched
         return f"{repo_label(repo)} alone on the {session.setup.terms.old} state"
@@ -174,6 +184,7 @@ class Runner:
         self.subject = subject or self.default_subject
         self.launched = 0
         self.finished = 0
+        self._completed: set[State] = set()
 
     # -- comments for the log
     def default_subject(self, test: Test) -> str:
@@ -198,14 +209,60 @@ class Runner:
         number = 0
         while True:
             step = self.session.next_step()
-            if not isinstance(step, Test):
+            test = step if isinstance(step, Test) else self._completion(step)
+            if test is None:
                 self.session.clear_expected()
                 return step
             if max_steps is not None and number >= max_steps:
                 return step
             number += 1
-            self.events.step(number, step, self.session)
-            self._decide(step)
+            self.events.step(number, test, self.session)
+            if test.phase == DELTA_PHASE:
+                self._complete(test)
+            else:
+                self._decide(test)
+
+    # -- a culprit's own Δ, from a run to the end
+    def _completion(self, step: Step) -> Test | None:
+        """The next culprit state to run to the end once more, or None.
+
+        The search stops a bad run as soon as it crosses the threshold, so a culprit's peak
+        is only a lower bound ("≥ threshold") and its Δ would say little. Once the answer is
+        known, each culprit whose state was stopped early is run once more without the
+        early stop, so the report can give its real Δ (one run per culprit: the "+2" of the
+        bound covers it). An OOM cannot finish, so it is not repeated. The run goes to
+        ``measurements.jsonl`` as phase "delta"; verdicts and the log are unchanged.
+        """
+        if not isinstance(step, Found | OnlySkippedLeft):
+            return None
+        latest = {r.state: r for r in self.session.records()}
+        done = {
+            m.state
+            for m in read_measurements(self.session.paths.session)
+            if m.event == "done" and m.phase == DELTA_PHASE
+        }
+        for c in step.culprits:
+            rec = latest.get(c.state) if c.state is not None else None
+            if rec is None or c.state in done or c.state in self._completed:
+                continue
+            if rec.peak_lower_bound and rec.outcome != "oom" and rec.verdict is Verdict.NEW:
+                return Test(c.state, DELTA_PHASE, repo=c.repo)
+        return None
+
+    def _complete(self, test: Test) -> None:
+        self.session.set_expected(test.state)
+        self.events.run_start(test, 1, 1)
+        self._log("launch", test, {})
+        self.launched += 1
+        m = self.measure(test.state, None)  # no early stop: the whole prompt
+        self.finished += 1
+        self._log("done", test, m.to_json())
+        self.events.run_done(test, m)
+        self._completed.add(test.state)
+        fix = device_failure(m.outcome, m.console_tail, self.session.setup.flags)
+        if fix is not None:
+            raise DeviceFailure(fix)
+        self.session.clear_expected()
 
     def _decide(self, test: Test) -> None:
         s = self.session.setup

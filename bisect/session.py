@@ -567,6 +567,9 @@ class Status:
             f"({', '.join(map(repo_label, self.setup.repos()))})",
             f"tested {p.tested} state(s); phase {p.phase}; about {p.steps_left} step(s) left",
         ]
+        if p.groups:
+            sets = "; ".join(" + ".join(map(repo_label, g)) for g in p.groups)
+            out.append(f"culprit sets so far: {sets}")
         if p.repo is not None:
             out.append(f"{repo_label(p.repo)}: {p.candidates_left} candidate(s) left")
         if self.threshold is not None:

@@ -52,10 +52,12 @@ def test_two_independent_culprits_in_core_and_a_node_are_both_named(tmp_path: Pa
         d = by_repo[repo]["delta"]
         assert by_repo[repo]["together"] == []
         assert d["pool"] == "vram" and d["parent_bytes"] == (CONTEXT_MIB + 1000) * MIB
-        assert d["delta_bytes"] > 0.1 * d["parent_bytes"]
+        # the culprit's own state run to the end once more: its real cost, not "≥ threshold"
+        assert d["delta_bytes"] == 600 * MIB and not d["lower_bound"]  # 1000 MiB × 1.6
     sr = doc["search"]
     assert sr["groups"] == [["comfyui"], ["node:PackB"]]
-    assert sr["measured_states"] <= sr["bound"]
+    assert sr["culprit_reruns"] == 2 and sr["within_bound"]
+    assert doc["measurements"] == sr["measured_states"] + 2 <= sr["bound"]
     assert sr["bound"] == sr["repo_level_steps"] + (8 + 2) + (6 + 2)  # ⌈log2 169⌉, ⌈log2 39⌉
     assert f"bound {sr['repo_level_steps']} repo-level step(s)" in err
     head = _states_printed_before_the_first_step(err)
@@ -63,7 +65,8 @@ def test_two_independent_culprits_in_core_and_a_node_are_both_named(tmp_path: Pa
     assert re.search(rf"custom_nodes/PackB\s+{pack.commits[0]} → {pack.commits[0]}  \*", head)
     assert re.search(rf"ComfyUI\s+HEAD → {core.head}  \*", head)
     assert re.search(rf"custom_nodes/PackA\s+as installed → {inst.nodes['PackA'].head}\n", head)
-    assert "+" in err and "VRAM in ComfyUI's state" in err
+    assert "+600.00 MiB VRAM in ComfyUI's state (1.28 GiB → 1.87 GiB)" in err
+    assert "+600.00 MiB VRAM in custom_nodes/PackB's state (1.28 GiB → 1.87 GiB)" in err
     say("two_independent_culprits_core_and_node", doc, sr["bound"])
     inst.assert_untouched()
 
@@ -88,9 +91,11 @@ def test_two_culprits_in_two_node_packs_while_the_core_moved_harmlessly(tmp_path
     )
     assert (code, doc["result"]) == (0, "found"), err[-3000:]
     assert sorted(culprit(doc)) == [("node:PackA", a.commits[11]), ("node:PackB", b.commits[30])]
-    assert all(c["together"] == [] and c["delta"]["delta_bytes"] > 0 for c in doc["culprits"])
+    deltas = {c["repo"]: c["delta"]["delta_bytes"] for c in doc["culprits"]}
+    assert deltas == {"node:PackA": 500 * MIB, "node:PackB": 400 * MIB}
+    assert all(c["together"] == [] for c in doc["culprits"])
     sr = doc["search"]
-    assert sr["measured_states"] <= sr["bound"]
+    assert sr["within_bound"] and doc["measurements"] <= sr["bound"]
     # the core was never bisected: no measured state has it anywhere but its two endpoints
     core_values = {s["state"]["comfyui"] for s in doc["steps"]}
     assert core_values <= {core.commits[250], core.head}

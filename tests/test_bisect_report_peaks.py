@@ -50,7 +50,7 @@ def session_run(inst, tmp: Path, measure: Measure) -> tuple[Any, Any]:
     return sess, Runner(sess, measure, PROMPT).run()
 
 
-def two_culprits(inst, *, bad_a: Callable[[int], Measurement]) -> Measure:
+def two_culprits(inst, *, bad_a: Callable[[int, Threshold | None], Measurement]) -> Measure:
     """node_a from commit 7 on and node_b from commit 5 on each raise VRAM on their own."""
     a, b = inst.nodes["node_a"], inst.nodes["node_b"]
 
@@ -58,14 +58,14 @@ def two_culprits(inst, *, bad_a: Callable[[int], Measurement]) -> Measure:
         on_a = a.index(state.node("node_a")) >= NODE_A_BAD
         on_b = b.index(state.node("node_b")) >= NODE_B_BAD
         if on_a:
-            return bad_a(GOOD_MIB)
+            return bad_a(GOOD_MIB, threshold)
         vram = (GOOD_MIB + (800 if on_b else 0)) * MIB
         return Measurement(Ok(vram, 500 * MIB, 1.0), Peaks(nvml_vram_bytes=vram))
 
     return measure
 
 
-def oom_at_context(_good: int) -> Measurement:
+def oom_at_context(_good: int, _threshold: Threshold | None) -> Measurement:
     # the OOM run's NVML peak is only the CUDA context: it died before its allocation showed
     vram = 312 * MIB
     return Measurement(
@@ -74,8 +74,16 @@ def oom_at_context(_good: int) -> Measurement:
     )
 
 
-def stopped_early(good: int) -> Measurement:
-    vram = int(good * 1.1 * MIB) + 40 * MIB  # just past the threshold when it was stopped
+FULL_A_MIB = 1200  # what node_a's change really costs, seen only by a run to the end
+
+
+def stopped_early(good: int, threshold: Threshold | None) -> Measurement:
+    """Like the harness: stopped just past the threshold when there is one, else the whole
+    prompt (the runner's run to the end for the culprit's Δ)."""
+    if threshold is None:
+        vram = (good + FULL_A_MIB) * MIB
+        return Measurement(Ok(vram, 500 * MIB, 1.0), Peaks(nvml_vram_bytes=vram))
+    vram = int(good * 1.1 * MIB) + 40 * MIB
     return Measurement(
         Ok(vram, 500 * MIB, stopped_early=True), Peaks(nvml_vram_bytes=vram), stopped_early=True
     )
@@ -94,16 +102,27 @@ def test_both_culprits_each_with_its_own_delta_and_the_bound(inst, tmp_path: Pat
     assert cb["delta"]["pool"] == "vram"
     assert cb["delta"]["parent_bytes"] == GOOD_MIB * MIB
     assert cb["delta"]["delta_bytes"] == 800 * MIB and not cb["delta"]["lower_bound"]
-    assert ca["delta"]["lower_bound"] and ca["delta"]["delta_bytes"] > 0
+    # node_a's verdict rests on a run stopped at the threshold; its Δ on the run to the end
+    (step_a,) = [
+        st
+        for st in report["steps"]
+        if st["state"]["node:node_a"] == a[NODE_A_BAD] and st["state"]["node:node_b"] == b[0]
+    ]
+    assert step_a["peak_is_lower_bound"]
+    assert ca["delta"]["delta_bytes"] == FULL_A_MIB * MIB and not ca["delta"]["lower_bound"]
+    delta_runs = [r for r in report["runs"] if r["phase"] == "delta"]
+    assert [r["state"]["node:node_a"] for r in delta_runs] == [a[NODE_A_BAD]]  # one, node_a's
     console = Console(record=True, width=160)
     render_terminal(report, console)
     text = console.export_text()
     assert "+800.00 MiB VRAM in custom_nodes/node_b's state (2.18 GiB → 2.96 GiB)" in text
-    assert "≥ +" in text and "custom_nodes/node_a's state (2.18 GiB → ≥ 2.44 GiB)" in text
+    assert "+1.17 GiB VRAM in custom_nodes/node_a's state (2.18 GiB → 3.35 GiB)" in text
     sr = report["search"]
     assert sr["groups"] == [["node:node_a"], ["node:node_b"]] and sr["within_bound"]
     assert sr["measured_states"] == len(report["steps"]) <= sr["bound"]
-    assert f"{sr['measured_states']} state(s) measured; bound" in text
+    assert report["measurements"] == sr["measured_states"] + 1 <= sr["bound"]
+    assert sr["culprit_reruns"] == 1
+    assert f"{sr['measured_states']} state(s) measured + 1 culprit run(s) to the end; bound" in text
     assert f"⌈log2 {len(a) - 1}⌉+2 + ⌈log2 {len(b) - 1}⌉+2 = {sr['bound']}" in text
 
 
