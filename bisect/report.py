@@ -350,7 +350,7 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "culprits": culprits,
         "candidates": candidates,
         "search": search,
-        "chart": chart_panels(session, step, steps, thr_json),
+        "chart": chart_panels(session, step, steps, thr_json, complete),
         "measurements": len(runs),
         "launches": launches,
         "steps": steps,
@@ -488,6 +488,7 @@ def chart_panels(
     step: Step,
     steps: Sequence[Mapping[str, Any]],
     threshold: Mapping[str, Any] | None,
+    complete: Mapping[State, LogRecord] | None = None,
 ) -> list[dict[str, Any]]:
     """What the chart draws, as data: one panel per bisected repo with its tested states in
     the range's commit order (x = position from G's value, 0, to B's value), and a first
@@ -496,7 +497,8 @@ def chart_panels(
     Each point carries the measured peaks and the *drawn* ones: a bad run whose peak is a
     lower bound (an OOM, an early stop) is drawn at least as high as the threshold and as
     every completed good run of that pool, so a stopped bad run never looks smaller than a
-    good one (its real peak is higher than it got to).
+    good one (its real peak is higher than it got to). A culprit's run to the end
+    (``complete``) adds its full peak to the culprit's point (``*_complete_bytes``).
     """
     s = session.setup
     spans = {sp.repo: sp for sp in s.spans}
@@ -531,7 +533,12 @@ def chart_panels(
                 drawn = max(value or 0, floor[pool])
             out[f"{pool}_bytes"] = value
             out[f"{pool}_drawn_bytes"] = drawn
+            out[f"{pool}_complete_bytes"] = None
         return out
+
+    full = {
+        _state_key({r: st.value(r) for r in s.repos()}): rec for st, rec in (complete or {}).items()
+    }
 
     contexts: dict[str, Any] = {}
     if isinstance(step, Found | OnlySkippedLeft):
@@ -553,7 +560,12 @@ def chart_panels(
             state = base.with_values({repo: v})
             st = by_state.get(_state_key({r: state.value(r) for r in s.repos()}))
             if st is not None:
-                points.append(point(x, _short(v), st))
+                pt = point(x, _short(v), st)
+                rec = full.get(_state_key(st["state"]))
+                if rec is not None:
+                    pt["vram_complete_bytes"] = rec.peak_vram_bytes
+                    pt["ram_complete_bytes"] = rec.peak_ram_bytes
+                points.append(pt)
                 shown.add(st["n"])
         together = [r for r in s.repos() if r != repo and base.value(r) != s.good.value(r)]
         title = f"{repo_label(repo)}: {len(values) - 1} commit(s), in commit order"
@@ -627,8 +639,23 @@ def _chart_svg(report: Mapping[str, Any]) -> str:
                     hatch=hatch if has["vram"] and pool == "ram" else None,
                     label=name,
                 )
+                full = [p for p in pts if p[f"{pool}_complete_bytes"]]
+                if full:
+                    ax.bar(
+                        [p["x"] + offs for p in full],
+                        [p[f"{pool}_complete_bytes"] / MIB for p in full],
+                        width,
+                        fill=False,
+                        edgecolor="#c62828",
+                        linestyle="--",
+                        label="culprit run to the end",
+                    )
             for p in pts:
-                top = max((p[f"{pool}_drawn_bytes"] or 0) / MIB for pool, _k, _l in _POOLS)
+                top = max(
+                    (p[f"{pool}_{kind}_bytes"] or 0) / MIB
+                    for pool, _k, _l in _POOLS
+                    for kind in ("drawn", "complete")
+                )
                 marks = []
                 if p["lower_bound"]:
                     marks.append("≥")
@@ -650,14 +677,24 @@ def _chart_svg(report: Mapping[str, Any]) -> str:
                         linewidth=1,
                         label=name,
                     )
-            ax.set_xlim(-0.6, max(panel["x_max"], 0) + 0.6)
+            ax.set_xlim(-0.6, max(panel["x_max"], 5) + 0.6)  # a lone bar stays a bar
             ax.set_xticks(xs)
             ax.set_xticklabels([p["label"] for p in pts], fontsize=6, rotation=30, ha="right")
             ax.set_ylabel("MiB")
             ax.set_title(panel["title"], fontsize=9)
         fig.suptitle("Peak memory per tested state", fontsize=10)
         if has["vram"] or has["ram"]:
-            axes[0, 0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            seen: dict[str, Any] = {}
+            for ax in axes[:, 0]:
+                for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                    seen.setdefault(label, handle)
+            axes[0, 0].legend(
+                list(seen.values()),
+                list(seen),
+                fontsize=7,
+                loc="upper left",
+                bbox_to_anchor=(1.01, 1.0),
+            )
         fig.tight_layout()
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})

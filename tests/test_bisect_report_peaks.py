@@ -169,6 +169,10 @@ def test_the_chart_shows_each_culprit_range_in_commit_order(inst, tmp_path: Path
         assert kinds[first_bad] == "new" and kinds[first_bad - 1] == "old"
         assert all(k == "old" for x, k in kinds.items() if x < first_bad)
         assert all(k == "new" for x, k in kinds.items() if x >= first_bad)
+    # node_a's culprit carries its run to the end, drawn over its stopped bar
+    culprit_a = [p for p in by_repo["node:node_a"]["points"] if p["x"] == NODE_A_BAD]
+    assert culprit_a[0]["vram_complete_bytes"] == (GOOD_MIB + FULL_A_MIB) * MIB
+    assert culprit_a[0]["lower_bound"] and "culprit run to the end" in render_html(report)
     # the repo-level panel holds what the repo panels do not (the bad endpoint, the alone steps)
     assert by_repo[None]["points"] and panels[0]["repo"] is None
     # every tested state is drawn (the good state in both repo panels: it is both x = 0)
