@@ -55,6 +55,7 @@ from oom_sentinel.bisect.states import (
     CORE,
     Install,
     State,
+    node_key,
     node_name,
     parse_state_tokens,
     repo_label,
@@ -428,7 +429,12 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
     multiple=True,
     help="A state where the workflow fits (repeat it: --good comfyui=A --good node:X=B).",
 )
-@click.option("--bad", metavar="STATE", multiple=True, help="A state where it runs out of memory.")
+@click.option(
+    "--bad",
+    metavar="STATE",
+    multiple=True,
+    help="A state where it runs out of memory (repeatable).",
+)
 @_run_options
 @handle_errors(PROG)
 def run_command(good: tuple[str, ...], bad: tuple[str, ...], **kw: Any) -> None:
@@ -495,7 +501,7 @@ def state_lines(
             else:
                 base = word
     names = sorted({n for n, _ in good.nodes} | {n for n, _ in bad.nodes})
-    repos = [CORE, *(f"node:{n}" for n in names)]
+    repos = [CORE, *map(node_key, names)]
     width = max(len(repo_label(r)) for r in repos)
     where = origin or option
     lines = [f"{term} state ({where}):"]

@@ -483,6 +483,24 @@ def _state_key(state: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(state.items()))
 
 
+_GPU_OOM_RE = re.compile(r"CUDA|HIP|GPU|VRAM|MPS|XPU")
+
+
+def _known_above(
+    st: Mapping[str, Any], pool: str, value: int | None, thr: Mapping[str, Any]
+) -> bool:
+    """Whether a bad lower-bound run is known to have needed more than the threshold in
+    ``pool``: the pool it ran out of (an OOM names it), or the one whose threshold its
+    running peak crossed when it was stopped. Only there is it drawn at least that high."""
+    if not st["peak_is_lower_bound"] or st["kind"] != Verdict.NEW.value:
+        return False
+    if st["outcome"] == "oom":
+        gpu = bool(_GPU_OOM_RE.search(st.get("reason") or ""))
+        return pool == ("vram" if gpu else "ram")
+    limit = thr.get(f"{pool}_bytes")
+    return value is not None and limit is not None and value > limit
+
+
 def chart_panels(
     session: Session,
     step: Step,
@@ -529,7 +547,7 @@ def chart_panels(
         for pool, key, _label in _POOLS:
             value = st[key]
             drawn = value
-            if st["peak_is_lower_bound"] and st["kind"] == Verdict.NEW.value and floor[pool]:
+            if _known_above(st, pool, value, thr) and floor[pool]:
                 drawn = max(value or 0, floor[pool])
             out[f"{pool}_bytes"] = value
             out[f"{pool}_drawn_bytes"] = drawn
