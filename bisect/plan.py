@@ -335,14 +335,15 @@ def _walk(plan: Plan) -> tuple[Step, Progress]:
 
     try:
         while remaining:
+            considering[:] = remaining
             rest = switched(remaining)
             test = Test(rest, "remainder", switched=tuple(remaining), reverted=found_so_far())
             if look(rest, test) is not Verdict.NEW:
                 break
-            considering[:] = remaining
             group = _ddmin(remaining, oracle, considering)
             groups.append(group)
             remaining = [r for r in remaining if r not in group]
+        considering[:] = remaining
         for repo in list(remaining):
             alone = switched([repo])
             if look(alone, Test(alone, "alone", switched=(repo,))) is Verdict.NEW:
