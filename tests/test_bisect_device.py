@@ -53,6 +53,15 @@ NO_DRIVER = (
             (),
             False,
         ),
+        (
+            (),
+            False,
+            InterpreterFacts(
+                "/p", torch_version="2.4", cuda_available=False, other_backends=("torch_directml",)
+            ),
+            (),
+            False,
+        ),
         ((), False, InterpreterFacts("/p", torch_error="import torch: No module"), (), False),
         ((), False, InterpreterFacts("/p", error="timed out"), (), False),
         ((), False, None, (), False),
@@ -64,6 +73,7 @@ NO_DRIVER = (
         "cuda",
         "mps",
         "xpu",
+        "directml",
         "no-torch",
         "probe-failed",
         "not-probed",
