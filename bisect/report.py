@@ -675,13 +675,14 @@ def _chart_svg(report: Mapping[str, Any]) -> str:
                     for kind in ("drawn", "complete")
                 )
                 marks = []
-                if p["lower_bound"]:
-                    marks.append("≥")
                 if p["outcome"] == "oom":
                     marks.append("OOM")
+                if p["lower_bound"]:  # what it reached before it stopped, as the table says
+                    main = "vram" if has["vram"] else "ram"
+                    marks.append(peak_text(p[f"{main}_bytes"], True, "≥ ?"))
                 if marks:
                     ax.annotate(
-                        " ".join(marks), (p["x"], top), ha="center", va="bottom", fontsize=7
+                        "\n".join(marks), (p["x"], top), ha="center", va="bottom", fontsize=6
                     )
             for pool, style, name in (
                 ("vram", "--", "VRAM threshold"),

@@ -153,6 +153,9 @@ def test_an_oom_peak_is_a_lower_bound_everywhere_it_is_shown(inst, tmp_path: Pat
             assert p["ram_drawn_bytes"] == p["ram_bytes"]
     page = render_html(report)
     assert "≥ 312.00 MiB" in page and "<svg" in page
+    svg = page[page.index("<svg") : page.index("</svg>")]
+    # the chart's own labels (matplotlib writes each text as a comment over its glyphs)
+    assert "OOM" in svg and "≥ 312.00 MiB" in svg
 
 
 def test_the_chart_shows_each_culprit_range_in_commit_order(inst, tmp_path: Path) -> None:
