@@ -243,6 +243,9 @@ def test_a_node_that_breaks_only_with_the_new_core_names_both(tmp_path: Path) ->
     ]
     minimize = [s for s in doc["steps"] if "repos are needed" in (s["comment"] or "")]
     assert len(minimize) == 2 and all(s["verdict"] == "good" for s in minimize)
+    together = {c["repo"]: c["together"] for c in doc["culprits"]}
+    assert together == {"comfyui": ["node:PackA"], "node:PackA": ["comfyui"]}
+    assert doc["search"]["groups"] == [["comfyui", "node:PackA"]]
     # + one run to the end per culprit whose verdict run stopped early (for its own Δ)
     reruns = doc["search"]["culprit_reruns"]
     assert reruns == 2 and all(not c["delta"]["lower_bound"] for c in doc["culprits"])
