@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -51,8 +52,11 @@ from oom_sentinel.bisect.session import (
     workflow_sha256,
 )
 from oom_sentinel.bisect.states import (
+    CORE,
     Install,
     State,
+    node_key,
+    node_name,
     parse_state_tokens,
     repo_label,
     resolve_state,
@@ -69,7 +73,6 @@ from oom_sentinel.daemon.errors import (
     InputError,
     SentinelError,
 )
-from oom_sentinel.daemon.units import format_bytes
 
 __all__ = [
     "EXIT_AMBIGUOUS",
@@ -288,10 +291,14 @@ class _Progress:
         reason = getattr(o, "reason", None) or getattr(o, "evidence", None)
         if reason:
             extra = f" — {str(reason)[:100]}"
+        from oom_sentinel.bisect.report import peak_text
+        from oom_sentinel.bisect.verdict import Oom, Timeout
+
         secs = sum(v for k, v in m.timings.items() if k in ("ready_s", "prompt_s"))
+        partial = m.stopped_early or isinstance(o, Oom | Timeout)
         self.console.print(
-            f"  {kind}: VRAM {format_bytes(m.peaks.vram_bytes, '—')}, "
-            f"RAM {format_bytes(m.peaks.ram_bytes, '—')}"
+            f"  {kind}: VRAM {peak_text(m.peaks.vram_bytes, partial)}, "
+            f"RAM {peak_text(m.peaks.ram_bytes, partial)}"
             f"{' (stopped early)' if m.stopped_early else ''} in {secs:.1f} s{extra}",
             highlight=False,
         )
@@ -416,13 +423,108 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 @main.command("run")
 @click.option("--workflow", metavar="FILE", help="API/UI workflow JSON, or a PNG/WebP with one.")
-@click.option("--good", metavar="STATE", help="A state where the workflow fits.")
-@click.option("--bad", metavar="STATE", help="A state where it runs out of memory.")
+@click.option(
+    "--good",
+    metavar="STATE",
+    multiple=True,
+    help="A state where the workflow fits (repeat it: --good comfyui=A --good node:X=B).",
+)
+@click.option(
+    "--bad",
+    metavar="STATE",
+    multiple=True,
+    help="A state where it runs out of memory (repeatable).",
+)
 @_run_options
 @handle_errors(PROG)
-def run_command(**kw: Any) -> None:
+def run_command(good: tuple[str, ...], bad: tuple[str, ...], **kw: Any) -> None:
     """Start a bisect (or resume the one in progress) and run it to the answer."""
-    sys.exit(_run(_RunArgs(**kw)))
+    args = _RunArgs(
+        good=merge_state_option("--good", good), bad=merge_state_option("--bad", bad), **kw
+    )
+    sys.exit(_run(args))
+
+
+def merge_state_option(option: str, values: Sequence[str]) -> str | None:
+    """Every ``--good`` (or ``--bad``) value merged into one STATE, so none is dropped.
+
+    ``comfyui=A`` and ``node:X=B`` given separately are one state; the same ``REPO=REF``
+    twice is harmless; one repo with two different refs is a usage error naming it (which
+    ref was meant cannot be guessed). Words that are not pairs (a snapshot, HEAD@{N},
+    before-last-update) pass through for ``resolve_state`` to judge.
+    """
+    if not values:
+        return None
+    words: list[str] = []
+    refs: dict[str, str] = {}
+    for value in values:
+        for word in split_state_arg(value):
+            if "=" not in word:
+                words.append(word)
+                continue
+            try:
+                ((repo, ref),) = parse_state_tokens([word]).items()
+            except BadRef as exc:
+                raise BadRef(f"{option}: {exc}") from None
+            if repo in refs:
+                if refs[repo] != ref:
+                    raise BadRef(
+                        f"{option}: {repo_label(repo)} is given twice with different refs "
+                        f"({refs[repo]!r} and {ref!r}); give it once"
+                    )
+                continue
+            refs[repo] = ref
+            words.append(f"{repo}={ref}")
+    return shlex.join(words)
+
+
+def state_lines(
+    term: str,
+    option: str,
+    arg: str,
+    state: State,
+    good: State,
+    bad: State,
+    origin: str | None = None,
+) -> list[str]:
+    """A chosen state in full, every repo of either endpoint with what the user asked for and
+    the commit it resolved to, printed before the first measurement: what is measured must
+    be what the user believes is measured."""
+    asked: dict[str, str] = {}
+    base = "as installed"
+    if origin is not None:
+        base = f"from {origin}"
+    else:
+        for word in split_state_arg(arg):
+            if "=" in word:
+                asked.update(parse_state_tokens([word]))
+            else:
+                base = word
+    names = sorted({n for n, _ in good.nodes} | {n for n, _ in bad.nodes})
+    repos = [CORE, *map(node_key, names)]
+    width = max(len(repo_label(r)) for r in repos)
+    where = origin or option
+    lines = [f"{term} state ({where}):"]
+    for repo in repos:
+        ref = asked.get(repo, base)
+        mark = "" if good.value(repo) == bad.value(repo) else "  *"
+        lines.append(f"  {repo_label(repo):<{width}}  {ref} → {state.value(repo)}{mark}")
+    return lines
+
+
+def check_named_repos(option: str, arg: str | None, install: Install) -> None:
+    """Every ``node:NAME`` a STATE names must be a custom node of this install (a usage error
+    naming it otherwise; ``node:NAME=absent`` included, which would silently mean nothing)."""
+    if not arg:
+        return
+    for word in split_state_arg(arg):
+        if "=" not in word:
+            continue
+        for repo in parse_state_tokens([word]):
+            if repo != CORE and install.node(node_name(repo)) is None:
+                raise BadRef(
+                    f"{option}: {repo_label(repo)}: no such custom node in {install.custom_nodes}"
+                )
 
 
 @main.command("snapshot", hidden=True)
@@ -594,6 +696,8 @@ def _start(
             raise ConfigError(f"no bisect in progress: give {', '.join(missing)} to start one")
         assert args.good and args.bad
         good_arg, bad_arg = args.good, args.bad
+        check_named_repos("--good", good_arg, install)
+        check_named_repos("--bad", bad_arg, install)
     file_resolver = _snapshot_resolver()
 
     def resolver(word: str) -> State:
@@ -606,14 +710,14 @@ def _start(
     budget = parse_budget(args.budget) or args.snapshot_budget
     cap = parse_size(args.vram_budget, "--vram-budget") if args.vram_budget else args.snapshot_cap
     python = _find_python(args.python, install.comfyui, discovered)
+    flags: tuple[str, ...] | None = None
     if args.flags is not None:
         flags = tuple(split_state_arg(args.flags)) if args.flags.strip() else ()
     elif args.snapshot_flags is not None:
         flags = args.snapshot_flags
     elif discovered is not None and getattr(discovered, "pid", None):
         flags = _running_flags(discovered)
-    else:
-        flags = ()
+    flags = _device_flags(flags, python, err)
     # resolve both ends first: a junk ref must not leave a workspace behind
     good = resolve_state(good_arg, install, snapshot_resolver=resolver)
     bad = resolve_state(bad_arg, install, snapshot_resolver=resolver)
@@ -639,7 +743,7 @@ def _start(
             prompt = _convert_ui(loaded, paths, install, bad, python, flags, extra, err)
         else:
             prompt = loaded.to_api({}).prompt
-    return begin(
+    sess = begin(
         paths,
         install,
         good_arg,
@@ -657,16 +761,43 @@ def _start(
         source=source,
         extra=extra,
     )
+    # the states in full, once every input is known to be usable, before the first measurement
+    origin = f"snapshot {args.snapshot.id}" if args.snapshot is not None else None
+    for line in state_lines(terms.old, "--good", good_arg, good, good, bad, origin):
+        err.print(line, highlight=False, markup=False)
+    for line in state_lines(terms.new, "--bad", bad_arg, bad, good, bad, origin):
+        err.print(line, highlight=False, markup=False)
+    err.print("(* differs between the two states: the repos the bisect searches)", markup=False)
+    return sess
 
 
-def _running_flags(discovered: Any) -> tuple[str, ...]:
+def _running_flags(discovered: Any) -> tuple[str, ...] | None:
+    """The running ComfyUI's flags; None when that process is gone."""
     from oom_sentinel.bisect.from_snapshot import flags_from_argv
     from oom_sentinel.daemon.processes import find_comfy_processes
 
     for proc in find_comfy_processes():
         if proc.pid == discovered.pid:
             return flags_from_argv(proc.argv)
-    return ()
+    return None
+
+
+def _device_flags(flags: tuple[str, ...] | None, python: str, err: Console) -> tuple[str, ...]:
+    """The replays' flags, with ``--cpu`` added when nothing gave flags and ComfyUI's own
+    interpreter sees no GPU (device.py); the one line saying so goes to stderr."""
+    from oom_sentinel.bisect.device import choose_device
+
+    facts = None
+    if flags is None:
+        from oom_sentinel.daemon.errors import ProbeError
+        from oom_sentinel.daemon.interpreter import probe_interpreter
+
+        with contextlib.suppress(ProbeError):
+            facts, _ = probe_interpreter(python, pip=False)
+    choice = choose_device(flags or (), flags is not None, facts)
+    if choice.note:
+        err.print(f"note: {choice.note}", highlight=False, markup=False)
+    return choice.flags
 
 
 def _convert_ui(
@@ -832,9 +963,17 @@ def _finish(
             {
                 "result": result,
                 "culprits": [
-                    {"repo": c["repo"], "commit": c["commit"], "subject": c["subject"]}
+                    {
+                        "repo": c["repo"],
+                        "commit": c["commit"],
+                        "previous": c["previous"],
+                        "subject": c["subject"],
+                        "together": c["together"],
+                        "delta": c["delta"],
+                    }
                     for c in report["culprits"]
                 ],
+                "search": report["search"],
                 "measurements": report["measurements"],
                 "steps": report["steps"],
                 "candidates": [
@@ -905,7 +1044,11 @@ def status_command(comfyui: str | None, as_json: bool) -> None:
 
 def _answer_line(sess: Session, step: Step) -> str:
     if isinstance(step, Found):
-        names = "; ".join(f"{repo_label(c.repo)} {c.value}" for c in step.culprits)
+        names = "; ".join(
+            f"{repo_label(c.repo)} {c.value}"
+            + (f" (with {', '.join(map(repo_label, c.together))})" if c.together else "")
+            for c in step.culprits
+        )
         return f"answer: found: {names}"
     if isinstance(step, OnlySkippedLeft):
         return f"answer: ambiguous among {len(step.candidates)} candidate(s)"

@@ -19,20 +19,40 @@ The search has three phases.
 
 1. **Verify the endpoints** (git's ``verify_good``): the good state must be good and the bad
    state bad before anything else is measured.
-2. **Minimise across repos** (Zeller & Hildebrandt's *ddmin*, TSE 2002) over the repos whose
-   values differ between good (G) and bad (B). A test of a subset c measures G with the repos
-   in c switched to their B value. The result is a 1-minimal set: switching all of it breaks
-   the workflow and leaving any one repo at G does not. That is how "node X breaks only with
-   the new core" comes out as {comfyui, node:X}. ``absent``/``disabled`` are values like
-   any other, so adding, removing or disabling a node is a change ddmin can blame. A skip
-   counts as "did not fail", as in ddmin's treatment of unresolved tests. With one differing
-   repo this phase costs nothing.
-3. **Bisect inside each needed repo**, over the candidates the caller lists (first-parent
+2. **Find every culprit set across repos**, over the repos whose values differ between good
+   (G) and bad (B). A test of a subset c measures G with the repos in c switched to their B
+   value. One update often carries several independent regressions ("Update all" moves the
+   core and a dozen node packs), and delta debugging alone stops at the first *sufficient*
+   set, so the search repeats it (as Pinpoint tests every differing element, not just the
+   first that suffices):
+
+   a. *Minimise* (Zeller & Hildebrandt's *ddmin*, TSE 2002) the repos still in play to a
+      1-minimal set: switching all of it breaks the workflow and leaving any one repo at G
+      does not. That is how "node X breaks only with the new core" comes out as
+      {comfyui, node:X}. ``absent``/``disabled`` are values like any other, so adding,
+      removing or disabling a node is a change ddmin can blame. A skip counts as "did not
+      fail", as in ddmin's treatment of unresolved tests.
+   b. *Remainder*: measure B with every culprit set found so far reverted (= G with the
+      remaining repos switched). Still bad: another culprit set hides among the remaining
+      repos; minimise them again (a). Good (or untestable): go on.
+   c. *Alone*: every repo not in a culprit set is measured alone on G (G with just that repo
+      switched). One that breaks the workflow on its own is a culprit set by itself; this
+      catches a regression that another change in the remainder happened to offset.
+
+   With one differing repo this phase costs nothing; each state is measured once however
+   many steps consult it.
+3. **Bisect inside each culprit repo**, over the candidates the caller lists (first-parent
    commits between G's and B's value, oldest first, ending with B's value), with the other
-   needed repos held at their B value. The first bad candidate lies in (lo, hi] where lo is
-   the newest known-good index (−1: G's value) and hi the oldest known-bad one (B's value at
-   the start). The next test is the untested, unskipped candidate nearest the exact middle of
-   (lo, hi), the older one on a tie, so N candidates need at most ⌈log2 N⌉ tests.
+   repos of *its* culprit set at their B value and everything else at G. The first bad
+   candidate lies in (lo, hi] where lo is the newest known-good index (−1: G's value) and
+   hi the oldest known-bad one (B's value at the start). The next test is the untested,
+   unskipped candidate nearest the exact middle of (lo, hi), the older one on a tie, so N
+   candidates need at most ⌈log2 N⌉ tests. Both neighbours of the answer are measured states
+   (the first bad one and its parent), so each culprit carries the two states whose peaks
+   make its Δ.
+
+The cost, as ``progress`` reports it: the repo-level steps (phases 1 and 2), plus at most
+⌈log2 Nᵢ⌉ + 2 per culprit repo i (``Progress.bound``) when nothing is skipped.
 
 Skips, deterministically. git's ``skip_away`` picks a pseudo-random commit near the middle
 (a PRNG seeded from the count) so a run of broken commits is not probed commit by commit. We
@@ -153,21 +173,33 @@ class Test:
     __test__ = False  # not a pytest test class
 
     state: State
-    #: "verify-good", "verify-bad", "minimize" or "bisect"
+    #: "verify-good", "verify-bad", "minimize", "remainder", "alone" or "bisect"
     phase: str
     #: the repo being bisected (phase "bisect"), else None
     repo: str | None = None
-    #: the repos switched to B's value (phase "minimize")
+    #: the repos switched to B's value (phases "minimize", "remainder", "alone")
     switched: tuple[str, ...] = ()
+    #: the culprit repos found so far, held at G's value (phase "remainder")
+    reverted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Culprit:
-    """The first bad ``value`` of ``repo``; ``previous`` is the value just before it."""
+    """The first bad ``value`` of ``repo``; ``previous`` is the value just before it.
+
+    ``together``: the other repos of its culprit set, at their B value in ``state`` and
+    ``parent`` (empty: this change breaks the workflow on its own). ``state`` is the measured
+    state with ``value``, ``parent`` the measured one with ``previous`` (their peaks are the
+    culprit's Δ); None where the plan was not asked for them (kept out of equality so a
+    culprit compares by what it names).
+    """
 
     repo: str
     value: str
     previous: str
+    together: tuple[str, ...] = field(default=(), compare=False)
+    state: State | None = field(default=None, compare=False, repr=False)
+    parent: State | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -200,7 +232,7 @@ class Progress:
     phase: str
     #: distinct states with a verdict
     tested: int
-    #: the minimal set of repos, once known
+    #: every culprit repo, once known (the union of ``groups``)
     needed: tuple[str, ...] | None = None
     #: the repo being bisected and its candidates left (hi - lo)
     repo: str | None = None
@@ -209,6 +241,12 @@ class Progress:
     steps_left: int = 0
     #: repos the minimisation still considers
     considering: tuple[str, ...] = field(default_factory=tuple)
+    #: the culprit sets found so far (each 1-minimal; repos of one set are needed together)
+    groups: tuple[tuple[str, ...], ...] = ()
+    #: distinct states the repo-level steps (phases 1 and 2) measured
+    repo_level: int = 0
+    #: the promised ceiling: ``repo_level`` + Σ (⌈log2 Nᵢ⌉ + 2) over the culprit repos
+    bound: int = 0
 
 
 def next_step(plan: Plan) -> Step:
@@ -269,57 +307,105 @@ def _walk(plan: Plan) -> tuple[Step, Progress]:
     known.setdefault(plan.good, Verdict.OLD)
     known.setdefault(plan.bad, Verdict.NEW)
 
-    # -- phase 2: minimal set of repos
+    # -- phase 2: every culprit set across repos
     spans = {s.repo: s for s in plan.spans}
     order = [s.repo for s in plan.spans]
 
     def switched(subset: Sequence[str]) -> State:
         return plan.good.with_values({r: spans[r].bad for r in subset})
 
+    repo_level: set[State] = {plan.good, plan.bad} if plan.verify_endpoints else set()
+    groups: list[list[str]] = []
+    remaining: list[str] = list(order)
     considering: list[str] = list(order)
+
+    def look(state: State, test: Test) -> Verdict:
+        v = known.get(state)
+        if v is None:
+            raise _Need(test)
+        repo_level.add(state)
+        return v
 
     def oracle(subset: Sequence[str]) -> Verdict:
         state = switched(subset)
-        v = known.get(state)
-        if v is None:
-            raise _Need(Test(state, "minimize", switched=tuple(subset)))
-        return v
+        return look(state, Test(state, "minimize", switched=tuple(subset)))
+
+    def found_so_far() -> tuple[str, ...]:
+        return tuple(r for g in groups for r in g)
 
     try:
-        needed = _ddmin(order, oracle, considering)
+        while remaining:
+            considering[:] = remaining
+            rest = switched(remaining)
+            test = Test(rest, "remainder", switched=tuple(remaining), reverted=found_so_far())
+            if look(rest, test) is not Verdict.NEW:
+                break
+            group = _ddmin(remaining, oracle, considering)
+            groups.append(group)
+            remaining = [r for r in remaining if r not in group]
+        considering[:] = remaining
+        for repo in list(remaining):
+            alone = switched([repo])
+            if look(alone, Test(alone, "alone", switched=(repo,))) is Verdict.NEW:
+                groups.append([repo])
+                remaining.remove(repo)
     except _Need as need:
         left = _minimize_estimate(len(considering)) + max(
-            _log2(len(spans[r].commits)) for r in considering
+            (_log2(len(spans[r].commits)) for r in considering), default=0
         )
         return need.test, Progress(
-            "minimize", tested, steps_left=max(1, left), considering=tuple(considering)
+            "minimize",
+            tested,
+            steps_left=max(1, left + len(remaining)),
+            considering=tuple(considering),
+            groups=tuple(map(tuple, groups)),
+            repo_level=len(repo_level),
+            bound=_bound(len(repo_level), groups, spans),
         )
 
-    # -- phase 3: bisect inside each needed repo
+    # -- phase 3: bisect inside each culprit repo, in the context of its own set
+    needed = tuple(r for g in groups for r in g)
     culprits: list[Culprit] = []
     ambiguous: list[Culprit] = []
-    for i, repo in enumerate(needed):
-        span = spans[repo]
-        base = switched([r for r in needed if r != repo])
-        result = _bisect_repo(span, base, known)
-        if isinstance(result, _Probe):
-            later = sum(_log2(len(spans[r].commits)) for r in needed[i + 1 :])
-            return result.test, Progress(
-                "bisect",
-                tested,
-                needed=tuple(needed),
-                repo=repo,
-                candidates_left=result.left,
-                steps_left=_log2(result.left) + later,
-            )
-        if len(result) == 1:
-            culprits.append(result[0])
-        else:
-            ambiguous.extend(result)
-    done = Progress("done", tested, needed=tuple(needed))
+    tuples = tuple(map(tuple, groups))
+    bound = _bound(len(repo_level), groups, spans)
+    for gi, group in enumerate(groups):
+        for i, repo in enumerate(group):
+            span = spans[repo]
+            together = tuple(r for r in group if r != repo)
+            base = switched(together)
+            result = _bisect_repo(span, base, known, together)
+            if isinstance(result, _Probe):
+                later = sum(_log2(len(spans[r].commits)) for r in group[i + 1 :]) + sum(
+                    _log2(len(spans[r].commits)) for g in groups[gi + 1 :] for r in g
+                )
+                return result.test, Progress(
+                    "bisect",
+                    tested,
+                    needed=needed,
+                    repo=repo,
+                    candidates_left=result.left,
+                    steps_left=_log2(result.left) + later,
+                    groups=tuples,
+                    repo_level=len(repo_level),
+                    bound=bound,
+                )
+            if len(result) == 1:
+                culprits.append(result[0])
+            else:
+                ambiguous.extend(result)
+    done = Progress(
+        "done", tested, needed=needed, groups=tuples, repo_level=len(repo_level), bound=bound
+    )
     if ambiguous:
         return OnlySkippedLeft(tuple(ambiguous), tuple(culprits)), done
     return Found(tuple(culprits)), done
+
+
+def _bound(repo_level: int, groups: Sequence[Sequence[str]], spans: Mapping[str, RepoSpan]) -> int:
+    """The measurement ceiling the search promises (no skips): the repo-level steps taken,
+    plus ⌈log2 Nᵢ⌉ + 2 for every culprit repo i."""
+    return repo_level + sum(_log2(len(spans[r].commits)) + 2 for g in groups for r in g)
 
 
 def _minimize_estimate(n: int) -> int:
@@ -374,7 +460,7 @@ class _Probe:
 
 
 def _bisect_repo(
-    span: RepoSpan, base: State, known: Mapping[State, Verdict]
+    span: RepoSpan, base: State, known: Mapping[State, Verdict], together: tuple[str, ...] = ()
 ) -> _Probe | list[Culprit]:
     values = span.commits
     states = [base.with_values({span.repo: v}) for v in values]
@@ -385,9 +471,13 @@ def _bisect_repo(
     def previous(i: int) -> str:
         return values[i - 1] if i > 0 else span.good
 
+    def culprit(i: int) -> Culprit:
+        parent = base.with_values({span.repo: previous(i)})
+        return Culprit(span.repo, values[i], previous(i), together, states[i], parent)
+
     testable = [i for i in range(lo + 1, hi) if verdicts[i] is None]
     if not testable:
-        return [Culprit(span.repo, values[i], previous(i)) for i in range(lo + 1, hi + 1)]
+        return [culprit(i) for i in range(lo + 1, hi + 1)]
     middle2 = lo + hi  # twice the exact middle, to compare without fractions
     m = min(testable, key=lambda i: (abs(2 * i - middle2), i))
     return _Probe(Test(states[m], "bisect", repo=span.repo), hi - lo)

@@ -37,10 +37,10 @@ from rich.text import Text
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.fsutil import remove_tree
 from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
-from oom_sentinel.bisect.runner import effective_threshold, read_measurements
-from oom_sentinel.bisect.session import LogRecord, Session
-from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, repo_label
-from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.bisect.runner import DELTA_PHASE, effective_threshold, read_measurements
+from oom_sentinel.bisect.session import LogRecord, Session, outcome_from_json
+from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, State, repo_label
+from oom_sentinel.bisect.verdict import Oom, Skip, Timeout, Verdict
 from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.errors import SentinelError
 from oom_sentinel.daemon.units import MIB, format_bytes
@@ -54,11 +54,16 @@ __all__ = [
     "RESULT_NOT_REPRODUCED",
     "attach_to_snapshot",
     "build_report",
+    "chart_panels",
+    "culprit_delta",
     "culprit_details",
+    "delta_text",
     "github_commit_url",
+    "peak_text",
     "render_html",
     "render_terminal",
     "result_of",
+    "search_line",
     "write_reports",
 ]
 
@@ -150,7 +155,109 @@ def _step_json(n: int, rec: LogRecord, session: Session) -> dict[str, Any]:
         "runs": rec.runs,
         "reason": rec.reason,
         "comment": rec.comment,
+        "peak_is_lower_bound": rec.peak_lower_bound,
     }
+
+
+def peak_text(value: int | None, lower_bound: bool, unknown: str = "—") -> str:
+    """A peak as the table and the chart print it: ``≥ 3.94 GiB`` when the run stopped before
+    the prompt finished (an OOM, an early stop at the threshold), so it is what the run had
+    reached, not what the state needs."""
+    text = format_bytes(value, unknown)
+    return f"≥ {text}" if lower_bound and value is not None else text
+
+
+_POOLS = (("vram", "peak_vram_bytes", "VRAM"), ("ram", "peak_ram_bytes", "RAM"))
+
+
+def culprit_delta(
+    c: Culprit,
+    records: Sequence[LogRecord],
+    threshold: Mapping[str, Any] | None,
+    complete: Mapping[State, LogRecord] | None = None,
+) -> dict[str, Any] | None:
+    """The culprit's own Δ peak: its parent state's peak and its own, per pool.
+
+    Both states were measured (the plan bisects to a measured bad state next to a measured
+    good one). The culprit's own peak comes from its run to the end (``complete``: the
+    runner's "delta" phase) when there is one, else from its verdict, which may be a lower
+    bound. ``pool`` names the headline: the pool whose threshold the culprit's state
+    crossed, else VRAM when measured, else RAM.
+    """
+    if c.state is None or c.parent is None:
+        return None
+    latest = {r.state: r for r in records}  # the latest verdict on a state wins
+    mine, parent = latest.get(c.state), latest.get(c.parent)
+    if mine is None or parent is None:
+        return None
+    if complete and c.state in complete:
+        mine = complete[c.state]
+    pools: dict[str, Any] = {}
+    for pool, key, _label in _POOLS:
+        before, after = getattr(parent, key), getattr(mine, key)
+        if before is None or after is None:
+            continue
+        pools[pool] = {
+            "parent_bytes": before,
+            "bytes": after,
+            "delta_bytes": after - before,
+            "lower_bound": mine.peak_lower_bound,
+        }
+    if not pools:
+        return None
+    thr = threshold or {}
+    crossed = [
+        p
+        for p, _key, _label in _POOLS
+        if p in pools
+        and thr.get(f"{p}_bytes") is not None
+        and pools[p]["bytes"] > thr[f"{p}_bytes"]
+    ]
+    headline = crossed[0] if crossed else ("vram" if "vram" in pools else "ram")
+    return {"pool": headline, **pools[headline], "pools": pools}
+
+
+def delta_text(c: Mapping[str, Any]) -> str | None:
+    """``+1.52 GiB VRAM in custom_nodes/X's state (2.18 GiB → 3.70 GiB)``; ``≥ +…`` when the
+    culprit's run stopped early, and no invented number when it stopped below its parent
+    (an OOM that died before its peak: the state needs more than the parent, by how much is
+    unknown)."""
+    d = c.get("delta")
+    if not d:
+        return None
+    label = {p: lab for p, _k, lab in _POOLS}[d["pool"]]
+    where = f"{label} in {c['label']}'s state"
+    parent = format_bytes(d["parent_bytes"])
+    mine = peak_text(d["bytes"], d["lower_bound"])
+    if d["lower_bound"] and d["delta_bytes"] <= 0:
+        return f"more than the parent's {parent} {where} (its run stopped at {mine})"
+    sign = "+" if d["delta_bytes"] >= 0 else "-"
+    amount = format_bytes(abs(d["delta_bytes"]))
+    at_least = "≥ " if d["lower_bound"] else ""
+    return f"{at_least}{sign}{amount} {where} ({parent} → {mine})"
+
+
+def _complete_runs(session: Session) -> dict[State, LogRecord]:
+    """Each culprit's run to the end (the runner's "delta" phase), as a record of its peaks."""
+    out: dict[State, LogRecord] = {}
+    for m in read_measurements(session.paths.session):
+        if m.event != "done" or m.phase != DELTA_PHASE:
+            continue
+        try:
+            outcome = outcome_from_json(m.data.get("outcome") or {})
+        except ValueError:
+            continue
+        if isinstance(outcome, Skip):
+            continue
+        partial = isinstance(outcome, Oom | Timeout) or bool(m.data.get("stopped_early"))
+        out[m.state] = LogRecord(
+            Verdict.NEW,
+            m.state,
+            peak_vram_bytes=outcome.peak_vram_bytes,
+            peak_ram_bytes=outcome.peak_ram_bytes,
+            peak_lower_bound=partial,
+        )
+    return out
 
 
 def build_report(session: Session, step: Step, *, message: str | None = None) -> dict[str, Any]:
@@ -161,10 +268,21 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
     steps = [_step_json(i, r, session) for i, r in enumerate(records, 1)]
     culprits: list[dict[str, Any]] = []
     candidates: list[dict[str, Any]] = []
+    thr = effective_threshold(session)
+    thr_json = None if thr is None else {"vram_bytes": thr.vram_bytes, "ram_bytes": thr.ram_bytes}
+
+    complete = _complete_runs(session)
+
+    def detail(c: Culprit) -> dict[str, Any]:
+        out = culprit_details(c, s.repo_paths)
+        out["together"] = list(c.together)
+        out["delta"] = culprit_delta(c, records, thr_json, complete)
+        return out
+
     if isinstance(step, Found):
-        culprits = [culprit_details(c, s.repo_paths) for c in step.culprits]
+        culprits = [detail(c) for c in step.culprits]
     elif isinstance(step, OnlySkippedLeft):
-        culprits = [culprit_details(c, s.repo_paths) for c in step.culprits]
+        culprits = [detail(c) for c in step.culprits]
         candidates = [culprit_details(c, s.repo_paths) for c in step.candidates]
     if isinstance(step, Error):
         message = message or step.message
@@ -194,7 +312,16 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
                 "notes": d.get("notes") or [],
             }
         )
-    thr = effective_threshold(session)
+    prog = status.progress
+    reruns = sum(1 for r in runs if r["phase"] == DELTA_PHASE)
+    search = {
+        "measured_states": prog.tested,
+        "culprit_reruns": reruns,
+        "repo_level_steps": prog.repo_level,
+        "bound": prog.bound,
+        "groups": [list(g) for g in prog.groups],
+        "within_bound": prog.tested + reruns <= prog.bound,
+    }
     return {
         "format": REPORT_FORMAT,
         "tool": "oom-bisect",
@@ -204,9 +331,7 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "result": result_of(step),
         "message": message,
         "terms": {"old": s.terms.old, "new": s.terms.new},
-        "threshold": None
-        if thr is None
-        else {"vram_bytes": thr.vram_bytes, "ram_bytes": thr.ram_bytes},
+        "threshold": thr_json,
         "explicit_budget": s.budget is not None,
         "pool": s.extra.get("pool") or "any",
         "repeat": s.repeat,
@@ -224,6 +349,8 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         ],
         "culprits": culprits,
         "candidates": candidates,
+        "search": search,
+        "chart": chart_panels(session, step, steps, thr_json, complete),
         "measurements": len(runs),
         "launches": launches,
         "steps": steps,
@@ -268,8 +395,8 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
             str(st["n"]),
             Text(st["verdict"], style=_STYLE.get(st["kind"], "")),
             _state_text(st["state"]),
-            format_bytes(st["peak_vram_bytes"], "—"),
-            format_bytes(st["peak_ram_bytes"], "—"),
+            peak_text(st["peak_vram_bytes"], st["peak_is_lower_bound"]),
+            peak_text(st["peak_ram_bytes"], st["peak_is_lower_bound"]),
             "" if st["runs"] is None else str(st["runs"]),
             note[:90],
         )
@@ -286,8 +413,11 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     result = report["result"]
     lines = []
     if result == RESULT_FOUND:
-        title = "first bad commit" if len(report["culprits"]) == 1 else "needed together"
+        n = len(report["culprits"])
+        title = "first bad commit" if n == 1 else f"{n} culprits"
         for c in report["culprits"]:
+            if lines:
+                lines.append("")
             lines += _culprit_lines(c)
         console.print(Panel("\n".join(lines), title=title, border_style="red"))
     elif result == RESULT_AMBIGUOUS:
@@ -303,10 +433,39 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
         f"{report['measurements']} measurement(s), {len(report['steps'])} state(s) tested, "
         f"{len(report['skipped'])} skipped"
     )
+    line = search_line(report)
+    if line:
+        console.print(line)
+
+
+def search_line(report: Mapping[str, Any]) -> str | None:
+    """The measurement count against the ceiling the search promises, in one line."""
+    sr = report.get("search")
+    if not sr or report.get("result") not in (RESULT_FOUND, RESULT_AMBIGUOUS):
+        return None
+    repos = {r["repo"]: r["candidates"] for r in report["repos"]}
+    terms = [f"⌈log2 {repos[r]}⌉+2" for g in sr["groups"] for r in g]
+    over = "" if sr["within_bound"] else " (over it: skipped states cost extra)"
+    reruns = sr.get("culprit_reruns") or 0
+    counted = f"{sr['measured_states']} state(s) measured"
+    if reruns:
+        counted += f" + {reruns} culprit run(s) to the end"
+    return (
+        f"{counted}; bound {sr['repo_level_steps']} repo-level step(s) + "
+        f"{' + '.join(terms) or '0'} = {sr['bound']}{over}"
+    )
 
 
 def _culprit_lines(c: Mapping[str, Any]) -> list[str]:
     lines = [f"{c['label']} {c['commit']}", f"  {c['subject']}"]
+    delta = delta_text(c)
+    if delta:
+        lines.append(f"  {delta}")
+    if c.get("together"):
+        lines.append(
+            "  crosses the threshold only together with "
+            + ", ".join(repo_label(r) for r in c["together"])
+        )
     if c.get("author"):
         lines.append(f"  {c['author']}, {c['date']}")
     if c.get("files"):
@@ -320,61 +479,241 @@ def _culprit_lines(c: Mapping[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- HTML
 
 
+def _state_key(state: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(state.items()))
+
+
+_GPU_OOM_RE = re.compile(r"CUDA|HIP|GPU|VRAM|MPS|XPU")
+
+
+def _known_above(
+    st: Mapping[str, Any], pool: str, value: int | None, thr: Mapping[str, Any]
+) -> bool:
+    """Whether a bad lower-bound run is known to have needed more than the threshold in
+    ``pool``: the pool it ran out of (an OOM names it), or the one whose threshold its
+    running peak crossed when it was stopped. Only there is it drawn at least that high."""
+    if not st["peak_is_lower_bound"] or st["kind"] != Verdict.NEW.value:
+        return False
+    if st["outcome"] == "oom":
+        gpu = bool(_GPU_OOM_RE.search(st.get("reason") or ""))
+        return pool == ("vram" if gpu else "ram")
+    limit = thr.get(f"{pool}_bytes")
+    return value is not None and limit is not None and value > limit
+
+
+def chart_panels(
+    session: Session,
+    step: Step,
+    steps: Sequence[Mapping[str, Any]],
+    threshold: Mapping[str, Any] | None,
+    complete: Mapping[State, LogRecord] | None = None,
+) -> list[dict[str, Any]]:
+    """What the chart draws, as data: one panel per bisected repo with its tested states in
+    the range's commit order (x = position from G's value, 0, to B's value), and a first
+    panel for the repo-level steps (endpoints, minimisation) that no repo panel shows.
+
+    Each point carries the measured peaks and the *drawn* ones: a bad run whose peak is a
+    lower bound (an OOM, an early stop) is drawn at least as high as the threshold and as
+    every completed good run of that pool, so a stopped bad run never looks smaller than a
+    good one (its real peak is higher than it got to). A culprit's run to the end
+    (``complete``) adds its full peak to the culprit's point (``*_complete_bytes``).
+    """
+    s = session.setup
+    spans = {sp.repo: sp for sp in s.spans}
+    by_state: dict[tuple[tuple[str, str], ...], Mapping[str, Any]] = {}
+    for st in steps:
+        by_state[_state_key(st["state"])] = st  # the latest verdict on a state wins
+    thr = threshold or {}
+    floor: dict[str, int] = {}
+    for pool, key, _label in _POOLS:
+        known = [
+            st[key]
+            for st in steps
+            if st["kind"] == Verdict.OLD.value and not st["peak_is_lower_bound"] and st[key]
+        ]
+        if thr.get(f"{pool}_bytes") is not None:
+            known.append(thr[f"{pool}_bytes"])
+        floor[pool] = max(known, default=0)
+
+    def point(x: int, label: str, st: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "x": x,
+            "label": label,
+            "n": st["n"],
+            "kind": st["kind"],
+            "outcome": st["outcome"],
+            "lower_bound": st["peak_is_lower_bound"],
+        }
+        for pool, key, _label in _POOLS:
+            value = st[key]
+            drawn = value
+            if _known_above(st, pool, value, thr) and floor[pool]:
+                drawn = max(value or 0, floor[pool])
+            out[f"{pool}_bytes"] = value
+            out[f"{pool}_drawn_bytes"] = drawn
+            out[f"{pool}_complete_bytes"] = None
+        return out
+
+    full = {
+        _state_key({r: st.value(r) for r in s.repos()}): rec for st, rec in (complete or {}).items()
+    }
+
+    contexts: dict[str, Any] = {}
+    if isinstance(step, Found | OnlySkippedLeft):
+        listed = list(step.culprits)
+        if isinstance(step, OnlySkippedLeft):
+            listed += list(step.candidates)
+        for c in listed:
+            if c.state is not None:
+                contexts.setdefault(c.repo, c.state)
+    elif isinstance(step, Test) and step.phase == "bisect" and step.repo is not None:
+        contexts[step.repo] = step.state
+    panels: list[dict[str, Any]] = []
+    shown: set[int] = set()
+    for repo, base in contexts.items():
+        span = spans[repo]
+        values = [span.good, *span.commits]
+        points = []
+        for x, v in enumerate(values):
+            state = base.with_values({repo: v})
+            st = by_state.get(_state_key({r: state.value(r) for r in s.repos()}))
+            if st is not None:
+                pt = point(x, _short(v), st)
+                rec = full.get(_state_key(st["state"]))
+                if rec is not None:
+                    pt["vram_complete_bytes"] = rec.peak_vram_bytes
+                    pt["ram_complete_bytes"] = rec.peak_ram_bytes
+                points.append(pt)
+                shown.add(st["n"])
+        together = [r for r in s.repos() if r != repo and base.value(r) != s.good.value(r)]
+        title = f"{repo_label(repo)}: {len(values) - 1} commit(s), in commit order"
+        if together:
+            title += " (with " + ", ".join(map(repo_label, together)) + f" at {s.terms.new})"
+        panels.append({"title": title, "repo": repo, "x_max": len(values) - 1, "points": points})
+    rest = [st for st in steps if st["n"] not in shown]
+    if rest:
+        points = []
+        for i, st in enumerate(rest):
+            switched = [r for r in s.repos() if st["state"][r] != s.good.value(r)]
+            if not switched:
+                label = s.terms.old
+            elif len(switched) == len(s.repos()):
+                label = s.terms.new
+            else:
+                label = "+" + "+".join(r.split(":", 1)[-1] for r in switched)
+            points.append(point(i, label, st))
+        panels.insert(
+            0,
+            {
+                "title": "endpoints and repo-level steps, in the order measured",
+                "repo": None,
+                "x_max": len(rest) - 1,
+                "points": points,
+            },
+        )
+    return panels
+
+
 def _chart_svg(report: Mapping[str, Any]) -> str:
-    """Peak VRAM and RAM per tested state, coloured by verdict, with the threshold lines."""
+    """The chart of ``report["chart"]``: a row per panel, bars coloured by verdict, the
+    threshold lines, "≥" over lower-bound peaks."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = report["steps"]
+    panels = report["chart"]
     colors = {"old": "#2e7d32", "new": "#c62828", "skip": "#9e9e9e"}
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(steps) + 2), 3.6), dpi=100)
+    thr = report.get("threshold") or {}
+    has = {
+        pool: any(p[f"{pool}_drawn_bytes"] for panel in panels for p in panel["points"])
+        for pool, _k, _l in _POOLS
+    }
+    width = 0.4 if has["vram"] and has["ram"] else 0.7
+    widest = max((len(p["points"]) for p in panels), default=1)
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(max(6.0, 0.55 * widest + 2), 2.6 * len(panels) + 0.6),
+        dpi=100,
+        squeeze=False,
+    )
     try:
-        xs = list(range(1, len(steps) + 1))
-        vram = [(st["peak_vram_bytes"] or 0) / MIB for st in steps]
-        ram = [(st["peak_ram_bytes"] or 0) / MIB for st in steps]
-        has_vram = any(st["peak_vram_bytes"] for st in steps)
-        has_ram = any(st["peak_ram_bytes"] for st in steps)
-        width = 0.4 if has_vram and has_ram else 0.7
-        if has_vram:
-            offs = -width / 2 if has_ram else 0
-            ax.bar(
-                [x + offs for x in xs],
-                vram,
-                width,
-                color=[colors.get(st["kind"], "#555") for st in steps],
-                label="peak VRAM",
+        for ax, panel in zip(axes[:, 0], panels, strict=True):
+            pts = panel["points"]
+            xs = [p["x"] for p in pts]
+            for pool, offs, alpha, hatch, name in (
+                ("vram", -width / 2 if has["ram"] else 0, 1.0, None, "peak VRAM"),
+                ("ram", width / 2 if has["vram"] else 0, 0.45, "//", "peak RAM"),
+            ):
+                if not has[pool]:
+                    continue
+                ax.bar(
+                    [x + offs for x in xs],
+                    [(p[f"{pool}_drawn_bytes"] or 0) / MIB for p in pts],
+                    width,
+                    color=[colors.get(p["kind"], "#555") for p in pts],
+                    alpha=alpha,
+                    hatch=hatch if has["vram"] and pool == "ram" else None,
+                    label=name,
+                )
+                full = [p for p in pts if p[f"{pool}_complete_bytes"]]
+                if full:
+                    ax.bar(
+                        [p["x"] + offs for p in full],
+                        [p[f"{pool}_complete_bytes"] / MIB for p in full],
+                        width,
+                        fill=False,
+                        edgecolor="#c62828",
+                        linestyle="--",
+                        label="culprit run to the end",
+                    )
+            for p in pts:
+                top = max(
+                    (p[f"{pool}_{kind}_bytes"] or 0) / MIB
+                    for pool, _k, _l in _POOLS
+                    for kind in ("drawn", "complete")
+                )
+                marks = []
+                if p["outcome"] == "oom":
+                    marks.append("OOM")
+                if p["lower_bound"]:  # what it reached before it stopped, as the table says
+                    main = "vram" if has["vram"] else "ram"
+                    marks.append(peak_text(p[f"{main}_bytes"], True, "≥ ?"))
+                if marks:
+                    ax.annotate(
+                        "\n".join(marks), (p["x"], top), ha="center", va="bottom", fontsize=6
+                    )
+            for pool, style, name in (
+                ("vram", "--", "VRAM threshold"),
+                ("ram", ":", "RAM threshold"),
+            ):
+                if thr.get(f"{pool}_bytes") is not None and has[pool]:
+                    ax.axhline(
+                        thr[f"{pool}_bytes"] / MIB,
+                        linestyle=style,
+                        color="#444",
+                        linewidth=1,
+                        label=name,
+                    )
+            ax.set_xlim(-0.6, max(panel["x_max"], 5) + 0.6)  # a lone bar stays a bar
+            ax.set_xticks(xs)
+            ax.set_xticklabels([p["label"] for p in pts], fontsize=6, rotation=30, ha="right")
+            ax.set_ylabel("MiB")
+            ax.set_title(panel["title"], fontsize=9)
+        fig.suptitle("Peak memory per tested state", fontsize=10)
+        if has["vram"] or has["ram"]:
+            seen: dict[str, Any] = {}
+            for ax in axes[:, 0]:
+                for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                    seen.setdefault(label, handle)
+            axes[0, 0].legend(
+                list(seen.values()),
+                list(seen),
+                fontsize=7,
+                loc="upper left",
+                bbox_to_anchor=(1.01, 1.0),
             )
-        if has_ram:
-            offs = width / 2 if has_vram else 0
-            ax.bar(
-                [x + offs for x in xs],
-                ram,
-                width,
-                color=[colors.get(st["kind"], "#555") for st in steps],
-                alpha=0.45,
-                hatch="//" if has_vram else None,
-                label="peak RAM",
-            )
-        for x, st in zip(xs, steps, strict=True):
-            if st["outcome"] == "oom":
-                top = max(vram[x - 1], ram[x - 1])
-                ax.annotate("OOM", (x, top), ha="center", va="bottom", fontsize=7)
-        thr = report.get("threshold") or {}
-        for key, style, name in (
-            ("vram_bytes", "--", "VRAM threshold"),
-            ("ram_bytes", ":", "RAM threshold"),
-        ):
-            if thr.get(key) is not None and (has_vram if key == "vram_bytes" else has_ram):
-                ax.axhline(thr[key] / MIB, linestyle=style, color="#444", linewidth=1, label=name)
-        ax.set_xticks(xs)
-        ax.set_xticklabels([str(x) for x in xs], fontsize=7)
-        ax.set_xlabel("tested state (in the order measured)")
-        ax.set_ylabel("MiB")
-        ax.set_title("Peak memory per tested state")
-        if has_vram or has_ram:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
@@ -408,7 +747,8 @@ def render_html(report: Mapping[str, Any]) -> str:
     ]
     result = report["result"]
     if result == RESULT_FOUND:
-        out.append("<div class='box'><h2>Culprit</h2>")
+        n = len(report["culprits"])
+        out.append(f"<div class='box'><h2>{'Culprit' if n == 1 else f'{n} culprits'}</h2>")
         for c in report["culprits"]:
             out.append(_culprit_html(c))
         out.append("</div>")
@@ -441,6 +781,9 @@ def render_html(report: Mapping[str, Any]) -> str:
         + f". {report['measurements']} measurement(s); each state run "
         f"{report['repeat']} time(s), median taken.</p>"
     )
+    line = search_line(report)
+    if line:
+        out.append(f"<p>{e(line)}</p>")
     if report["steps"]:
         out.append(_chart_svg(report))
         out.append(
@@ -455,8 +798,8 @@ def render_html(report: Mapping[str, Any]) -> str:
         out.append(
             f"<tr><td>{st['n']}</td><td class='{e(st['kind'])}'>{e(st['verdict'])}</td>"
             f"<td><code>{e(_state_text(st['state']))}</code></td>"
-            f"<td>{e(format_bytes(st['peak_vram_bytes'], '—'))}</td>"
-            f"<td>{e(format_bytes(st['peak_ram_bytes'], '—'))}</td>"
+            f"<td>{e(peak_text(st['peak_vram_bytes'], st['peak_is_lower_bound']))}</td>"
+            f"<td>{e(peak_text(st['peak_ram_bytes'], st['peak_is_lower_bound']))}</td>"
             f"<td>{'' if st['runs'] is None else st['runs']}</td><td>{e(st['outcome'])}</td>"
             f"<td>{e(st['reason'] or st['comment'] or '')}</td></tr>"
         )
@@ -500,6 +843,14 @@ def _culprit_html(c: Mapping[str, Any]) -> str:
     if c.get("url"):
         commit = f"<a href='{e(c['url'])}'>{commit}</a>"
     parts = [f"<p><b>{e(c['label'])}</b> <code>{commit}</code><br>{e(c['subject'] or '')}"]
+    delta = delta_text(c)
+    if delta:
+        parts.append(f"<br><b>{e(delta)}</b>")
+    if c.get("together"):
+        parts.append(
+            "<br>crosses the threshold only together with "
+            + e(", ".join(map(repo_label, c["together"])))
+        )
     if c.get("author"):
         parts.append(f"<br>{e(c['author'])}, {e(c['date'] or '')}")
     parts.append("</p>")

@@ -12,6 +12,14 @@ state needs several), and the verdict is appended to the log last. After Ctrl-C 
 the next ``run`` asks the plan again, finds the same state, takes the finished runs from the
 cache and repeats only the one that was cut off.
 
+Once the answer is known, each culprit whose verdict rests on a run stopped at the threshold
+is run once more to the end (phase "delta" in ``measurements.jsonl``), so the report can give
+its real Δ; verdicts and the log are unchanged by it.
+
+A run that dies for a device reason (no GPU for this torch: device.py) stops the loop with
+the one-line fix and is neither cached nor logged as a verdict; only outcomes of the workflow
+itself are cached.
+
 Every ComfyUI start is also appended to ``<session>/measurements.jsonl`` (one JSON object per
 line: ``{"event": "launch"|"done", ...}``), so the report can show each run's peaks, timings
 and console tail, and the tests can count launches across an interruption.
@@ -27,8 +35,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from oom_sentinel.bisect import gitrepo
+from oom_sentinel.bisect.device import DeviceFailure, device_failure, is_harness_failure
 from oom_sentinel.bisect.fsutil import append_line
-from oom_sentinel.bisect.plan import Step, Test
+from oom_sentinel.bisect.plan import Found, OnlySkippedLeft, Step, Test
 from oom_sentinel.bisect.replay import Measurement
 from oom_sentinel.bisect.session import LogRecord, Session
 from oom_sentinel.bisect.states import State, repo_label
@@ -36,6 +45,7 @@ from oom_sentinel.bisect.verdict import Outcome, Threshold, Verdict, classify_ru
 from oom_sentinel.daemon.errors import SentinelError
 
 __all__ = [
+    "DELTA_PHASE",
     "MEASUREMENTS_FILE",
     "POOLS",
     "Events",
@@ -47,6 +57,8 @@ __all__ = [
 ]
 
 MEASUREMENTS_FILE = "measurements.jsonl"
+#: the phase of a culprit's run to the end, for its Δ (after the answer is known)
+DELTA_PHASE = "delta"
 #: which peaks a verdict looks at (``--pool``; kept in ``session.json``'s ``extra.pool``)
 POOLS = ("any", "vram", "ram")
 
@@ -136,6 +148,15 @@ def describe_test(test: Test, session: Session) -> str:
     if test.phase == "minimize":
         switched = ", ".join(map(repo_label, test.switched)) or "nothing"
         return f"which repos are needed (switched: {switched})"
+    if test.phase == "remainder":
+        reverted = ", ".join(map(repo_label, test.reverted)) or "nothing"
+        return f"is anything else bad ({session.setup.terms.new} with {reverted} reverted)"
+    if test.phase == DELTA_PHASE:
+        assert test.repo is not None
+        return f"{repo_label(test.repo)}'s culprit run to the end, for its own Δ peak"
+    if test.phase == "alone":
+        (repo,) = test.switched
+        return f"{repo_label(repo)} alone on the {session.setup.terms.old} state"
     assert test.repo is not None
     value = test.state.value(test.repo)
     return f"{repo_label(test.repo)} at {value[:12]}"
@@ -163,13 +184,12 @@ class Runner:
         self.subject = subject or self.default_subject
         self.launched = 0
         self.finished = 0
+        self._completed: set[State] = set()
 
     # -- comments for the log
     def default_subject(self, test: Test) -> str:
         s = self.session.setup
-        if test.phase in ("verify-good", "verify-bad"):
-            return describe_test(test, self.session)
-        if test.phase == "minimize":
+        if test.phase != "bisect":
             return describe_test(test, self.session)
         assert test.repo is not None
         value = test.state.value(test.repo)
@@ -189,14 +209,60 @@ class Runner:
         number = 0
         while True:
             step = self.session.next_step()
-            if not isinstance(step, Test):
+            test = step if isinstance(step, Test) else self._completion(step)
+            if test is None:
                 self.session.clear_expected()
                 return step
             if max_steps is not None and number >= max_steps:
                 return step
             number += 1
-            self.events.step(number, step, self.session)
-            self._decide(step)
+            self.events.step(number, test, self.session)
+            if test.phase == DELTA_PHASE:
+                self._complete(test)
+            else:
+                self._decide(test)
+
+    # -- a culprit's own Δ, from a run to the end
+    def _completion(self, step: Step) -> Test | None:
+        """The next culprit state to run to the end once more, or None.
+
+        The search stops a bad run as soon as it crosses the threshold, so a culprit's peak
+        is only a lower bound ("≥ threshold") and its Δ would say little. Once the answer is
+        known, each culprit whose state was stopped early is run once more without the
+        early stop, so the report can give its real Δ (one run per culprit: the "+2" of the
+        bound covers it). An OOM cannot finish, so it is not repeated. The run goes to
+        ``measurements.jsonl`` as phase "delta"; verdicts and the log are unchanged.
+        """
+        if not isinstance(step, Found | OnlySkippedLeft):
+            return None
+        latest = {r.state: r for r in self.session.records()}
+        done = {
+            m.state
+            for m in read_measurements(self.session.paths.session)
+            if m.event == "done" and m.phase == DELTA_PHASE
+        }
+        for c in step.culprits:
+            rec = latest.get(c.state) if c.state is not None else None
+            if rec is None or c.state in done or c.state in self._completed:
+                continue
+            if rec.peak_lower_bound and rec.outcome != "oom" and rec.verdict is Verdict.NEW:
+                return Test(c.state, DELTA_PHASE, repo=c.repo)
+        return None
+
+    def _complete(self, test: Test) -> None:
+        self.session.set_expected(test.state)
+        self.events.run_start(test, 1, 1)
+        self._log("launch", test, {})
+        self.launched += 1
+        m = self.measure(test.state, None)  # no early stop: the whole prompt
+        self.finished += 1
+        self._log("done", test, m.to_json())
+        self.events.run_done(test, m)
+        self._completed.add(test.state)
+        fix = device_failure(m.outcome, m.console_tail, self.session.setup.flags)
+        if fix is not None:
+            raise DeviceFailure(fix)
+        self.session.clear_expected()
 
     def _decide(self, test: Test) -> None:
         s = self.session.setup
@@ -204,7 +270,13 @@ class Runner:
         self.session.set_expected(state)
         threshold = effective_threshold(self.session)
         judge = threshold or Threshold.oom_only()
-        runs: list[Outcome] = list(self.session.cached_runs(state, self.environment))
+        # what the harness failed at says nothing about the state (a cache from before this
+        # rule may hold such runs): measure those again
+        runs: list[Outcome] = [
+            r
+            for r in self.session.cached_runs(state, self.environment)
+            if not is_harness_failure(r)
+        ]
         verdict = decide(runs, judge, s.repeat, timeout_is_bad=s.timeout_is_bad)
         cached = verdict is not None
         # A run stopped early under an older, lower threshold proves nothing now; never loop
@@ -221,10 +293,14 @@ class Runner:
             self.launched += 1
             m = self.measure(state, threshold)
             self.finished += 1
-            runs.append(m.outcome)
-            self.session.store_runs(state, runs, self.environment)
             self._log("done", test, m.to_json())
             self.events.run_done(test, m)
+            fix = device_failure(m.outcome, m.console_tail, s.flags)
+            if fix is not None:
+                raise DeviceFailure(fix)  # the machine's, not the state's: nothing is kept
+            runs.append(m.outcome)
+            kept = [r for r in runs if not is_harness_failure(r)]
+            self.session.store_runs(state, kept, self.environment)
             verdict = decide(runs, judge, s.repeat, timeout_is_bad=s.timeout_is_bad)
         rec = self.session.record(
             state, verdict, _counted(runs, judge, s.timeout_is_bad), self.subject(test)

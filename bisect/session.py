@@ -24,7 +24,7 @@ Log syntax (what ``log`` prints and ``replay`` reads back; ``#`` starts a commen
 
     # oom-bisect log, format 1
     fits comfyui=3f2a… node:ComfyUI-Foo=9c1e… outcome=ok peak_vram_mib=20480.0 peak_ram_mib=6100.5 runs=1 # subject
-    ooms comfyui=77aa… node:ComfyUI-Foo=9c1e… outcome=oom reason='CUDA out of memory…' # subject
+    ooms comfyui=77aa… node:ComfyUI-Foo=9c1e… outcome=oom peak_lower_bound=1 reason='CUDA out of memory…' # subject
     skip comfyui=12bc… node:ComfyUI-Foo=9c1e… outcome=skip reason='won'"'"'t start' # subject
     ooms comfyui=77aa… node:ComfyUI-Foo=absent outcome=manual # marked by hand
 
@@ -32,6 +32,8 @@ The first word is a verdict: the session's terms, the neutral ``old``/``new``, o
 Then one ``REPO=VALUE`` per repo that differs between the endpoints (repos that don't differ
 are the same in every tested state); abbreviated commit ids are accepted when unambiguous.
 Then optional ``KEY=VALUE`` details; unknown keys are ignored. Words are shell-quoted.
+``peak_lower_bound=1`` says the peaks are what the run reached before it stopped (an OOM, a
+run stopped early at the threshold, a timeout): the state needs at least that much.
 """
 
 from __future__ import annotations
@@ -314,6 +316,8 @@ class LogRecord:
     #: the skip reason or OOM evidence, one line
     reason: str | None = None
     comment: str = ""
+    #: the peaks are a lower bound: a run they rest on stopped before the prompt finished
+    peak_lower_bound: bool = False
 
 
 def _mib(n: int | None) -> str | None:
@@ -332,6 +336,7 @@ def format_record(rec: LogRecord, terms: Terms, repos: Sequence[str]) -> str:
         ("peak_vram_mib", _mib(rec.peak_vram_bytes)),
         ("peak_ram_mib", _mib(rec.peak_ram_bytes)),
         ("runs", None if rec.runs is None else str(rec.runs)),
+        ("peak_lower_bound", "1" if rec.peak_lower_bound else None),
         ("reason", None if rec.reason is None else _one_line(rec.reason)),
     ):
         if value is not None:
@@ -408,6 +413,7 @@ def parse_log(text: str, setup: SessionSetup, origin: str) -> list[LogRecord]:
                 peak_vram_bytes=_bytes(details.get("peak_vram_mib")),
                 peak_ram_bytes=_bytes(details.get("peak_ram_mib")),
                 runs=int(details["runs"]) if "runs" in details else None,
+                peak_lower_bound=details.get("peak_lower_bound") == "1",
                 reason=details.get("reason"),
                 comment=comment.strip(),
             )
@@ -561,6 +567,9 @@ class Status:
             f"({', '.join(map(repo_label, self.setup.repos()))})",
             f"tested {p.tested} state(s); phase {p.phase}; about {p.steps_left} step(s) left",
         ]
+        if p.groups:
+            sets = "; ".join(" + ".join(map(repo_label, g)) for g in p.groups)
+            out.append(f"culprit sets so far: {sets}")
         if p.repo is not None:
             out.append(f"{repo_label(p.repo)}: {p.candidates_left} candidate(s) left")
         if self.threshold is not None:
@@ -827,7 +836,13 @@ def _record_from_runs(
         reason = next(o.evidence for o in runs if isinstance(o, Oom))
     else:
         outcome = "ok"
-    return LogRecord(verdict, state, outcome, vram, ram, len(runs), reason, comment)
+    lower = verdict is Verdict.NEW and any(_incomplete(o) for o in runs)
+    return LogRecord(verdict, state, outcome, vram, ram, len(runs), reason, comment, lower)
+
+
+def _incomplete(o: Outcome) -> bool:
+    """A run that stopped before the prompt finished: its peaks are what it reached so far."""
+    return isinstance(o, Oom | Timeout) or (isinstance(o, Ok) and o.stopped_early)
 
 
 def _replace_created(setup: SessionSetup) -> SessionSetup:

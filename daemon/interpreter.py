@@ -58,6 +58,7 @@ import json, os, platform, subprocess, sys
 out = {"python_version": platform.python_version(), "executable": sys.executable,
        "torch_version": None, "cuda_version": None, "hip_version": None,
        "cudnn_version": None, "cuda_available": None, "driver_version": None,
+       "xpu_available": None, "mps_available": None, "other_backends": None,
        "gpus": [], "torch_error": None, "distributions": []}
 try:
     try:
@@ -109,6 +110,21 @@ try:
                                     "total_memory_bytes": int(p.total_memory)})
     except Exception as exc:
         out["torch_error"] = "cuda: %r" % (exc,)
+    try:
+        xpu = getattr(torch, "xpu", None)
+        out["xpu_available"] = bool(xpu.is_available()) if xpu is not None else False
+    except Exception:
+        pass
+    try:
+        out["mps_available"] = bool(torch.backends.mps.is_available())
+    except Exception:
+        pass
+    try:
+        import importlib.util as _iu
+        out["other_backends"] = [m for m in ("torch_directml", "torch_npu", "torch_mlu")
+                                 if _iu.find_spec(m) is not None]
+    except Exception:
+        pass
 except Exception as exc:
     out["torch_error"] = "import torch: %r" % (exc,)
 try:
@@ -169,6 +185,22 @@ class InterpreterFacts:
     gpus: tuple[GpuFacts, ...] = ()
     torch_error: str | None = None
     error: str | None = None
+    #: Intel XPU and Apple MPS backends (None: not asked, or torch absent)
+    xpu_available: bool | None = None
+    mps_available: bool | None = None
+    #: installed device plug-ins ComfyUI can use (torch_directml, torch_npu, torch_mlu)
+    other_backends: tuple[str, ...] = ()
+
+    def has_accelerator(self) -> bool | None:
+        """Whether torch sees any device ComfyUI can run on besides the CPU (CUDA, which
+        ROCm builds answer too, XPU, MPS, or a DirectML/NPU/MLU plug-in that is installed);
+        None when it cannot tell (no torch, a failed probe)."""
+        if self.error is not None or self.torch_version is None:
+            return None
+        answers = (self.cuda_available, self.xpu_available, self.mps_available)
+        if any(a is True for a in answers) or self.other_backends:
+            return True
+        return False if self.cuda_available is False else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -186,6 +218,9 @@ class InterpreterFacts:
             ],
             "torch_error": self.torch_error,
             "error": self.error,
+            "xpu_available": self.xpu_available,
+            "mps_available": self.mps_available,
+            "other_backends": list(self.other_backends),
         }
 
     @classmethod
@@ -202,6 +237,11 @@ class InterpreterFacts:
                     )
                 )
         cuda_available = data.get("cuda_available")
+
+        def flag(key: str) -> bool | None:
+            value = data.get(key)
+            return value if isinstance(value, bool) else None
+
         return cls(
             executable=str(data.get("executable") or ""),
             python_version=_str_or_none(data.get("python_version")),
@@ -214,6 +254,11 @@ class InterpreterFacts:
             gpus=tuple(gpus),
             torch_error=_str_or_none(data.get("torch_error")),
             error=_str_or_none(data.get("error")),
+            xpu_available=flag("xpu_available"),
+            mps_available=flag("mps_available"),
+            other_backends=tuple(
+                str(b) for b in (data.get("other_backends") or ()) if isinstance(b, str)
+            ),
         )
 
 

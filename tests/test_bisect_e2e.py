@@ -243,7 +243,14 @@ def test_a_node_that_breaks_only_with_the_new_core_names_both(tmp_path: Path) ->
     ]
     minimize = [s for s in doc["steps"] if "repos are needed" in (s["comment"] or "")]
     assert len(minimize) == 2 and all(s["verdict"] == "good" for s in minimize)
-    assert doc["measurements"] <= 2 + 2 + log2(319 - 100) + log2(39 - 5)
+    together = {c["repo"]: c["together"] for c in doc["culprits"]}
+    assert together == {"comfyui": ["node:PackA"], "node:PackA": ["comfyui"]}
+    assert doc["search"]["groups"] == [["comfyui", "node:PackA"]]
+    # + one run to the end per culprit whose verdict run stopped early (for its own Δ)
+    reruns = doc["search"]["culprit_reruns"]
+    assert reruns == 2 and all(not c["delta"]["lower_bound"] for c in doc["culprits"])
+    assert doc["measurements"] <= 2 + 2 + log2(319 - 100) + log2(39 - 5) + reruns
+    assert doc["search"]["within_bound"]
     say("a_node_that_breaks_only_with_the_new_core_names_both", doc)
     inst.assert_untouched()
 
@@ -312,7 +319,9 @@ def test_memory_noise_with_repeat_takes_the_median(tmp_path: Path) -> None:
     assert culprit(doc) == [("comfyui", core.bad_commit)]
     # two agreeing runs decide the median of three; the third is never needed here
     assert {s["runs"] for s in doc["steps"]} == {2}
-    assert doc["measurements"] == 2 * len(doc["steps"])
+    # plus the culprit's state once more, to the end, for its Δ
+    assert doc["search"]["culprit_reruns"] == 1
+    assert doc["measurements"] == 2 * len(doc["steps"]) + 1
     peaks: dict[str, set[int]] = {}
     for m in inst.measurements():
         if m["event"] == "done" and not m["stopped_early"]:
@@ -433,6 +442,7 @@ def test_ctrl_c_mid_bisect_then_resume_repeats_at_most_one_measurement(tmp_path:
         good, bad, list(core.commits[1:]), lambda s: core.index_of(s.comfyui) >= 200
     )
     launches = sum(m["event"] == "launch" for m in inst.measurements())
+    planned += 1  # the culprit's run to the end, for its Δ
     assert doc["measurements"] == planned
     assert planned <= launches <= planned + 1
     say(f"ctrl_c_then_resume (launches {launches}, planned {planned})", doc)

@@ -308,15 +308,20 @@ def test_property_ddmin_isolates_exactly_the_needed_repos(needed: set[str]) -> N
     assert sorted(c.repo for c in step.culprits) == sorted(needed)
 
 
-def test_either_of_two_culprits_is_enough_and_ddmin_names_one() -> None:
+def test_either_of_two_culprits_is_enough_and_both_are_named() -> None:
+    # ddmin alone stops at the first sufficient set ({n1}); the remainder step (bad with n1
+    # reverted) is still bad, so the search goes on and finds n4 too
     plan, _core, node = multi_repo(8, 4)
 
     def oracle(s: State) -> Verdict:
         return NEW if s.node("n1") == node["n1"][-1] or s.node("n4") == node["n4"][-1] else OLD
 
-    step, _ = run(plan, oracle)
-    assert isinstance(step, Found) and len(step.culprits) == 1
-    assert step.culprits[0].repo in ("node:n1", "node:n4")
+    step, tests = run(plan, oracle)
+    assert isinstance(step, Found)
+    assert [c.repo for c in step.culprits] == ["node:n1", "node:n4"]
+    assert all(c.together == () for c in step.culprits)
+    remainder = [t for t in tests if t.phase == "remainder"]
+    assert remainder and remainder[0].reverted == ("node:n1",)
 
 
 def test_a_node_added_between_the_states_is_one_step_and_absent_is_a_value() -> None:
