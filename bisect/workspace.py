@@ -240,42 +240,28 @@ class Workspace:
 
     # -- git inside the workspace
 
-    def _git(self, repo: Path, *args: str, what: str) -> str:
-        cfg = {
-            "core.hooksPath": str(self.root / ".nohooks"),
-            "gc.auto": "0",
-            "maintenance.auto": "false",
-            "core.fsmonitor": "false",
-            "advice.detachedHead": "false",
+    def _git_options(self) -> dict[str, Any]:
+        """What every git command in the workspace gets: no hooks (a user's global hook must
+        not run in our clones), no automatic gc or maintenance, no fsmonitor daemon, no LFS
+        downloads, and our lock fd, so the lock outlives a killed parent until git exits."""
+        return {
+            "config": {
+                "core.hooksPath": str(self.root / ".nohooks"),
+                "gc.auto": "0",
+                "maintenance.auto": "false",
+                "core.fsmonitor": "false",
+                "advice.detachedHead": "false",
+            },
+            "env": {"GIT_LFS_SKIP_SMUDGE": "1"},
+            "pass_fds": (self._lock.fileno(),) if self._lock is not None else (),
         }
-        fds = (self._lock.fileno(),) if self._lock is not None else ()
-        proc = gitrepo.git(
-            repo,
-            *args,
-            what=what,
-            env={"GIT_LFS_SKIP_SMUDGE": "1"},
-            pass_fds=fds,
-            config=cfg,
-        )
-        return proc.stdout
 
     def _clone(self, source: Path, dest: Path) -> None:
         """A shared clone of ``source`` at ``dest``, created under a temp name and renamed."""
         tmp = dest.parent / f".{dest.name}.cloning"
         _remove(tmp)
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        self._git(
-            self.root,
-            "clone",
-            "--shared",
-            "--no-checkout",
-            "--quiet",
-            f"--template={self.root / '.template'}",
-            "--",
-            str(source),
-            str(tmp),
-            what=f"cloning {source}",
-        )
+        gitrepo.clone_shared(source, tmp, template=self.root / ".template", **self._git_options())
         os.rename(tmp, dest)
 
     def _clear_locks(self, repo: Path) -> None:
@@ -286,11 +272,8 @@ class Workspace:
 
     def _checkout(self, repo: Path, sha: str, what: str, *, core: bool) -> None:
         self._clear_locks(repo)
-        self._git(repo, "checkout", "--force", "--detach", "--quiet", sha, what=what)
-        clean = ["clean", "-fdq"]
-        if core:
-            clean += ["-e", "/custom_nodes/", "-e", "/extra_model_paths.yaml"]
-        self._git(repo, *clean, what=what)
+        keep = ("/custom_nodes/", "/extra_model_paths.yaml") if core else ()
+        gitrepo.checkout(repo, sha, what, keep=keep, **self._git_options())
 
     # -- markers
 
