@@ -375,6 +375,7 @@ class Service:
             self.settings,
             build_channels(self.settings, environ=self.environ),
             clock=self.clock,
+            snapshots_dir=self.snapshots_dir,
         )
         if self.settings.metrics.enabled:
             from oom_sentinel.daemon.metrics import MetricsExporter
