@@ -286,6 +286,49 @@ def clone_shared(
     with _open(dest, f"cloning {source}") as r:  # the clone must open as a repo
         if r.bare:
             raise BisectError(f"cloning {source}: {dest} came out bare")
+    _copy_sparse_checkout(source, dest)
+
+
+def _sparse_settings(repo: Any) -> tuple[str, str | None, bytes] | None:
+    """(sparseCheckout, sparseCheckoutCone, patterns) of a repo with a sparse checkout (git
+    reads them from config.worktree too), else None."""
+    try:
+        enabled = str(repo.git.config("--get", "--type=bool", "core.sparseCheckout")).strip()
+    except _git_error():
+        return None
+    if enabled != "true":
+        return None
+    try:
+        cone: str | None = str(
+            repo.git.config("--get", "--type=bool", "core.sparseCheckoutCone")
+        ).strip()
+    except _git_error():
+        cone = None
+    try:
+        patterns = (Path(repo.git_dir) / "info" / "sparse-checkout").read_bytes()
+    except OSError:
+        return None
+    return enabled, cone, patterns
+
+
+def _copy_sparse_checkout(source: Path, dest: Path) -> None:
+    """Give the clone the user's sparse checkout: the replay must see the files the user's
+    checkout has, and a real clone may leave out a blob its mirror lacks (checking that file
+    out would fail; with the same patterns git says ``error: invalid object`` and goes on)."""
+    what = f"cloning {source}"
+    with _open(source, what) as user:
+        settings = _sparse_settings(user)
+    if settings is None:
+        return
+    enabled, cone, patterns = settings
+    with _open(dest, what) as r:
+        info = Path(r.git_dir) / "info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "sparse-checkout").write_bytes(patterns)
+        with r.config_writer("repository") as cfg:
+            cfg.set_value("core", "sparseCheckout", enabled)
+            if cone is not None:
+                cfg.set_value("core", "sparseCheckoutCone", cone)
 
 
 def checkout(
@@ -301,6 +344,9 @@ def checkout(
     """Detach the workspace clone ``repo`` at ``sha`` and remove what that commit does not
     have (``git clean -fd``), except the paths in ``keep`` (``/custom_nodes/``)."""
     _scrub_environment()
+    if not (repo / ".git").exists():
+        # git would walk up and check out the enclosing repository (the workspace's core)
+        raise BisectError(f"{what}: {repo} is not a clone of its own")
     args = ["checkout", "--force", "--detach", "--quiet", sha]
     _run(repo, args, what=what, config=config, env=env, pass_fds=pass_fds)
     clean = ["clean", "-fdq"]

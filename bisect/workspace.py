@@ -313,8 +313,10 @@ class Workspace:
         self._set_marker(key, sha)
 
     def _node_path(self, name: str) -> Path | None:
+        """Where the node's copy is. An empty folder in custom_nodes/ is no copy: checking out
+        a core commit that tracks a pack as a submodule (a gitlink) leaves one there."""
         for p in (self.custom_nodes / name, self.parked / name):
-            if p.exists() or p.is_symlink():
+            if p.is_symlink() or (p.exists() and not _empty_dir(p)):
                 return p
         return None
 
@@ -328,7 +330,7 @@ class Workspace:
         path = self._node_path(name)
         if path is not None and path.parent == self.parked:
             self.custom_nodes.mkdir(parents=True, exist_ok=True)
-            os.rename(path, self.custom_nodes / name)
+            os.rename(path, self.custom_nodes / name)  # replaces a gitlink's empty folder
 
     def _switch_node(self, name: str, value: str, force: bool) -> None:
         what = f"custom_nodes/{name}"
@@ -524,6 +526,13 @@ def _absolutize_paths(flags: list[str], cwd: Path) -> list[str]:
 
 def _remove(path: Path) -> None:
     remove_tree(path)
+
+
+def _empty_dir(path: Path) -> bool:
+    if path.is_symlink() or not path.is_dir():
+        return False
+    with os.scandir(path) as entries:
+        return next(entries, None) is None
 
 
 def remove_workspace(root: Path) -> None:
