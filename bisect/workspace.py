@@ -11,9 +11,11 @@ reflog still references, which a clone's refs don't cover — can be checked out
 objects are reached through the alternates, not through refs. ``reset`` just deletes the
 workspace; there is nothing to prune. (The one caveat of ``--shared``: if the user deletes
 history *and* runs ``git gc`` while a bisect is open, a checkout can fail with a missing
-object; the switch then reports it and nothing of the user's changes.) The tests snapshot the
-user's whole ``.git`` directory, working tree, index, refs and stash before and after, through
-creation, many switches, errors, Ctrl-C at random points and reset.
+object; the switch then reports it and nothing of the user's changes.) A user's sparse
+checkout is copied into the clone (``gitrepo.clone_shared``): the replay sees the files the
+user's checkout has, and a clone whose mirror lost a blob checks out as the user's did. The
+tests snapshot the user's whole ``.git`` directory, working tree, index, refs and stash before
+and after, through creation, many switches, errors, Ctrl-C at random points and reset.
 
 Layout of ``<root>`` (``BisectPaths.workspace``)::
 
