@@ -10,12 +10,16 @@ nodes: each must come out of ``scan_install`` as the right value and be built by
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from bisect_git import build_history, git, install_snapshot, make_install, node_history
+from snapshot_samples import HOST, incident
 
 from oom_sentinel.bisect.states import (
     ABSENT,
@@ -28,6 +32,14 @@ from oom_sentinel.bisect.states import (
 )
 from oom_sentinel.bisect.workspace import Workspace
 from oom_sentinel.daemon.install_state import capture_install
+from oom_sentinel.daemon.regression import RegressionVerdict
+from oom_sentinel.daemon.snapshot import (
+    InstanceInfo,
+    SnapshotContent,
+    snapshots_dir,
+    write_snapshot,
+)
+from oom_sentinel.daemon.state_diff import diff_states
 
 REAL_ENV = "OOM_SENTINEL_REAL_COMFYUI"
 
@@ -224,6 +236,104 @@ def test_a_real_comfyui_install_scans_and_builds_in_a_workspace(tmp_path: Path) 
         assert (ws.comfyui / "main.py").is_file()
     ws.remove()
     assert install_snapshot_of(user) == before
+
+
+@pytest.mark.real_comfyui
+def test_oom_bisect_of_a_real_installs_snapshot_replays_both_endpoints(tmp_path: Path) -> None:
+    """The command the alert gives, on a real install: the daemon's own capture of it (which
+    lists websocket_image_save.py) as the snapshot's states, the real ComfyUI replayed with
+    ``--cpu`` at two real commits. The same memory at both: not reproduced (exit 4), and the
+    answer is attached to the snapshot and told first by ``snapshots show``."""
+    real = Path(os.environ[REAL_ENV])
+    python = os.environ.get("OOM_SENTINEL_REAL_COMFYUI_PYTHON", sys.executable)
+    user = tmp_path / "ComfyUI"
+    git(tmp_path, "clone", "-q", "--shared", "--no-checkout", str(real), str(user))
+    patterns = git(real, "sparse-checkout", "list", check=False).split()
+    if patterns:
+        git(user, "sparse-checkout", "set", "--no-cone", *patterns)
+    git(user, "checkout", "-q", "-f", "HEAD")
+    bad = capture_install(user)
+    assert "websocket_image_save.py" in bad.node_table()
+    parent = git(user, "rev-parse", "HEAD~1").strip()
+    good = dataclasses.replace(bad, comfyui=dataclasses.replace(bad.comfyui, commit=parent))
+    prompt = {
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 256, "height": 256, "batch_size": 1, "color": 0},
+        },
+        "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
+    }
+    data_dir = tmp_path / "data"
+    ref = write_snapshot(
+        snapshots_dir(data_dir),
+        SnapshotContent(
+            incident=incident(),
+            instance=InstanceInfo("main", str(user)),
+            host=HOST,
+            created_s=1767348672.25,
+            prompt=prompt,
+            sections={
+                "regression": RegressionVerdict(
+                    suspected=True,
+                    reason="the workflow last fitted under another install state",
+                    match="workflow",
+                    bad_state=bad,
+                    last_good_state=good,
+                    diff=diff_states(good, bad),
+                ).to_section(),
+                "install_state": bad.to_dict(),
+                "process": {"argv": [python, "main.py", "--cpu"]},
+            },
+        ),
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("XDG_")},
+        "HOME": str(tmp_path / "home"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "XDG_DATA_HOME": str(tmp_path / "share"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oom_sentinel.bisect",
+            ref.id,
+            "--data-dir",
+            str(data_dir),
+            "--python",
+            python,
+            "--json",
+            "--budget",
+            "ram=64GiB",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    doc = json.loads(proc.stdout)
+    assert (proc.returncode, doc["result"]) == (4, "not-reproduced"), proc.stderr[-3000:]
+    assert doc["measurements"] == 2
+    assert doc["attached_to"] == str(ref.path / "bisect")
+    story = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oom_sentinel.daemon",
+            "snapshots",
+            "show",
+            ref.id,
+            "--data-dir",
+            str(data_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    assert story.index("oom-bisect could not reproduce it") < story.index("What failed")
 
 
 def install_snapshot_of(root: Path) -> tuple[str, str, str]:
