@@ -11,13 +11,16 @@ The pull and the start are as close as a launcher that updates and then starts m
 closer than psutil's start time can tell apart (it reads up to a second early).
 
 Before the update, a bigger workflow runs out of memory under A too: the install did not
-change since W last fitted, so that snapshot does not suspect an update.
+change since W last fitted, so that snapshot does not suspect an update. Last, the user runs
+the ``oom-bisect <id>`` the alert gave: it names the pack's commit, attaches its report to the
+snapshot, and the daemon sends the follow-up "Culprit found" alert.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -199,6 +202,35 @@ def test_workflow_that_fit_before_a_git_pull_and_ooms_after_names_both_states_an
             lambda: any(f"oom-bisect {snap.name}" in t for t in receiver.texts()),
             60,
             f"the regression alert; got {receiver.texts()}",
+        )
+
+        # 5. The user runs the command the alert gave; the answer comes back as an alert.
+        srv.stop()  # the bisect replays on the same (fake) card
+        bisect = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "oom_sentinel.bisect",
+                snap.name,
+                "--json",
+                "--data-dir",
+                str(daemon.data_dir),
+                "--python",
+                sys.executable,
+            ],
+            env={**daemon.env, "OOM_SENTINEL_CACHE_DIR": str(tmp_path / "cache")},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        answer = json.loads(bisect.stdout)
+        assert (bisect.returncode, answer["result"]) == (0, "found"), bisect.stderr[-3000:]
+        assert pack.commits[BAD_AT] in [c["commit"] for c in answer["culprits"]]
+        assert answer["attached_to"] == str(snap / "bisect")
+        wait_for(
+            lambda: any(f"Culprit found for {snap.name}" in t for t in receiver.texts()),
+            90,
+            f"the follow-up alert; daemon said:\n{daemon.stderr()}",
         )
     finally:
         receiver.close()
