@@ -3,18 +3,9 @@ states, the prompt, the launch flags, the interpreter and the memory budget.
 
 The daemon's snapshot holds install states as ``daemon/install_state.InstallState``
 records (commits, node kinds, versions, disabled flags); the bisect works on
-``bisect.states.State`` values. The mapping is pure and lives here so both the snapshot
-front end and ``--good SNAPSHOT_ID`` use the same rules:
-
-=================================  =============================================
-InstallState node                  State value
-=================================  =============================================
-any kind, ``disabled``             ``disabled``
-``git`` with a commit              the commit
-``cnr`` with a version             ``version:<version>``
-``file`` / ``folder`` / ``cnr``    ``installed`` (only the copy on disk exists)
-not listed                         ``absent``
-=================================  =============================================
+``bisect.states.State`` values. The mapping is ``states.state_from_install_state`` (the same
+one ``before-last-update`` uses); what the core tracks under ``custom_nodes/`` is dropped when
+the state is resolved against the install (``states.resolve_state``).
 
 Where a snapshot keeps things (the daemon writes them; ``daemon/snapshot.schema.json`` and
 ``daemon/regression.py`` define the shapes):
@@ -40,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oom_sentinel.bisect.states import DISABLED, INSTALLED, VERSION_PREFIX, State
+from oom_sentinel.bisect.states import State, state_from_install_state
 from oom_sentinel.bisect.verdict import Threshold
 from oom_sentinel.daemon.errors import InputError
 from oom_sentinel.daemon.install_state import InstallState
@@ -70,30 +61,6 @@ class SnapshotStart:
     vram_cap_bytes: int | None
     #: the pool that ran out: "vram" or "ram" (None: unknown, watch both)
     pool: str | None = None
-
-
-def state_from_install_state(state: InstallState, where: str) -> State:
-    """The bisect's view of a recorded install state (see the table above)."""
-    commit = state.comfyui.commit
-    if not commit:
-        raise InputError(f"{where}: the recorded state has no ComfyUI commit (not a git install)")
-    nodes: dict[str, str] = {}
-    for n in state.nodes:
-        if n.disabled:
-            value = DISABLED
-        elif n.kind == "git" and n.commit:
-            value = n.commit
-        elif n.kind == "cnr" and n.version:
-            value = VERSION_PREFIX + n.version
-        else:
-            value = INSTALLED
-        if n.name in nodes and value == DISABLED:
-            continue  # an enabled copy wins over a disabled one (as scan_install does)
-        nodes[n.name] = value
-    try:
-        return State.of(commit, nodes)
-    except ValueError as exc:
-        raise InputError(f"{where}: {exc}") from None
 
 
 def _install_state(raw: Any, where: str) -> InstallState | None:

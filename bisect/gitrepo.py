@@ -1,48 +1,59 @@
-"""The git commands the bisect runs, and the only place that runs them.
+"""The bisect's git seam: every git operation of ``oom-bisect`` goes through GitPython here.
 
 Two kinds of repository meet here and must never be confused: the user's repos (ComfyUI and
-its custom nodes), which we only *read* with commands that write nothing (``rev-parse``,
-``rev-list``, ``log``, ``config --get``, ``ls-files``, plus reading ``logs/HEAD`` as a file),
-and the workspace's own clones, which we check out freely. Every call gets a scrubbed
-environment: ``GIT_DIR`` and friends from a calling hook would otherwise redirect us at the
-wrong repository, ``GIT_OPTIONAL_LOCKS=0`` stops reads from refreshing the user's index, and
-``GIT_TERMINAL_PROMPT=0`` stops a credential prompt from hanging a bisect.
+its custom nodes), which we only *read* (ref resolution, first-parent ranges, commit info,
+trees, the config's remote URLs), and the workspace's own shared clones, which we check out
+freely (``clone_shared``, ``checkout``). The reflog is read by the daemon's reader
+(``daemon/reflog.py``), which both sides share.
+
+**Every ``Repo`` is closed.** GitPython keeps ``git cat-file --batch`` processes and mapped
+pack files per ``Repo`` until ``close()``; a bisect opens repos for hours, so each function
+opens one with ``with _open(path)`` and closes it before returning.
+
+**One environment.** GitPython starts git with a copy of ``os.environ`` and can add to it but
+not take away, so the variables that would point git at another repository (``GIT_DIR`` and
+friends from a calling hook, ``daemon.gitread.SCRUBBED``) are removed from this process's
+environment the first time a repo is opened; ``GIT_OPTIONAL_LOCKS=0`` (reads never refresh
+the user's index), ``GIT_TERMINAL_PROMPT=0`` (no credential prompt can hang a bisect) and the
+C locale are added to every call.
+
+**Success is git's exit status.** A real ComfyUI clone may lack a blob (a sparse checkout of a
+mirror that lost one): ``git checkout`` then prints ``error: invalid object …`` or ``error:
+unable to read sha1 file …`` and still exits 0 with every other file written. That is a
+success here; only a non-zero exit is a failure.
 
 Git failures become ``BisectError``/``BadRef`` lines naming the repository; callers never see
-``CalledProcessError``.
+GitPython's exceptions.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from oom_sentinel.daemon.errors import BadRef, BisectError
-from oom_sentinel.daemon.gitread import git_env
+from oom_sentinel.daemon.gitread import GIT_SETTINGS, SCRUBBED
 
 __all__ = [
     "CommitInfo",
-    "ReflogEntry",
+    "checkout",
+    "clone_shared",
     "commit_info",
+    "core_node_entries",
     "first_parent_range",
-    "git",
-    "git_env",
     "is_ancestor",
     "is_commit_id",
     "normalize_remote_url",
-    "null_sha",
-    "parse_reflog",
-    "read_reflog",
     "remote_urls",
     "resolve_commit",
-    "tracked_top_level",
 ]
 
 _HEX_RE = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
-_ZERO = "0" * 40
 
 
 def is_commit_id(value: str) -> bool:
@@ -50,60 +61,73 @@ def is_commit_id(value: str) -> bool:
     return bool(_HEX_RE.match(value))
 
 
-def git(
-    repo: Path,
-    *args: str,
-    check: bool = True,
-    env: Mapping[str, str] | None = None,
-    what: str | None = None,
-    pass_fds: Sequence[int] = (),
-    config: Mapping[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``git -C repo [-c k=v ...] args``; on failure raise BisectError naming ``what``."""
-    cfg = [w for k, v in (config or {}).items() for w in ("-c", f"{k}={v}")]
-    cmd = ["git", "-C", str(repo), *cfg, *args]
+def _scrub_environment() -> None:
+    for name in SCRUBBED:
+        os.environ.pop(name, None)
+
+
+@contextlib.contextmanager
+def _open(path: Path, what: str) -> Iterator[Any]:
+    """``git.Repo`` at ``path`` (a working tree; a ``.git`` file of a submodule is followed),
+    closed on the way out."""
+    _scrub_environment()
     try:
-        proc = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            env=git_env(env),
-            stdin=subprocess.DEVNULL,
-            check=False,
-            pass_fds=tuple(pass_fds),
-        )
-    except FileNotFoundError as exc:
-        raise BisectError("git is not installed (no 'git' on PATH)") from exc
-    if check and proc.returncode != 0:
-        reason = _first_line(proc.stderr) or f"exit status {proc.returncode}"
-        raise BisectError(f"{what or repo}: git {args[0]} failed: {reason}")
-    return proc
+        import git
+    except ImportError as exc:  # a declared dependency; say so instead of a traceback
+        raise BisectError(f"GitPython is not installed ({exc})") from None
+    try:
+        repo = git.Repo(os.fspath(path))
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise BisectError(f"{what}: {path} is not a git repository") from None
+    except git.GitError as exc:
+        raise BisectError(f"{what}: cannot open {path}: {_reason(exc)}") from None
+    try:
+        repo.git.update_environment(**GIT_SETTINGS)
+        yield repo
+    finally:
+        repo.close()
 
 
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        line = line.strip()
+def _reason(exc: BaseException) -> str:
+    """The first line git (or GitPython) said, without ``fatal:``/``error:``."""
+    text = getattr(exc, "stderr", None) or str(exc)
+    for line in str(text).splitlines():
+        line = line.strip().removeprefix("stderr:").strip().strip("'").strip()
         if line:
             return line.removeprefix("fatal: ").removeprefix("error: ")
-    return ""
+    status = getattr(exc, "status", None)
+    return f"exit status {status}" if status is not None else type(exc).__name__
+
+
+def _git_error() -> tuple[type[BaseException], ...]:
+    import git
+
+    return (git.GitError, ValueError)
+
+
+# --------------------------------------------------------------------------- reading
 
 
 def resolve_commit(repo: Path, ref: str, what: str) -> str:
     """The full id of the commit ``ref`` names in ``repo``, or BadRef("what: 'ref' is not a commit")."""
     if not ref or ref.startswith("-") or any(c.isspace() for c in ref) or "\0" in ref:
         raise BadRef(f"{what}: {ref!r} is not a commit")
-    proc = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
-    sha = proc.stdout.strip()
-    if proc.returncode != 0 or not is_commit_id(sha):
+    with _open(repo, what) as r:
+        try:
+            sha = str(r.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")).strip()
+        except _git_error():
+            raise BadRef(f"{what}: {ref!r} is not a commit") from None
+    if not is_commit_id(sha):
         raise BadRef(f"{what}: {ref!r} is not a commit")
     return sha
 
 
-def is_ancestor(repo: Path, older: str, newer: str) -> bool:
-    proc = git(repo, "merge-base", "--is-ancestor", older, newer, check=False)
-    return proc.returncode == 0
+def is_ancestor(repo: Path, older: str, newer: str, what: str | None = None) -> bool:
+    with _open(repo, what or str(repo)) as r:
+        try:
+            return bool(r.is_ancestor(older, newer))
+        except _git_error():
+            return False
 
 
 def first_parent_range(repo: Path, good: str, bad: str, what: str) -> tuple[str, ...]:
@@ -112,8 +136,12 @@ def first_parent_range(repo: Path, good: str, bad: str, what: str) -> tuple[str,
     The last element is ``bad``. Empty when ``bad`` is reachable from ``good`` (a downgrade
     or the same commit): the caller then treats the change as one step.
     """
-    proc = git(repo, "rev-list", "--first-parent", "--reverse", bad, f"^{good}", what=what)
-    return tuple(line for line in proc.stdout.split() if line)
+    with _open(repo, what) as r:
+        try:
+            commits = r.iter_commits(f"{good}..{bad}", first_parent=True, reverse=True)
+            return tuple(c.hexsha for c in commits)
+        except _git_error() as exc:
+            raise BisectError(f"{what}: git rev-list failed: {_reason(exc)}") from None
 
 
 @dataclass(frozen=True)
@@ -127,31 +155,34 @@ class CommitInfo:
 
 def commit_info(repo: Path, sha: str, what: str) -> CommitInfo:
     """Subject, author, date and changed files of one commit (first-parent diff) for reports."""
-    proc = git(
-        repo,
-        "show",
-        "--no-renames",
-        "--first-parent",
-        "--name-only",
-        "--format=%H%x00%s%x00%an <%ae>%x00%aI%x00",
-        sha,
-        what=what,
-    )
-    parts = proc.stdout.split("\x00", 4)
-    if len(parts) < 5:
-        raise BisectError(f"{what}: cannot read commit {sha}")
-    files = tuple(line for line in parts[4].splitlines() if line.strip())
-    return CommitInfo(sha=parts[0], subject=parts[1], author=parts[2], date=parts[3], files=files)
+    import git
+
+    with _open(repo, what) as r:
+        try:
+            c = r.commit(sha)
+            base = c.parents[0] if c.parents else git.NULL_TREE
+            diff = c.diff(base, no_renames=True) if c.parents else c.diff(base)
+            files = sorted({p for d in diff for p in (d.a_path, d.b_path) if p})
+            subject = str(c.summary)
+            author = f"{c.author.name} <{c.author.email}>"
+            date = c.authored_datetime.isoformat()
+            hexsha = c.hexsha
+        except _git_error() as exc:
+            raise BisectError(f"{what}: cannot read commit {sha}: {_reason(exc)}") from None
+    return CommitInfo(sha=hexsha, subject=subject, author=author, date=date, files=tuple(files))
 
 
-def remote_urls(repo: Path) -> tuple[str, ...]:
-    """Every ``remote.*.url`` in the repo's config, in config order."""
-    proc = git(repo, "config", "--get-regexp", r"^remote\..*\.url$", check=False)
-    urls = []
-    for line in proc.stdout.splitlines():
-        _, _, url = line.partition(" ")
-        if url:
-            urls.append(url.strip())
+def remote_urls(repo: Path, what: str | None = None) -> tuple[str, ...]:
+    """Every ``remote.*.url`` in the repo's own config, in config order."""
+    urls: list[str] = []
+    with _open(repo, what or str(repo)) as r:
+        try:
+            with r.config_reader("repository") as cfg:
+                for section in cfg.sections():
+                    if section.startswith('remote "') and cfg.has_option(section, "url"):
+                        urls.extend(str(u) for u in cfg.get_values(section, "url") if u)
+        except (*_git_error(), OSError, KeyError) as exc:
+            raise BisectError(f"{what or repo}: cannot read the git config: {exc}") from None
     return tuple(urls)
 
 
@@ -169,59 +200,156 @@ def normalize_remote_url(url: str) -> str:
     return u.lower()
 
 
-def tracked_top_level(repo: Path, subdir: str) -> frozenset[str]:
-    """Names directly under ``subdir`` that the repo tracks (read from the index, not written)."""
-    proc = git(repo, "ls-files", "-z", "--", subdir, check=False)
-    names = set()
-    prefix = subdir.rstrip("/") + "/"
-    for path in proc.stdout.split("\0"):
-        if path.startswith(prefix):
-            names.add(path[len(prefix) :].split("/", 1)[0])
+def core_node_entries(repo: Path, commits: Sequence[str], what: str) -> frozenset[str]:
+    """Names directly under ``custom_nodes/`` that the core's tree tracks as files or folders
+    at any of ``commits`` (ComfyUI ships ``websocket_image_save.py`` and
+    ``example_node.py.example`` there): they are the core's, not nodes. A gitlink (a pack
+    added as a submodule) is a repository of its own, so it is not listed."""
+    names: set[str] = set()
+    with _open(repo, what) as r:
+        for sha in commits:
+            try:
+                tree = r.commit(sha).tree
+                sub = tree / "custom_nodes"
+            except KeyError:
+                continue  # this commit has no custom_nodes/ folder
+            except _git_error() as exc:
+                raise BisectError(
+                    f"{what}: cannot read the tree of {sha}: {_reason(exc)}"
+                ) from None
+            for item in sub:
+                if item.type in ("blob", "tree"):
+                    names.add(str(item.name))
     return frozenset(names)
 
 
-@dataclass(frozen=True)
-class ReflogEntry:
-    """One line of ``logs/HEAD``: HEAD moved from ``old`` to ``new`` at ``time_s``."""
-
-    old: str
-    new: str
-    time_s: int
-    message: str
-
-    @property
-    def action(self) -> str:
-        """The command that moved HEAD: the message up to its first colon (``pull``, ``reset``)."""
-        return self.message.split(":", 1)[0].strip()
+# --------------------------------------------------------------------------- the workspace
 
 
-_REFLOG_RE = re.compile(r"^([0-9a-f]{40,64}) ([0-9a-f]{40,64}) .*> (\d+) [+-]\d{4}\t?(.*)$")
+def _run(
+    cwd: Path,
+    args: Sequence[str],
+    *,
+    what: str,
+    config: Mapping[str, str],
+    env: Mapping[str, str] | None,
+    pass_fds: Sequence[int],
+) -> None:
+    """One writing git command through GitPython's command runner, with ``-c`` options and
+    inherited fds (the workspace lock): GitPython's per-method calls cannot pass either."""
+    import git
 
-
-def parse_reflog(text: str) -> list[ReflogEntry]:
-    """Parse a reflog file (oldest first). Lines that don't parse are skipped, never fatal."""
-    entries = []
-    for line in text.splitlines():
-        m = _REFLOG_RE.match(line)
-        if m:
-            entries.append(ReflogEntry(m.group(1), m.group(2), int(m.group(3)), m.group(4)))
-    return entries
-
-
-def read_reflog(repo: Path) -> list[ReflogEntry]:
-    """HEAD's reflog of ``repo``, oldest first; empty when the repo keeps none."""
-    proc = git(repo, "rev-parse", "--git-dir", check=False)
-    if proc.returncode != 0:
-        return []
-    gitdir = Path(proc.stdout.strip())
-    if not gitdir.is_absolute():
-        gitdir = repo / gitdir
+    cfg = [w for k, v in config.items() for w in ("-c", f"{k}={v}")]
+    runner = git.Git(os.fspath(cwd))
+    runner.update_environment(**GIT_SETTINGS, **(env or {}))
     try:
-        text = (gitdir / "logs" / "HEAD").read_text("utf-8", errors="replace")
+        runner.execute(
+            [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", *cfg, *args],
+            with_extended_output=True,
+            pass_fds=tuple(pass_fds),
+        )
+    except git.GitCommandNotFound:
+        raise BisectError("git is not installed (no 'git' on PATH)") from None
+    except git.GitCommandError as exc:
+        raise BisectError(f"{what}: git {args[0]} failed: {_reason(exc)}") from None
+
+
+def clone_shared(
+    source: Path,
+    dest: Path,
+    *,
+    template: Path,
+    config: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+) -> None:
+    """``git clone --shared --no-checkout`` of ``source`` at ``dest``: the clone borrows the
+    source's objects through ``objects/info/alternates`` and writes nothing into it."""
+    _scrub_environment()
+    _run(
+        dest.parent,
+        [
+            "clone",
+            "--shared",
+            "--no-checkout",
+            "--quiet",
+            f"--template={template}",
+            "--",
+            os.fspath(source),
+            os.fspath(dest),
+        ],
+        what=f"cloning {source}",
+        config=config,
+        env=env,
+        pass_fds=pass_fds,
+    )
+    with _open(dest, f"cloning {source}") as r:  # the clone must open as a repo
+        if r.bare:
+            raise BisectError(f"cloning {source}: {dest} came out bare")
+    _copy_sparse_checkout(source, dest)
+
+
+def _sparse_settings(repo: Any) -> tuple[str, str | None, bytes] | None:
+    """(sparseCheckout, sparseCheckoutCone, patterns) of a repo with a sparse checkout (git
+    reads them from config.worktree too), else None."""
+    try:
+        enabled = str(repo.git.config("--get", "--type=bool", "core.sparseCheckout")).strip()
+    except _git_error():
+        return None
+    if enabled != "true":
+        return None
+    try:
+        cone: str | None = str(
+            repo.git.config("--get", "--type=bool", "core.sparseCheckoutCone")
+        ).strip()
+    except _git_error():
+        cone = None
+    try:
+        patterns = (Path(repo.git_dir) / "info" / "sparse-checkout").read_bytes()
     except OSError:
-        return []
-    return parse_reflog(text)
+        return None
+    return enabled, cone, patterns
 
 
-def null_sha(value: str) -> bool:
-    return value == _ZERO or set(value) == {"0"}
+def _copy_sparse_checkout(source: Path, dest: Path) -> None:
+    """Give the clone the user's sparse checkout: the replay must see the files the user's
+    checkout has, and a real clone may leave out a blob its mirror lacks (checking that file
+    out would fail; with the same patterns git says ``error: invalid object`` and goes on)."""
+    what = f"cloning {source}"
+    with _open(source, what) as user:
+        settings = _sparse_settings(user)
+    if settings is None:
+        return
+    enabled, cone, patterns = settings
+    with _open(dest, what) as r:
+        info = Path(r.git_dir) / "info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "sparse-checkout").write_bytes(patterns)
+        with r.config_writer("repository") as cfg:
+            cfg.set_value("core", "sparseCheckout", enabled)
+            if cone is not None:
+                cfg.set_value("core", "sparseCheckoutCone", cone)
+
+
+def checkout(
+    repo: Path,
+    sha: str,
+    what: str,
+    *,
+    config: Mapping[str, str],
+    keep: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+) -> None:
+    """Detach the workspace clone ``repo`` at ``sha`` and remove what that commit does not
+    have (``git clean -fd``), except the paths in ``keep`` (``/custom_nodes/``)."""
+    _scrub_environment()
+    if not (repo / ".git").exists():
+        # git would walk up and check out the enclosing repository (the workspace's core)
+        raise BisectError(f"{what}: {repo} is not a clone of its own")
+    args = ["checkout", "--force", "--detach", "--quiet", sha]
+    _run(repo, args, what=what, config=config, env=env, pass_fds=pass_fds)
+    clean = ["clean", "-fdq"]
+    for path in keep:
+        clean += ["-e", path]
+    _run(repo, clean, what=what, config=config, env=env, pass_fds=pass_fds)

@@ -277,6 +277,9 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         out = culprit_details(c, s.repo_paths)
         out["together"] = list(c.together)
         out["delta"] = culprit_delta(c, records, thr_json, complete)
+        # the human line too: the daemon shows it in `snapshots show` and the follow-up
+        # alert without importing the bisect (daemon/bisect_results.py)
+        out["delta_text"] = delta_text(out)
         return out
 
     if isinstance(step, Found):

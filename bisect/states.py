@@ -19,14 +19,11 @@ A node missing from a state is ``absent``; the two spellings compare equal. Repo
 STATE arguments (``--good``/``--bad``) are resolved here, in this order:
 
 ``before-last-update``
-    Every repo as it was before the last update. An *update* is a reflog entry of HEAD that
-    moved it to another commit by ``pull``, ``merge``, ``reset``, ``checkout``, ``rebase`` or
-    ``clone`` (a commit made by the user is not an update). The *last update* is the newest
-    such entry in any repo of the install, together with every other update entry made within
-    ``window_s`` (default one hour) before it: one "Update All" touches many repos over a few
-    minutes. Each repo with an update in that window goes back to the ``old`` side of its
-    earliest entry there (``absent`` when that entry is the clone that installed it); repos
-    without one keep their current value.
+    The install as it was before its last update: the state ``oom-sentinel states history``
+    names "the state before the last update", from the same code (``daemon/reflog.py``:
+    ``import_install_history`` and ``last_update``). An update is a reflog move by ``pull``,
+    ``merge``, ``reset``, ``rebase`` or ``checkout``; update steps at most ten minutes apart
+    are one update ("Update All"); the clone that installed ComfyUI is never rolled back.
 ``HEAD@{N}``
     The install as it was when ComfyUI's HEAD was at reflog position N: ComfyUI at
     ``HEAD@{N}``, and each git node at the HEAD its own reflog had at that moment (``absent``
@@ -40,30 +37,39 @@ a ComfyUI-Manager snapshot file (``.json`` / ``.yaml``)
 anything else
     handed to the caller's snapshot-id resolver (oom-sentinel snapshots carry states).
 
-Nothing here writes to the user's repos: resolution uses ``rev-parse`` and reads
-``logs/HEAD`` as a file.
+Files and folders under ``custom_nodes/`` that ComfyUI's own repository tracks
+(``websocket_image_save.py``, ``example_node.py.example``) belong to the core's commit, never
+to a node: ``scan_install`` leaves them out and every resolved state drops them.
+
+Nothing here writes to the user's repos: refs resolve through ``gitrepo`` (GitPython), the
+reflogs are read as files by the daemon's reader.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from oom_sentinel.bisect import gitrepo
-from oom_sentinel.bisect.gitrepo import ReflogEntry, is_commit_id
+from oom_sentinel.bisect.gitrepo import is_commit_id
 from oom_sentinel.daemon.errors import BadRef, InputError
+
+if TYPE_CHECKING:
+    from oom_sentinel.daemon.install_state import InstallState
+    from oom_sentinel.daemon.reflog import HistoricalState, RepoHistory
+    from oom_sentinel.daemon.reflog import ReflogEntry as DaemonReflogEntry
 
 __all__ = [
     "ABSENT",
     "CORE",
     "DISABLED",
     "INSTALLED",
-    "UPDATE_ACTIONS",
     "VERSION_PREFIX",
     "Install",
     "ManagerSnapshot",
@@ -84,6 +90,7 @@ __all__ = [
     "scan_install",
     "split_state_arg",
     "state_at_reflog",
+    "state_from_install_state",
     "state_from_manager_snapshot",
 ]
 
@@ -93,9 +100,6 @@ ABSENT = "absent"
 DISABLED = "disabled"
 INSTALLED = "installed"
 VERSION_PREFIX = "version:"
-#: reflog actions that count as an update (see the module docstring)
-UPDATE_ACTIONS = frozenset({"pull", "merge", "reset", "checkout", "rebase", "clone"})
-DEFAULT_UPDATE_WINDOW_S = 3600
 
 _HEAD_AT_RE = re.compile(r"^HEAD@\{(\d+)\}$")
 _VERSION_RE = re.compile(r"^version:[^\s=#'\"]+$")
@@ -229,6 +233,8 @@ class Install:
     comfyui: Path
     head: str
     nodes: tuple[NodeInstall, ...] = field(default_factory=tuple)
+    #: names under custom_nodes/ that the core's HEAD tracks (the core's files, not nodes)
+    core_entries: frozenset[str] = frozenset()
 
     @property
     def custom_nodes(self) -> Path:
@@ -251,29 +257,52 @@ class Install:
     def current_state(self) -> State:
         return State.of(self.head, {n.name: n.value() for n in self.nodes})
 
+    def own(self, state: State) -> State:
+        """``state`` without the entries under custom_nodes/ that the core tracks, at the
+        install's HEAD or at the state's own core commit: the core's checkout brings those."""
+        owned = set(self.core_entries)
+        if state.comfyui != self.head:
+            owned |= gitrepo.core_node_entries(
+                self.comfyui, [state.comfyui], f"ComfyUI ({self.comfyui})"
+            )
+        if not any(n in owned for n, _ in state.nodes):
+            return state
+        return State(state.comfyui, tuple((n, v) for n, v in state.nodes if n not in owned))
+
 
 def scan_install(comfyui: Path) -> Install:
-    """Read the install's core commit and custom nodes (git, folders, single files)."""
+    """Read the install's core commit and custom nodes (git, folders, single files).
+
+    Left out: what the core's repo tracks under custom_nodes/ (the core's), ``__pycache__``,
+    hidden entries and files that are not ``.py`` (``*.py.example``). Disabled packs are read
+    in both conventions (``Foo.disabled``, ``.disabled/Foo`` or ``.disabled/foo@1_2_0``); a
+    pack that is a submodule (a ``.git`` file) or a symlink is read like any other."""
     comfyui = comfyui.resolve()
     if not (comfyui / "main.py").is_file():
         raise InputError(f"{comfyui}: not a ComfyUI install (no main.py)")
-    head = gitrepo.resolve_commit(comfyui, "HEAD", f"ComfyUI ({comfyui})")
-    tracked = gitrepo.tracked_top_level(comfyui, "custom_nodes")
+    what = f"ComfyUI ({comfyui})"
+    head = gitrepo.resolve_commit(comfyui, "HEAD", what)
+    tracked = gitrepo.core_node_entries(comfyui, [head], what)
     found: dict[str, NodeInstall] = {}
     cn = comfyui / "custom_nodes"
     entries: list[tuple[Path, bool]] = []
     if cn.is_dir():
         for p in sorted(cn.iterdir()):
-            if p.name == ".disabled" and p.is_dir():
-                entries.extend((q, True) for q in sorted(p.iterdir()))
-            elif not p.name.startswith(".") and p.name != "__pycache__" and p.name not in tracked:
+            if p.name.startswith(".") or p.name == "__pycache__":
+                if p.name == ".disabled" and p.is_dir():
+                    entries.extend(
+                        (q, True)
+                        for q in sorted(p.iterdir())
+                        if not q.name.startswith(".") and q.name != "__pycache__"
+                    )
+            elif p.name not in tracked:
                 entries.append((p, False))
     for path, in_disabled_dir in entries:
         name = path.name
         disabled = in_disabled_dir
         if name.endswith(".disabled"):
             name, disabled = name[: -len(".disabled")], True
-        if in_disabled_dir and "@" in name:
+        if in_disabled_dir and "@" in name and not name.endswith(".py"):
             name = name.split("@", 1)[0]  # Manager v4: .disabled/<id>@<version>
         node = _scan_node(name, path, disabled)
         if node is None:
@@ -281,7 +310,7 @@ def scan_install(comfyui: Path) -> Install:
         prev = found.get(name)
         if prev is None or (prev.disabled and not node.disabled):
             found[name] = node  # an enabled copy wins over a disabled one
-    return Install(comfyui, head, tuple(found[k] for k in sorted(found)))
+    return Install(comfyui, head, tuple(found[k] for k in sorted(found)), tracked)
 
 
 def _scan_node(name: str, path: Path, disabled: bool) -> NodeInstall | None:
@@ -353,7 +382,6 @@ def resolve_state(
     *,
     snapshot_resolver: SnapshotResolver | None = None,
     manager_reader: Callable[[Path], ManagerSnapshot] | None = None,
-    window_s: int = DEFAULT_UPDATE_WINDOW_S,
 ) -> State:
     """Turn a STATE argument into a State of ``install`` (see the module docstring).
 
@@ -362,6 +390,15 @@ def resolve_state(
     ``read_manager_snapshot``). Raises BadRef (one line naming the repo and the ref) for
     anything that does not resolve, InputError for an unreadable snapshot file.
     """
+    return install.own(_resolve_state(arg, install, snapshot_resolver, manager_reader))
+
+
+def _resolve_state(
+    arg: str | Sequence[str],
+    install: Install,
+    snapshot_resolver: SnapshotResolver | None,
+    manager_reader: Callable[[Path], ManagerSnapshot] | None,
+) -> State:
     manager_reader = manager_reader or read_manager_snapshot
     tokens = split_state_arg(arg)
     if not tokens:
@@ -369,10 +406,12 @@ def resolve_state(
     if len(tokens) == 1:
         word = tokens[0]
         if word == "before-last-update":
-            return before_last_update(install, _reflogs(install), window_s)
+            from oom_sentinel.daemon.reflog import import_install_history
+
+            return before_last_update(install, import_install_history(install.comfyui))
         m = _HEAD_AT_RE.match(word)
         if m:
-            return state_at_reflog(install, _reflogs(install), int(m.group(1)))
+            return state_at_reflog(install, *_reflogs(install), int(m.group(1)))
         if "=" not in word:
             path = Path(word).expanduser()
             if path.suffix.lower() in (".json", ".yaml", ".yml"):
@@ -416,70 +455,99 @@ def _resolve_value(install: Install, repo: str, ref: str) -> str:
 # --------------------------------------------------------------------------- reflog states
 
 
-def _reflogs(install: Install) -> dict[str, list[ReflogEntry]]:
-    logs = {CORE: gitrepo.read_reflog(install.comfyui)}
-    for node in install.nodes:
-        if node.kind == "git":
-            logs[node_key(node.name)] = gitrepo.read_reflog(node.path)
-    return logs
+def _reflogs(install: Install) -> tuple[list[DaemonReflogEntry], dict[str, RepoHistory]]:
+    """ComfyUI's HEAD reflog and every git node's history, read by the daemon's reader."""
+    from oom_sentinel.daemon.gitread import git_dirs
+    from oom_sentinel.daemon.reflog import parse_reflog, read_repo_history
+
+    dirs = git_dirs(install.comfyui)
+    core: list[DaemonReflogEntry] = []
+    if dirs is not None:
+        with contextlib.suppress(OSError):
+            core = parse_reflog((dirs[0] / "logs" / "HEAD").read_text("utf-8", errors="replace"))
+    nodes = {
+        node_key(n.name): read_repo_history(n.path, n.name)
+        for n in install.nodes
+        if n.kind == "git"
+    }
+    return core, nodes
 
 
-def _is_update(entry: ReflogEntry) -> bool:
-    if entry.old == entry.new:
-        return False
-    action = entry.action.split(" ", 1)[0]
-    return action in UPDATE_ACTIONS
+def before_last_update(install: Install, history: Sequence[HistoricalState]) -> State:
+    """The install before its last update (see the module docstring), from its reflog history
+    (``daemon.reflog.import_install_history``); pure given the history."""
+    from oom_sentinel.daemon.reflog import last_update
 
-
-def before_last_update(
-    install: Install, reflogs: Mapping[str, Sequence[ReflogEntry]], window_s: int
-) -> State:
-    """The install before its last update (pure given the reflogs; see the module docstring)."""
-    updates = {repo: [e for e in log if _is_update(e)] for repo, log in reflogs.items()}
-    times = [e.time_s for log in updates.values() for e in log]
-    if not times:
+    found = last_update(history)
+    if found is None:
         raise BadRef(
-            "before-last-update: no pull, reset, checkout or merge in the reflogs of ComfyUI "
-            f"({install.comfyui}) or its git custom nodes"
+            "before-last-update: no pull, merge, reset, rebase or checkout in the reflogs of "
+            f"ComfyUI ({install.comfyui}) or its git custom nodes"
         )
-    newest = max(times)
-    changes: dict[str, str] = {}
-    for repo, log in updates.items():
-        batch = [e for e in log if newest - window_s <= e.time_s <= newest]
-        if not batch:
-            continue
-        first = batch[0]
-        if first.action.startswith("clone") or gitrepo.null_sha(first.old):
-            if repo == CORE:
-                raise BadRef(f"before-last-update: ComfyUI ({install.comfyui}) was cloned then")
-            changes[repo] = ABSENT
-        else:
-            changes[repo] = first.old
-    return install.current_state().with_values(changes)
+    before, _after = found
+    return state_from_install_state(before.state, f"before-last-update ({before.description})")
 
 
 def state_at_reflog(
-    install: Install, reflogs: Mapping[str, Sequence[ReflogEntry]], n: int
+    install: Install,
+    core_log: Sequence[DaemonReflogEntry],
+    nodes: Mapping[str, RepoHistory],
+    n: int,
 ) -> State:
-    """The install when ComfyUI's HEAD was at ``HEAD@{n}`` (pure given the reflogs)."""
-    core_log = list(reflogs.get(CORE, ()))
+    """The install when ComfyUI's HEAD was at ``HEAD@{n}``: the core at that entry, each git
+    node at what its own history says for that moment (pure given the reflogs)."""
     if n >= len(core_log):
         raise BadRef(
             f"ComfyUI ({install.comfyui}): HEAD@{{{n}}}: the reflog has only {len(core_log)} entries"
         )
     at = core_log[len(core_log) - 1 - n]
+    if at.new is None:
+        raise BadRef(f"ComfyUI ({install.comfyui}): HEAD@{{{n}}} deleted HEAD")
     changes = {CORE: at.new}
-    for repo, log in reflogs.items():
-        if repo == CORE or not log:
+    for repo, history in nodes.items():
+        if not history.moves:
             continue
-        before = [e for e in log if e.time_s <= at.time_s]
-        if before:
-            changes[repo] = before[-1].new
-        elif log[0].action.startswith("clone") or gitrepo.null_sha(log[0].old):
+        present, commit = history.commit_at(at.at_epoch_s)
+        if not present:
             changes[repo] = ABSENT
-        else:
-            changes[repo] = log[0].old
+        elif commit is not None:
+            changes[repo] = commit
     return install.current_state().with_values(changes)
+
+
+def state_from_install_state(state: InstallState, where: str) -> State:
+    """The bisect's view of a recorded install state (the daemon's ``InstallState``):
+
+    =================================  =============================================
+    InstallState node                  State value
+    =================================  =============================================
+    any kind, ``disabled``             ``disabled``
+    ``git`` with a commit              the commit
+    ``cnr`` with a version             ``version:<version>``
+    ``file`` / ``folder`` / ``cnr``    ``installed`` (only the copy on disk exists)
+    not listed                         ``absent``
+    =================================  =============================================
+    """
+    commit = state.comfyui.commit
+    if not commit:
+        raise InputError(f"{where}: the recorded state has no ComfyUI commit (not a git install)")
+    nodes: dict[str, str] = {}
+    for n in state.nodes:
+        if n.disabled:
+            value = DISABLED
+        elif n.kind == "git" and n.commit:
+            value = n.commit
+        elif n.kind == "cnr" and n.version:
+            value = VERSION_PREFIX + n.version
+        else:
+            value = INSTALLED
+        if n.name in nodes and value == DISABLED:
+            continue  # an enabled copy wins over a disabled one (as scan_install does)
+        nodes[n.name] = value
+    try:
+        return State.of(commit, nodes)
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- Manager snapshots

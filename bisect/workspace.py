@@ -11,9 +11,11 @@ reflog still references, which a clone's refs don't cover — can be checked out
 objects are reached through the alternates, not through refs. ``reset`` just deletes the
 workspace; there is nothing to prune. (The one caveat of ``--shared``: if the user deletes
 history *and* runs ``git gc`` while a bisect is open, a checkout can fail with a missing
-object; the switch then reports it and nothing of the user's changes.) The tests snapshot the
-user's whole ``.git`` directory, working tree, index, refs and stash before and after, through
-creation, many switches, errors, Ctrl-C at random points and reset.
+object; the switch then reports it and nothing of the user's changes.) A user's sparse
+checkout is copied into the clone (``gitrepo.clone_shared``): the replay sees the files the
+user's checkout has, and a clone whose mirror lost a blob checks out as the user's did. The
+tests snapshot the user's whole ``.git`` directory, working tree, index, refs and stash before
+and after, through creation, many switches, errors, Ctrl-C at random points and reset.
 
 Layout of ``<root>`` (``BisectPaths.workspace``)::
 
@@ -240,42 +242,28 @@ class Workspace:
 
     # -- git inside the workspace
 
-    def _git(self, repo: Path, *args: str, what: str) -> str:
-        cfg = {
-            "core.hooksPath": str(self.root / ".nohooks"),
-            "gc.auto": "0",
-            "maintenance.auto": "false",
-            "core.fsmonitor": "false",
-            "advice.detachedHead": "false",
+    def _git_options(self) -> dict[str, Any]:
+        """What every git command in the workspace gets: no hooks (a user's global hook must
+        not run in our clones), no automatic gc or maintenance, no fsmonitor daemon, no LFS
+        downloads, and our lock fd, so the lock outlives a killed parent until git exits."""
+        return {
+            "config": {
+                "core.hooksPath": str(self.root / ".nohooks"),
+                "gc.auto": "0",
+                "maintenance.auto": "false",
+                "core.fsmonitor": "false",
+                "advice.detachedHead": "false",
+            },
+            "env": {"GIT_LFS_SKIP_SMUDGE": "1"},
+            "pass_fds": (self._lock.fileno(),) if self._lock is not None else (),
         }
-        fds = (self._lock.fileno(),) if self._lock is not None else ()
-        proc = gitrepo.git(
-            repo,
-            *args,
-            what=what,
-            env={"GIT_LFS_SKIP_SMUDGE": "1"},
-            pass_fds=fds,
-            config=cfg,
-        )
-        return proc.stdout
 
     def _clone(self, source: Path, dest: Path) -> None:
         """A shared clone of ``source`` at ``dest``, created under a temp name and renamed."""
         tmp = dest.parent / f".{dest.name}.cloning"
         _remove(tmp)
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        self._git(
-            self.root,
-            "clone",
-            "--shared",
-            "--no-checkout",
-            "--quiet",
-            f"--template={self.root / '.template'}",
-            "--",
-            str(source),
-            str(tmp),
-            what=f"cloning {source}",
-        )
+        gitrepo.clone_shared(source, tmp, template=self.root / ".template", **self._git_options())
         os.rename(tmp, dest)
 
     def _clear_locks(self, repo: Path) -> None:
@@ -286,11 +274,8 @@ class Workspace:
 
     def _checkout(self, repo: Path, sha: str, what: str, *, core: bool) -> None:
         self._clear_locks(repo)
-        self._git(repo, "checkout", "--force", "--detach", "--quiet", sha, what=what)
-        clean = ["clean", "-fdq"]
-        if core:
-            clean += ["-e", "/custom_nodes/", "-e", "/extra_model_paths.yaml"]
-        self._git(repo, *clean, what=what)
+        keep = ("/custom_nodes/", "/extra_model_paths.yaml") if core else ()
+        gitrepo.checkout(repo, sha, what, keep=keep, **self._git_options())
 
     # -- markers
 
@@ -330,8 +315,10 @@ class Workspace:
         self._set_marker(key, sha)
 
     def _node_path(self, name: str) -> Path | None:
+        """Where the node's copy is. An empty folder in custom_nodes/ is no copy: checking out
+        a core commit that tracks a pack as a submodule (a gitlink) leaves one there."""
         for p in (self.custom_nodes / name, self.parked / name):
-            if p.exists() or p.is_symlink():
+            if p.is_symlink() or (p.exists() and not _empty_dir(p)):
                 return p
         return None
 
@@ -345,7 +332,7 @@ class Workspace:
         path = self._node_path(name)
         if path is not None and path.parent == self.parked:
             self.custom_nodes.mkdir(parents=True, exist_ok=True)
-            os.rename(path, self.custom_nodes / name)
+            os.rename(path, self.custom_nodes / name)  # replaces a gitlink's empty folder
 
     def _switch_node(self, name: str, value: str, force: bool) -> None:
         what = f"custom_nodes/{name}"
@@ -541,6 +528,13 @@ def _absolutize_paths(flags: list[str], cwd: Path) -> list[str]:
 
 def _remove(path: Path) -> None:
     remove_tree(path)
+
+
+def _empty_dir(path: Path) -> bool:
+    if path.is_symlink() or not path.is_dir():
+        return False
+    with os.scandir(path) as entries:
+        return next(entries, None) is None
 
 
 def remove_workspace(root: Path) -> None:

@@ -11,7 +11,9 @@ The loop hands over the incident tracker's actions as they are executed::
     dispatcher.on_incident_updated(incident)             # UpdateIncident
     dispatcher.on_incident_closed(incident)              # CloseIncident
     dispatcher.on_soft_oom(instance, at_s)               # CountSoftOom
-    dispatcher.tick()                                    # every loop: due summaries
+    dispatcher.tick()                                    # every loop: due summaries, and
+                                                         # a follow-up for each bisect report
+                                                         # attached to a snapshot
     ...
     dispatcher.stop()
 
@@ -40,6 +42,7 @@ from oom_sentinel.daemon.alerts import (
     Intent,
     PolicyConfig,
 )
+from oom_sentinel.daemon.bisect_results import ReportWatch, followup_alert
 from oom_sentinel.daemon.errors import StoreError
 from oom_sentinel.daemon.incidents import (
     Action,
@@ -81,8 +84,11 @@ class AlertDispatcher:
         on_result: Callable[[SendResult], None] | None = None,
         sender_idle_s: float = 60.0,
         upload_channel: AlertChannel | None = None,
+        snapshots_dir: Path | None = None,
     ) -> None:
         self.store = store
+        #: notices oom-bisect reports attached to snapshots (None: no follow-ups)
+        self.reports = ReportWatch(snapshots_dir) if snapshots_dir is not None else None
         self._clock = clock
         self.outbox = Outbox(store, RetryPolicy.from_settings(settings.alerts))
         self.channels: tuple[AlertChannel, ...] = tuple(channels)
@@ -202,9 +208,39 @@ class AlertDispatcher:
         return []
 
     def tick(self) -> list[Alert]:
-        """Every loop: summaries whose time has come."""
+        """Every loop: summaries whose time has come, and (every ``SCAN_INTERVAL_S``) one
+        follow-up alert per bisect report newly attached to a snapshot."""
         now = self._clock()
-        return self._queue(self.policy.tick(now), now)
+        alerts = self._queue(self.policy.tick(now), now)
+        if self.reports is not None and self.reports.due(now):
+            alerts += self.on_bisect_reports(now)
+        return alerts
+
+    def on_bisect_reports(self, now: float | None = None) -> list[Alert]:
+        """Queue the follow-up of every finished bisect report not alerted yet; the outbox
+        remembers the keys, so a restart sends none twice."""
+        if self.reports is None:
+            return []
+        now = self._clock() if now is None else now
+        try:
+            news = self.reports.scan(now, self.outbox.has_key)
+        except StoreError as exc:
+            log.warning("bisect reports not checked: %s", exc)
+            return []
+        ids = [c.id for c in self.channels]
+        alerts: list[Alert] = []
+        for snapshot_id, path, report in news:
+            alert = followup_alert(snapshot_id, path, report, now)
+            try:
+                self.outbox.enqueue(alert, ids, now)
+            except StoreError as exc:
+                log.warning("follow-up alert for %s not queued: %s", snapshot_id, exc)
+                continue
+            log.info("oom-bisect answered snapshot %s: %s", snapshot_id, alert.title)
+            alerts.append(alert)
+        if alerts:
+            self.sender.wake()
+        return alerts
 
     def deliver_now(self) -> list[SendResult]:
         """One delivery pass on the calling thread (tools and tests; the thread does this)."""

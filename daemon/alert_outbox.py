@@ -139,6 +139,13 @@ class Outbox:
             )
             return db.total_changes - before
 
+    def has_key(self, key: str) -> bool:
+        """Whether an alert with ``key`` was ever queued (on any channel, in any state)."""
+        rows = self.store.query(
+            "look up an alert", "SELECT 1 FROM alert_outbox WHERE key = ? LIMIT 1", (key,)
+        )
+        return bool(rows)
+
     def _mark_sent(self, row: OutboxRow, now: float) -> None:
         with self.store.transaction("mark an alert sent") as db:
             db.execute(

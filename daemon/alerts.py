@@ -66,6 +66,8 @@ class AlertKind(StrEnum):
     SOFT_OOM_WARNING = "soft-oom-warning"
     HELD_BACK = "held-back"
     TEST = "test"
+    #: the follow-up when oom-bisect attached its answer to a snapshot (bisect_results.py)
+    BISECT_RESULT = "bisect-result"
 
 
 class Severity(StrEnum):

@@ -5,7 +5,9 @@ work while the daemon runs, after it stopped, or on a copy of a data dir; the st
 the storm count (how often the failure repeated after its snapshot), when it can be opened.
 ``show`` tells the incident as a story a user can act on: what failed and in which pool, the
 numbers in human units, memory at the time, what else held the GPU, timeline highlights, and
-the advice last, where the eye lands.
+the advice last, where the eye lands. Once ``oom-bisect`` has attached its answer to the
+snapshot (``bisect/report.json``), that answer comes first -- the culprits -- and the story no
+longer tells the user to run the bisect; ``export`` ships the attached reports too.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from typing import Any
 
 import click
 
+from oom_sentinel.daemon.bisect_results import AttachedReport, latest_report
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
 from oom_sentinel.daemon.errors import StoreError
+from oom_sentinel.daemon.regression import BISECT_ADVICE_KEY, SUMMARY_SUFFIX
 from oom_sentinel.daemon.snapshot import (
     Snapshot,
     export_snapshot,
@@ -268,7 +272,11 @@ def show_command(
     directory = _data_dir(data_dir, config_path)
     snap = load_snapshot(find_snapshot(snapshots_dir(directory), snapshot_id))
     if as_json:
-        echo_json(snap.data)
+        report = latest_report(snap.path)
+        data = dict(snap.data)
+        if report is not None:
+            data["bisect"] = report.to_json()
+        echo_json(data)
         return
     row = _store_rows(directory).get(snap.id)
     click.echo(render_story(snap, row))
@@ -343,17 +351,36 @@ def _list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
 
+def _bisect_lines(report: AttachedReport) -> list[str]:
+    lines = [report.headline()]
+    lines += [f"  {c.line()}" for c in report.culprits]
+    if report.message and not report.culprits:
+        lines.append(f"  {report.message}")
+    if report.measurements is not None:
+        lines.append(f"  ({report.measurements} measurements)")
+    lines.append(f"  Report: {report.html or report.path / 'report.json'}")
+    return lines
+
+
 def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
     """The human account of one snapshot; every section tolerates missing data."""
     data = snap.data
     event = snap.event
-    lines: list[str] = [str(data.get("summary", "")).strip() or "An out-of-memory incident"]
+    report = latest_report(snap.path)
+    answered = report is not None and report.finished
+    summary = str(data.get("summary", "")).strip() or "An out-of-memory incident"
+    if answered:
+        summary = summary.split(SUMMARY_SUFFIX, 1)[0]
+    lines: list[str] = [summary]
     lines += _fit_lead(snap.path)
     lines.append(f"Snapshot {snap.id}, taken {_local_time(snap.created, with_zone=True)}")
     instance = _get(data, "instance") or {}
     where = [str(instance.get(k)) for k in ("name", "path", "url") if instance.get(k)]
     if where:
         lines.append("Instance " + " · ".join(where))
+    if report is not None:
+        lines += ["", "The answer (oom-bisect)"]
+        lines += [f"  {text}" for text in _bisect_lines(report)]
 
     lines += ["", "What failed"]
     lines += [f"  {text}" for text in _what_failed(event)]
@@ -401,12 +428,17 @@ def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
     lines += ["", f"Files in {snap.path}"]
     lines.append("  log.txt (the failure and the lines before it), timeline.csv (memory over time)")
     if files.get("prompt"):
-        lines.append(f"  prompt.json: the prompt that ran; replay it with `oom-bisect {snap.id}`")
+        replay = "" if answered else f"; replay it with `oom-bisect {snap.id}`"
+        lines.append(f"  prompt.json: the prompt that ran{replay}")
+    if report is not None:
+        lines.append(f"  {report.folder}/: the bisect's report (report.html, report.json)")
     if files.get("workflow"):
         lines.append("  workflow.json: the workflow; drag it into ComfyUI to open it")
     lines.append(f"  Attach it to a bug report: oom-sentinel snapshots export {snap.id}")
 
     advice = [a for a in _list(data.get("advice")) if _get(a, "text")]
+    if answered:  # the bisect ran: its answer is above, not a request to run it
+        advice = [a for a in advice if _get(a, "key") != BISECT_ADVICE_KEY]
     lines += ["", "What to try"]
     if advice:
         lines += [f"  {i}. {a['text']}" for i, a in enumerate(advice, 1)]

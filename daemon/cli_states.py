@@ -33,7 +33,7 @@ from oom_sentinel.daemon.manager_snapshots import (
     resolve_unknown_commits,
     write_manager_snapshot,
 )
-from oom_sentinel.daemon.reflog import import_install_history, state_before_last
+from oom_sentinel.daemon.reflog import import_install_history, last_update
 from oom_sentinel.daemon.state_diff import diff_states, repos_for_state
 from oom_sentinel.daemon.state_history import (
     StateListing,
@@ -448,7 +448,7 @@ def states_history(path: str, as_json: bool) -> None:
     and every node (and the Windows updater's backup branches)."""
     root = resolve_comfyui_root(path)
     history = import_install_history(root)
-    last_pull = state_before_last(history, "pull")
+    update = last_update(history)
     if as_json:
         echo_json(
             {
@@ -467,7 +467,7 @@ def states_history(path: str, as_json: bool) -> None:
                     }
                     for h in history
                 ],
-                "before_last_pull": None if last_pull is None else last_pull[0].state.state_id,
+                "before_last_update": None if update is None else update[0].state.state_id,
             }
         )
         return
@@ -482,8 +482,11 @@ def states_history(path: str, as_json: bool) -> None:
                 if not line.startswith("pip:") and not line.startswith("ComfyUI's commit"):
                     click.echo(f"{'':<27}{line}")
         previous = h.state
-    if last_pull is not None:
-        click.echo(f"state before the last pull: {last_pull[0].state.state_id}")
+    if update is not None:
+        click.echo(
+            f"state before the last update: {update[0].state.state_id} "
+            f"(oom-bisect --good before-last-update)"
+        )
 
 
 @states_group.command("export")

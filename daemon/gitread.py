@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
+    "GIT_SETTINGS",
+    "SCRUBBED",
     "git_dirs",
     "git_env",
     "packed_refs",
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 #: variables a calling hook or shell may set that would point git at another repository
-_SCRUB = (
+SCRUBBED = (
     "GIT_DIR",
     "GIT_WORK_TREE",
     "GIT_INDEX_FILE",
@@ -48,6 +50,14 @@ _SCRUB = (
     "GIT_PREFIX",
     "GIT_QUARANTINE_PATH",
 )
+
+#: what every git call adds to the environment (see ``git_env``)
+GIT_SETTINGS = {
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_TERMINAL_PROMPT": "0",
+    "LC_ALL": "C",
+    "LANGUAGE": "C",
+}
 
 _SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
 #: what a ref name may look like here (git check-ref-format, restricted to what we follow)
@@ -209,11 +219,8 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for every git call: no ``GIT_DIR`` and friends from a calling hook,
     ``GIT_OPTIONAL_LOCKS=0`` so reads never refresh the user's index, no credential prompt,
     C locale for parseable output."""
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    env["LC_ALL"] = "C"
-    env["LANGUAGE"] = "C"
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env.update(GIT_SETTINGS)
     if extra:
         env.update(extra)
     return env

@@ -33,12 +33,15 @@ from oom_sentinel.daemon.interpreter import redact_url_credentials
 
 __all__ = [
     "BACKUP_BRANCH_PREFIX",
+    "UPDATE_ACTIONS",
+    "UPDATE_GAP_S",
     "HeadMove",
     "HistoricalState",
     "ReflogEntry",
     "RepoHistory",
     "history_from_entries",
     "import_install_history",
+    "last_update",
     "parse_backup_branch_time",
     "parse_reflog",
     "read_repo_history",
@@ -47,6 +50,12 @@ __all__ = [
 ]
 
 BACKUP_BRANCH_PREFIX = "backup_branch_"
+#: reflog actions that move HEAD to another published commit: what "an update" is. A commit of
+#: the user's own is not one, nor the clone that installed a repo (that is the install).
+UPDATE_ACTIONS = frozenset({"pull", "merge", "reset", "rebase", "checkout"})
+#: update steps at most this far apart are one update ("Update All" pulls repo after repo,
+#: with pip runs in between)
+UPDATE_GAP_S = 600.0
 _ZERO = re.compile(r"^0+$")
 _LINE = re.compile(
     r"^(?P<old>[0-9a-f]{40}|[0-9a-f]{64}) (?P<new>[0-9a-f]{40}|[0-9a-f]{64}) "
@@ -347,6 +356,42 @@ def state_before_last(
             continue
         return history[i - 1], item
     return None
+
+
+def _is_update(item: HistoricalState) -> bool:
+    """A step made by an update action that moved HEAD (``checkout: moving from master to
+    master`` moves nothing)."""
+    move = item.move
+    return move is not None and move.action in UPDATE_ACTIONS and move.old != move.new
+
+
+def last_update(
+    history: Sequence[HistoricalState], gap_s: float = UPDATE_GAP_S
+) -> tuple[HistoricalState, HistoricalState] | None:
+    """(before, after) around the install's last update; ``None`` if it had none.
+
+    The last update is the newest step of ``history`` made by an update action
+    (``UPDATE_ACTIONS``), together with the update steps right before it that are each at most
+    ``gap_s`` from the next (one "Update All" is many pulls over minutes). The install's
+    first state is never part of it: an install cloned and pulled the same hour rolls back to
+    the clone, not past it. Later steps that are not updates (a commit of the user's own) are
+    not rolled back over: ``after`` is the state the update made.
+
+    This is "the state before the last update" of ``oom-sentinel states history`` and of
+    ``oom-bisect --good before-last-update``: one definition for both."""
+    end = len(history) - 1
+    while end >= 1 and not _is_update(history[end]):
+        end -= 1
+    if end < 1:
+        return None
+    start = end
+    while (
+        start - 1 >= 1
+        and _is_update(history[start - 1])
+        and (history[start].at_epoch_s or 0.0) - (history[start - 1].at_epoch_s or 0.0) <= gap_s
+    ):
+        start -= 1
+    return history[start - 1], history[end]
 
 
 def import_install_history(

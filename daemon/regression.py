@@ -28,6 +28,7 @@ from oom_sentinel.daemon.state_diff import StateDiff, diff_states
 
 __all__ = [
     "BISECT_ADVICE_KEY",
+    "SUMMARY_SUFFIX",
     "GoodRun",
     "RegressionVerdict",
     "assess_regression",
@@ -37,6 +38,8 @@ __all__ = [
 
 #: ``advice[].key`` of the "run oom-bisect" advice item.
 BISECT_ADVICE_KEY = "bisect-regression"
+#: what a suspected regression appends to the snapshot's summary, before the bisect command
+SUMMARY_SUFFIX = " -- suspected regression after an install change; run: oom-bisect "
 
 Match = Literal["workflow", "instance"]
 DiffFn = Callable[[InstallState, InstallState], StateDiff]
@@ -167,10 +170,7 @@ class RegressionVerdict:
         """Appended to the snapshot's summary when suspected."""
         if not self.suspected:
             return None
-        return (
-            f" -- suspected regression after an install change; run: oom-bisect "
-            f"{SNAPSHOT_ID_PLACEHOLDER}"
-        )
+        return SUMMARY_SUFFIX + SNAPSHOT_ID_PLACEHOLDER
 
 
 def _changed_text(diff: StateDiff) -> str:

@@ -457,6 +457,7 @@ class Service:
             build_channels(self.settings, environ=self.environ),
             clock=self.clock,
             upload_channel=upload_channel,
+            snapshots_dir=self.snapshots_dir,
         )
         if self.settings.metrics.enabled or self.settings.fleet.listen:
             from oom_sentinel.daemon.metrics import MetricsExporter

@@ -725,11 +725,30 @@ def export_snapshot(snapshot: Snapshot, out_file: str | os.PathLike[str]) -> Pat
                 source = snapshot.path / name
                 if source.is_file():
                     zf.writestr(f"{snapshot.id}/{name}", _export_bytes(source))
+            for name in _attached_report_files(snapshot.path):
+                zf.writestr(f"{snapshot.id}/{name}", _export_bytes(snapshot.path / name))
         return write_bytes_atomic(out, buffer.getvalue(), mode=0o600)
     except OSError as exc:
         raise SnapshotWriteError(
             f"{exc.filename or out}: cannot write the export: {exc.strerror or exc}"
         ) from exc
+
+
+def _attached_report_files(path: Path) -> list[str]:
+    """``bisect/report.json`` … of every bisect report attached to the snapshot (the folders
+    ``oom-bisect`` adds; see ``bisect_results.py``), relative to the snapshot."""
+    out: list[str] = []
+    try:
+        folders = sorted(
+            p.name for p in path.iterdir() if re.match(r"^bisect(?:-\d+)?$", p.name) and p.is_dir()
+        )
+    except OSError:
+        return out
+    for folder in folders:
+        for name in ("report.json", "report.html"):
+            if (path / folder / name).is_file():
+                out.append(f"{folder}/{name}")
+    return out
 
 
 def _export_bytes(source: Path) -> bytes:

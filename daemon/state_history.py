@@ -23,8 +23,21 @@ instance was in a state from a moment on (``at_s``), and how we know (``source``
 
 A run ran under the state that was current when its ComfyUI *process* started (Python loads
 ComfyUI and the custom nodes once; a ``git pull`` while it runs changes nothing until the
-restart), else when the prompt started. ``state_for_run`` answers that, and the regression
-check (``regression.py``) compares the state of an OOM with the state of the last success.
+restart), else when the prompt started. ``attribute_run`` answers that, without depending on
+a sub-second race between a launcher's ``git pull`` and the start it does right after:
+
+1. The capture a ComfyUI (re)start triggers is recorded for that process (keyed by its start
+   time, even when nothing changed) and wins: it read the install just after the start.
+   ``settle`` waits, bounded, for one still in flight.
+2. Else the process's start time, with ``PROCESS_START_TOLERANCE_S``: psutil builds it from
+   the kernel's boot time in whole seconds, so it reads up to a second early. The state in
+   effect at start + tolerance is taken; when another state was in effect at start -
+   tolerance, the attribution is *ambiguous* (a change landed within a second of the start),
+   the later state is kept, and the snapshot says so (``install_state.attribution``).
+3. Else the prompt's start; else the current state.
+
+The regression check (``regression.py``) compares the state of an OOM with the state of the
+last success.
 
 Threads: the ``InstallStateTracker`` captures in its own worker thread (GitPython, ``git
 status`` and the interpreter can take seconds) and writes to the store directly -- ``Store``
@@ -77,10 +90,13 @@ from oom_sentinel.daemon.store import Store
 __all__ = [
     "ALL_SOURCES",
     "ATTRIBUTION_SOURCES",
+    "PROCESS_START_TOLERANCE_S",
+    "Attribution",
     "InstallStateTracker",
     "SnapshotParts",
     "StateListing",
     "StateObservation",
+    "attribute_run",
     "choose_run_as",
     "current_state",
     "import_manager_snapshots",
@@ -108,6 +124,9 @@ SETTLE_TIMEOUT_S = 5.0
 DEBOUNCE_CAP_FACTOR = 5
 #: How many successful runs of an instance the regression check looks at (newest first).
 RUNS_CONSIDERED = 500
+#: psutil's process start time is the boot time in whole seconds (read up to 1 s early) plus
+#: the start in clock ticks; a quarter second more covers the ticks and the capture's clock.
+PROCESS_START_TOLERANCE_S = 1.25
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,6 +431,92 @@ def current_state(
     return None if state is None else (obs, state)
 
 
+def restart_key(process_start_s: float) -> str:
+    """The dedup key of the capture a ComfyUI start triggered (its psutil start time: the
+    same float every time the daemon reads that process)."""
+    return f"restart@{process_start_s!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """Which observation a run is attributed to, and how sure that is."""
+
+    observation: StateObservation
+    #: "restart-capture" | "process-start" | "prompt-start" | "current"
+    by: str
+    #: the other state in effect within the tolerance of the process start (the earlier one)
+    ambiguous_with: StateObservation | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        other = self.ambiguous_with
+        reasons = {
+            "restart-capture": "the capture taken when this ComfyUI process started",
+            "process-start": "the state in effect when this ComfyUI process started",
+            "prompt-start": "the state in effect when the prompt started (process unknown)",
+            "current": "the current state (no start time known)",
+        }
+        reason = reasons.get(self.by, self.by)
+        if other is not None:
+            reason += (
+                f"; ambiguous: the install changed from {other.state_id} within "
+                f"{PROCESS_START_TOLERANCE_S:g} s of the process start, so the later state is used"
+            )
+        return {
+            "by": self.by,
+            "ambiguous": other is not None,
+            "other_state_id": other.state_id if other is not None else None,
+            "other_observed_at": iso_utc(other.at_s) if other is not None else None,
+            "reason": reason,
+        }
+
+
+def _restart_capture(
+    store: Store, instance: str, process_start_s: float
+) -> StateObservation | None:
+    rows = store.query(
+        "read install-state history",
+        f"SELECT {_OBS_COLUMNS} FROM state_observations WHERE instance = ? AND dedup_key = ? "
+        "LIMIT 1",
+        (instance, restart_key(process_start_s)),
+    )
+    return _obs(rows[0]) if rows else None
+
+
+def attribute_run(
+    store: Store,
+    instance: str,
+    *,
+    started_s: float | None,
+    process_start_s: float | None = None,
+    tolerance_s: float = PROCESS_START_TOLERANCE_S,
+) -> Attribution | None:
+    """The observation of the state a prompt ran under (see the module docstring for the
+    order); a reconstructed state gives way to the capture that followed it when the code did
+    not change in between."""
+    if process_start_s is not None:
+        restart = _restart_capture(store, instance, process_start_s)
+        if restart is not None:
+            return Attribution(restart, "restart-capture")
+        late = _latest(store, instance, process_start_s + tolerance_s, ATTRIBUTION_SOURCES)
+        if late is not None:
+            early = _latest(store, instance, process_start_s - tolerance_s, ATTRIBUTION_SOURCES)
+            other = None
+            if early is not None and early.state_id != late.state_id:
+                base, later = load_state(store, early.state_id), load_state(store, late.state_id)
+                if base is None or later is None or not same_code_state(base, later):
+                    other = early
+            return Attribution(_prefer_capture(store, late), "process-start", other)
+    if started_s is not None:
+        found = _latest(store, instance, started_s, ATTRIBUTION_SOURCES)
+        if found is not None:
+            return Attribution(_prefer_capture(store, found), "prompt-start")
+    if started_s is None and process_start_s is None:
+        found = _latest(store, instance, None, ATTRIBUTION_SOURCES)
+        if found is not None:
+            return Attribution(_prefer_capture(store, found), "current")
+    return None
+
+
 def state_for_run(
     store: Store,
     instance: str,
@@ -419,22 +524,15 @@ def state_for_run(
     started_s: float | None,
     process_start_s: float | None = None,
 ) -> StateObservation | None:
-    """The observation of the state a prompt ran under: the state current when its ComfyUI
-    process started (the code it loaded), else -- process unknown, or started before any
-    observation -- when the prompt started, else the current one. A reconstructed state is
-    replaced by the capture that followed it when the code did not change in between."""
-    found: StateObservation | None = None
-    for moment in (process_start_s, started_s):
-        if moment is None:
-            continue
-        found = _latest(store, instance, moment, ATTRIBUTION_SOURCES)
-        if found is not None:
-            break
-    if found is None and started_s is None and process_start_s is None:
-        found = _latest(store, instance, None, ATTRIBUTION_SOURCES)
-    if found is not None and found.source != "capture":
-        return _captured_equivalent(store, found) or found
-    return found
+    """The observation of the state a prompt ran under (``attribute_run``'s, without how)."""
+    found = attribute_run(store, instance, started_s=started_s, process_start_s=process_start_s)
+    return found.observation if found is not None else None
+
+
+def _prefer_capture(store: Store, obs: StateObservation) -> StateObservation:
+    if obs.source == "capture":
+        return obs
+    return _captured_equivalent(store, obs) or obs
 
 
 def _captured_equivalent(store: Store, obs: StateObservation) -> StateObservation | None:
@@ -584,6 +682,11 @@ class _Target:
     #: settle() calls waiting on this install: while any waits, events are not debounced
     settling: int = 0
     why: str = "start"
+    #: the psutil start time of a ComfyUI process whose start capture is due / in flight
+    restart_start_s: float | None = None
+    restart_busy: bool = False
+    #: settle() timed out waiting for that capture once: later runs do not wait for it again
+    restart_gave_up: bool = False
     error: str | None = None
     #: watched directory -> (recursive, names that matter or None for any)
     specs: dict[str, tuple[bool, frozenset[str] | None]] = field(default_factory=dict)
@@ -693,6 +796,10 @@ class InstallStateTracker:
                         wake |= self._due(
                             t, now, full=True, why=f"ComfyUI started (pid {inst.pid})"
                         )
+                        start_s = getattr(getattr(inst, "process", None), "create_time_s", None)
+                        if isinstance(start_s, int | float):
+                            t.restart_start_s = float(start_s)
+                            t.restart_gave_up = False
                     t.last_pid = inst.pid
             if wake:
                 self._cond.notify_all()
@@ -730,8 +837,13 @@ class InstallStateTracker:
                 t.event_due_mono = time.monotonic()  # no more debouncing
                 self._cond.notify_all()
 
+            def restart_pending() -> bool:
+                return (t.restart_start_s is not None or t.restart_busy) and not t.restart_gave_up
+
             def waiting() -> bool:
                 if t.pending_since is not None or (t.busy and t.busy_with_change):
+                    return True
+                if restart_pending():  # the capture that says what a new process loaded
                     return True
                 return everything and (t.busy or not t.started or t.due_mono is not None)
 
@@ -740,6 +852,8 @@ class InstallStateTracker:
                 while waiting():
                     left = deadline - time.monotonic()
                     if left <= 0 or self._stopping:
+                        if restart_pending():
+                            t.restart_gave_up = True  # its interpreter probe is slow: once
                         return False
                     self._cond.wait(left)
                 return True
@@ -799,9 +913,10 @@ class InstallStateTracker:
         started_s: float | None,
         process_start_s: float | None,
     ) -> SnapshotParts:
-        obs = state_for_run(
+        found = attribute_run(
             self.store, instance, started_s=started_s, process_start_s=process_start_s
         )
+        obs = found.observation if found is not None else None
         bad = load_state(self.store, obs.state_id) if obs is not None else None
         fp: str | None = None
         if prompt:
@@ -818,12 +933,17 @@ class InstallStateTracker:
             full_diff=lambda a, b: diff_states(a, b, repos=repos_for_state(a, b)),
         )
         sections: dict[str, Mapping[str, Any]] = {"regression": verdict.to_section()}
-        if bad is not None and obs is not None:
+        if bad is not None and obs is not None and found is not None:
             sections["install_state"] = {
                 **bad.to_dict(),
                 "observed_at": iso_utc(obs.at_s),
                 "observed_source": obs.source,
+                "attribution": found.to_json(),
             }
+            if found.ambiguous_with is not None:
+                log.warning(
+                    "install state of the OOM on %r: %s", instance, found.to_json()["reason"]
+                )
         return SnapshotParts(sections, verdict.advice(), verdict.summary_suffix(), verdict)
 
     # -- the worker ----------------------------------------------------------------------------
@@ -846,13 +966,15 @@ class InstallStateTracker:
                 target.pending_since = None
                 target.busy_with_change = pending is not None
                 why = target.why
+                restart, target.restart_start_s = target.restart_start_s, None
+                target.restart_busy = restart is not None
             try:
-                self._capture(target, full=full, pending_since=pending, why=why)
+                self._capture(target, full=full, pending_since=pending, why=why, restart=restart)
             except Exception:  # a bug must not end the thread: the next change retries
                 log.exception("install state of %r: capture failed", target.name)
             finally:
                 with self._cond:
-                    target.busy = target.busy_with_change = False
+                    target.busy = target.busy_with_change = target.restart_busy = False
                     target.started = True
                     self._cond.notify_all()
 
@@ -871,7 +993,15 @@ class InstallStateTracker:
             return None
         return max(0.0, min(dues) - time.monotonic())
 
-    def _capture(self, t: _Target, *, full: bool, pending_since: float | None, why: str) -> None:
+    def _capture(
+        self,
+        t: _Target,
+        *,
+        full: bool,
+        pending_since: float | None,
+        why: str,
+        restart: float | None = None,
+    ) -> None:
         if t.root is None:
             try:
                 t.root = resolve_comfyui_root(t.path)
@@ -903,7 +1033,22 @@ class InstallStateTracker:
             self._import_history(t, root, state)
         at = pending_since if pending_since is not None else now
         previous = current_state(self.store, t.name)
-        if record_capture(self.store, t.name, state, at_s=at, detail=why, now_s=now):
+        if restart is not None:
+            # What this process loaded: recorded for it even when nothing changed, so the
+            # runs of this process are attributed to it whatever their clocks say.
+            record_observation(
+                self.store,
+                t.name,
+                state,
+                at_s=at,
+                source="capture",
+                detail=why,
+                dedup_key=restart_key(restart),
+                now_s=now,
+            )
+            if previous is None or previous[1].state_id != state.state_id:
+                self._log_change(t.name, previous[1] if previous else None, state)
+        elif record_capture(self.store, t.name, state, at_s=at, detail=why, now_s=now):
             self._log_change(t.name, previous[1] if previous else None, state)
         t.last = state
         t.error = None

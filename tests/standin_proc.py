@@ -174,12 +174,26 @@ def start_standin(
     out_path, err_path = base_dir / f"console{n}.out", base_dir / f"console{n}.err"
     with out_path.open("wb") as out, err_path.open("wb") as err:
         proc = subprocess.Popen(
-            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env, cwd=base_dir
+            argv,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=child_env,
+            cwd=base_dir,
+            preexec_fn=_default_sigint if os.name == "posix" else None,
         )
     handle = StandinProcess(proc, chosen, base_dir, code_dir, out_path, err_path, argv)
     if wait_ready:
         wait_until_ready(handle, ready_timeout_s)
     return handle
+
+
+def _default_sigint() -> None:
+    """Ctrl-C must reach the stand-in the way it reaches a ComfyUI started from a terminal: a
+    pytest started in the background (``pytest &``, a CI runner) inherits SIGINT *ignored*, and
+    Python then never raises KeyboardInterrupt, so ``stop()`` would end every server with its
+    SIGKILL fallback -- which the daemon rightly treats as a kill, not a stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_until_ready(handle: StandinProcess, timeout_s: float = 30.0) -> None:

@@ -237,6 +237,36 @@ def _tuning(
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
+#: The single-file node ComfyUI's own repository tracks under custom_nodes/ (every real install
+#: has it, as a file of the core's commit): the stand-in core ships one too.
+WEBSOCKET_IMAGE_SAVE = b'''"""The stand-in's copy of the single-file node ComfyUI's own repository tracks under
+``custom_nodes/`` (``websocket_image_save.py``, node ``SaveImageWebsocket``): every real install
+has it, as a file of the core's commit, not as a custom node of its own."""
+
+from typing import Any
+
+
+class SaveImageWebsocket:
+    CATEGORY = "api node/image/Save"
+    RETURN_TYPES = ()
+    FUNCTION = "save_images"
+    OUTPUT_NODE = True
+
+    @classmethod
+    def INPUT_TYPES(cls) -> dict[str, Any]:
+        return {"required": {"images": ("IMAGE",)}}
+
+    def save_images(self, images: Any) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def IS_CHANGED(cls, images: Any) -> float:
+        return 0.0
+
+
+NODE_CLASS_MAPPINGS = {"SaveImageWebsocket": SaveImageWebsocket}
+'''
+
 GITIGNORE = b"""__pycache__/
 *.py[cod]
 /output/
@@ -247,6 +277,7 @@ GITIGNORE = b"""__pycache__/
 !/models/**/put_*_here
 /custom_nodes/
 !/custom_nodes/example_node.py.example
+!/custom_nodes/websocket_image_save.py
 extra_model_paths.yaml
 *.log
 """
@@ -316,6 +347,8 @@ def build_core_repo(
             "pyproject.toml": _pyproject(".".join(map(str, version))),
             "requirements.txt": b"aiohttp\npsutil\npyyaml\n",
             "custom_nodes/example_node.py.example": b"# Copy to example_node.py to try a custom node.\n",
+            # a single-file node the core tracks, as ComfyUI's repo tracks this very file
+            "custom_nodes/websocket_image_save.py": WEBSOCKET_IMAGE_SAVE,
             "models/checkpoints/put_checkpoints_here": b"",
         }
     )

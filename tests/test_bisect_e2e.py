@@ -464,7 +464,11 @@ def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -
     core, nodes = inst.core, inst.nodes
 
     def ist(core_index: int) -> InstallState:
-        packs = tuple(CustomNode(n, "git", commit=b.head) for n, b in nodes.items())
+        # as the daemon records a real install: the core's tracked single-file node is listed
+        packs = (
+            *(CustomNode(n, "git", commit=b.head) for n, b in nodes.items()),
+            CustomNode("websocket_image_save.py", "file", content_hash="x"),
+        )
         return InstallState(
             CoreState(commit=core.commits[core_index]),
             nodes=packs,
@@ -507,6 +511,20 @@ def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -
         "--reserve-vram",
         "1",
     ]
+    # the answer is told first where the question came from
+    daemon_cli = [sys.executable, "-m", "oom_sentinel.daemon", "snapshots"]
+    show = subprocess.run(
+        [*daemon_cli, "show", ref.id, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=inst.env,
+    )
+    assert show.returncode == 0, show.stderr
+    story = show.stdout
+    first = story.index("oom-bisect found the change that made it run out of memory:")
+    assert first < story.index(f"ComfyUI {core.bad_commit[:10]}") < story.index("What failed")
+    assert f"`oom-bisect {ref.id}`" not in story
     say("a_crash_snapshot_bisects_and_gets_the_report_attached", doc)
     inst.assert_untouched()
 

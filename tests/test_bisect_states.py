@@ -10,7 +10,7 @@ import pytest
 import yaml
 from bisect_git import BASE_TS, build_history, git, install_snapshot, make_install, node_history
 
-from oom_sentinel.bisect.gitrepo import ReflogEntry, normalize_remote_url, parse_reflog
+from oom_sentinel.bisect.gitrepo import normalize_remote_url
 from oom_sentinel.bisect.states import (
     ABSENT,
     DISABLED,
@@ -27,6 +27,7 @@ from oom_sentinel.bisect.states import (
     state_at_reflog,
 )
 from oom_sentinel.daemon.errors import BadRef, InputError
+from oom_sentinel.daemon.reflog import ReflogEntry, history_from_entries
 
 H = "a" * 40
 H2 = "b" * 40
@@ -325,23 +326,6 @@ def test_a_custom_nodes_only_snapshot_keeps_the_core() -> None:
 # ---------------------------------------------------------------------- reflog states
 
 
-def entry(old: str, new: str, t: int, msg: str) -> ReflogEntry:
-    return ReflogEntry(old, new, t, msg)
-
-
-def test_parse_reflog_reads_git_lines_and_skips_garbage() -> None:
-    text = (
-        f"{'0' * 40} {H} A U <a@x> 1700000000 +0000\tclone: from /src\n"
-        "garbage line\n"
-        f"{H} {H2} A U <a@x> 1700000600 -0130\tpull: Fast-forward\n"
-    )
-    assert parse_reflog(text) == [
-        entry("0" * 40, H, 1_700_000_000, "clone: from /src"),
-        entry(H, H2, 1_700_000_600, "pull: Fast-forward"),
-    ]
-    assert parse_reflog(text)[1].action == "pull"
-
-
 def _fake_install(tmp_path: Path):
     from oom_sentinel.bisect.states import Install, NodeInstall
 
@@ -352,67 +336,41 @@ def _fake_install(tmp_path: Path):
     return Install(tmp_path, "9" * 40, nodes)
 
 
-def test_before_last_update_rolls_back_the_last_batch_only(tmp_path: Path) -> None:
-    install = _fake_install(tmp_path)
-    t = 2_000_000
-    logs = {
-        "comfyui": [
-            entry("0" * 40, "7" * 40, t - 90_000, "clone: from https://x"),
-            entry("7" * 40, "8" * 40, t - 300, "pull: Fast-forward"),
-            entry("8" * 40, "9" * 40, t, "reset: moving to origin/master"),
-        ],
-        "node:a": [entry("5" * 40, "1" * 40, t - 100_000, "pull: Fast-forward")],  # long ago
-        "node:b": [
-            entry("0" * 40, "2" * 40, t - 200, "clone: from https://y"),  # installed in the batch
-        ],
-        "node:c": [
-            entry("4" * 40, "6" * 40, t - 50, "checkout: moving from main to 6666"),
-            entry("6" * 40, "3" * 40, t - 10, "commit: my local fix"),  # not an update
-        ],
-    }
-    s = before_last_update(install, logs, window_s=3600)
-    assert s.comfyui == "7" * 40  # before the earliest update of the batch
-    assert s.node("a") == "1" * 40
-    assert s.node("b") == ABSENT
-    assert s.node("c") == "4" * 40
-
-
-def test_before_last_update_without_any_update_is_a_bad_ref(tmp_path: Path) -> None:
-    install = _fake_install(tmp_path)
-    logs = {
-        "comfyui": [entry(H, H, 5, "checkout: moving from a to a"), entry(H, H2, 6, "commit: x")]
-    }
-    with pytest.raises(BadRef, match="before-last-update: no pull"):
-        before_last_update(install, logs, 3600)
+def _log(*moves: tuple[str | None, str, int, str]) -> list[ReflogEntry]:
+    return [ReflogEntry(o, n, "U", "u@x", t, "+0000", m) for o, n, t, m in moves]
 
 
 def test_head_at_n_is_the_whole_install_at_that_moment(tmp_path: Path) -> None:
     install = _fake_install(tmp_path)
-    logs = {
-        "comfyui": [
-            entry("0" * 40, "7" * 40, 100, "clone: from x"),
-            entry("7" * 40, "8" * 40, 200, "pull: Fast-forward"),
-            entry("8" * 40, "9" * 40, 300, "pull: Fast-forward"),
-        ],
-        "node:a": [
-            entry("0" * 40, "5" * 40, 150, "clone: from y"),
-            entry("5" * 40, "1" * 40, 250, "pull"),
-        ],
-        "node:b": [entry("0" * 40, "2" * 40, 260, "clone: from z")],
-        "node:c": [],
+    core = _log(
+        (None, "7" * 40, 100, "clone: from x"),
+        ("7" * 40, "8" * 40, 200, "pull: Fast-forward"),
+        ("8" * 40, "9" * 40, 300, "pull: Fast-forward"),
+    )
+    nodes = {
+        "node:a": history_from_entries(
+            "a", _log((None, "5" * 40, 150, "clone: from y"), ("5" * 40, "1" * 40, 250, "pull"))
+        ),
+        "node:b": history_from_entries("b", _log((None, "2" * 40, 260, "clone: from z"))),
+        "node:c": history_from_entries("c", []),
     }
-    s = state_at_reflog(install, logs, 1)
+    s = state_at_reflog(install, core, nodes, 1)
     assert (s.comfyui, s.node("a"), s.node("b"), s.node("c")) == (
         "8" * 40,
         "5" * 40,
         ABSENT,
         "3" * 40,
     )
-    assert state_at_reflog(install, logs, 0) == install.current_state().with_values(
+    assert state_at_reflog(install, core, nodes, 0) == install.current_state().with_values(
         {"node:a": "1" * 40}
     )
     with pytest.raises(BadRef, match=r"HEAD@\{3\}: the reflog has only 3 entries"):
-        state_at_reflog(install, logs, 3)
+        state_at_reflog(install, core, nodes, 3)
+
+
+def test_before_last_update_without_any_update_is_a_bad_ref(tmp_path: Path) -> None:
+    with pytest.raises(BadRef, match="before-last-update: no pull"):
+        before_last_update(_fake_install(tmp_path), [])
 
 
 @pytest.fixture
@@ -421,9 +379,9 @@ def updated_install(tmp_path: Path):
 
     T0        core reset to c3, node_a to a2, node_b to b1        (install)
     T1        core merge c7, node_b merge b7                      (an old update)
-    T2        core merge c9                                       (the last update ...)
-    T2+300    node_c cloned                                       (... same batch)
-    T2+600    node_a merge a11                                    (... same batch)
+    T2        core merge c9                                       (an update)
+    T2+300    node_c cloned                                       (an install, not an update)
+    T2+600    node_a merge a11                                    (the last update)
     T2+900    node_b: a local commit                              (not an update)
     """
     inst = make_install(tmp_path, core_commits=10, dirty=False)
@@ -446,13 +404,44 @@ def updated_install(tmp_path: Path):
 
 
 def test_before_last_update_from_real_reflogs(updated_install) -> None:
-    inst, _ = updated_install
+    inst, c = updated_install
     install = scan_install(inst.root)
     s = resolve_state("before-last-update", install)
-    assert s.comfyui == inst.core[7]
+    # the last update is T2+600 (a clone splits updates); before it: after node_c's clone
+    assert s.comfyui == inst.core[9]
     assert s.node("node_a") == inst.nodes["node_a"][2]
-    assert s.node("node_b") == install.node("node_b").head  # the local commit stays
-    assert s.node("node_c") == ABSENT
+    assert s.node("node_b") == inst.nodes["node_b"][7]  # the install as it was then
+    assert s.node("node_c") == c[-1]
+    # exactly what `oom-sentinel states history` calls the state before the last update
+    from oom_sentinel.bisect.states import state_from_install_state
+    from oom_sentinel.daemon.reflog import import_install_history, last_update
+
+    found = last_update(import_install_history(inst.root))
+    assert found is not None
+    assert install.own(state_from_install_state(found[0].state, "history")) == s
+    # the daemon lists the core's tracked websocket_image_save.py as a file; a state does not
+    assert "websocket_image_save.py" in found[0].state.node_table()
+    assert s.node("websocket_image_save.py") == ABSENT
+
+
+def test_before_last_update_right_after_the_install_and_a_same_day_pull(tmp_path: Path) -> None:
+    """Cloned, a pack installed, and the core pulled 20 minutes later: the bisect's
+    before-last-update is the install as cloned (it used to fail: "ComfyUI was cloned then")."""
+    inst = make_install(tmp_path, core_commits=6, dirty=False)
+    upstream = tmp_path / "upstream_core"
+    git(tmp_path, "clone", "-q", str(inst.root), str(upstream), ts=BASE_TS)
+    user = tmp_path / "user" / "ComfyUI"
+    git(tmp_path, "clone", "-q", str(upstream), str(user), ts=BASE_TS + 100)
+    git(user, "reset", "-q", "--hard", inst.core[3], ts=BASE_TS + 110)
+    pack = tmp_path / "upstream_pack"
+    commits = build_history(pack, node_history("late_pack", 3))
+    git(user / "custom_nodes", "clone", "-q", str(pack), "late_pack", ts=BASE_TS + 200)
+    git(user, "pull", "-q", "--ff-only", ts=BASE_TS + 1300)
+    install = scan_install(user)
+    s = resolve_state("before-last-update", install)
+    assert s.comfyui == inst.core[3]  # before the pull, after the install's own reset
+    assert s.node("late_pack") == commits[-1]
+    assert install.head == inst.core[-1]
 
 
 def test_head_at_1_from_real_reflogs(updated_install) -> None:

@@ -234,15 +234,15 @@ def test_diff_of_identical_states_says_so(built: Install, tmp_path: Path) -> Non
     assert "no changes" in result.stdout
 
 
-def test_history_names_the_state_before_the_last_pull(pulled: tuple[Install, Path]) -> None:
+def test_history_names_the_state_before_the_last_update(pulled: tuple[Install, Path]) -> None:
     inst, _before = pulled
     data = json.loads(run("states", "history", str(inst.root), "--json").stdout)
     states = data["states"]
     assert states[-1]["event"].startswith("custom_nodes/ComfyUI-Foo: pull")
-    assert data["before_last_pull"] == states[-2]["state_id"]
+    assert data["before_last_update"] == states[-2]["state_id"]
     assert states[-2]["nodes"]["ComfyUI-Foo"]["commit"] == inst.shas["ComfyUI-Foo"][-1]
     human = run("states", "history", str(inst.root)).stdout
-    assert f"state before the last pull: {states[-2]['state_id']}" in human
+    assert f"state before the last update: {states[-2]['state_id']}" in human
 
 
 def test_states_group_is_reachable_through_the_installed_command(manager_file: Path) -> None:

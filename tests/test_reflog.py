@@ -23,6 +23,7 @@ from oom_sentinel.daemon.reflog import (
     RepoHistory,
     history_from_entries,
     import_install_history,
+    last_update,
     parse_backup_branch_time,
     parse_reflog,
     read_repo_history,
@@ -220,6 +221,53 @@ def test_no_op_moves_and_same_second_moves_make_one_state() -> None:
     assert history[0].state.node_table()["foo"].commit == C
     assert history[2].state.comfyui.commit == B
     assert history[2].state.node_table()["foo"].commit == D
+
+
+def test_the_last_update_right_after_the_install_rolls_back_to_the_clone_not_past_it() -> None:
+    # cloned, the pack installed, and a same-day pull of the core 20 minutes later: the
+    # clone (the install itself) is never part of an update, whatever the gap
+    histories = {
+        CORE_REPO: _hist((1000, None, A, "clone: from u"), (2200, A, D, "pull: Fast-forward")),
+        "foo": _hist((1060, None, C, "clone: from u")),
+    }
+    history = states_over_time(_current(), histories)
+    before, after = last_update(history)  # type: ignore[misc]
+    assert (before.state.comfyui.commit, after.state.comfyui.commit) == (A, D)
+    assert before.state.node_table()["foo"].commit == C  # installed before: still there
+    # even a pull seconds after the clone rolls back only to the clone
+    quick = {CORE_REPO: _hist((1000, None, A, "clone: from u"), (1003, A, D, "pull: x"))}
+    before, _after = last_update(states_over_time(_current(), quick))  # type: ignore[misc]
+    assert before.state.comfyui.commit == A
+
+
+def test_the_last_update_is_one_batch_of_pulls_and_keeps_later_local_commits_out() -> None:
+    histories = {
+        CORE_REPO: _hist(
+            (10, None, A, "clone: from u"),
+            (5000, A, B, "pull: Fast-forward"),  # an older update, hours before
+            (20000, B, D, "pull: Fast-forward"),  # "Update All" starts
+        ),
+        "foo": _hist((20, None, B, "clone: from u"), (20300, B, C, "pull: Fast-forward")),
+        "bar": _hist((30, A, B, "reset: moving to origin/main"), (20500, B, C, "commit: mine")),
+    }
+    history = states_over_time(_current(), histories)
+    before, after = last_update(history)  # type: ignore[misc]
+    # both pulls of the batch are undone; the older update and the clone stay
+    assert before.state.comfyui.commit == B and before.state.node_table()["foo"].commit == B
+    assert after.state.comfyui.commit == D and after.state.node_table()["foo"].commit == C
+    # the user's own commit after the update is neither the update nor rolled back over
+    assert after.description.startswith("custom_nodes/foo: pull")
+    # a gap longer than UPDATE_GAP_S splits batches
+    before, _ = last_update(history, gap_s=100)  # type: ignore[misc]
+    assert before.state.comfyui.commit == D and before.state.node_table()["foo"].commit == B
+
+
+def test_an_install_without_updates_has_no_last_update() -> None:
+    histories = {
+        CORE_REPO: _hist((10, None, A, "clone: from u"), (20, A, B, "commit: my fix")),
+    }
+    assert last_update(states_over_time(_current(), histories)) is None
+    assert last_update([]) is None
 
 
 def test_no_history_gives_no_states() -> None:

@@ -4,17 +4,23 @@ A user's install -- the stand-in ComfyUI cloned from its repo, with a custom nod
 into ``custom_nodes/`` and a few commits behind its upstream -- runs as a real process on the
 fake GPU; ``oom-sentinel run`` watches it as a real process:
 
-    W (5000 MiB) fits ──> git pull in the pack ──> ComfyUI restarted ──> W runs out of memory
-         state A          (commit 5 doubles AllocateVRAM)   state B       snapshot: A -> B, oom-bisect
+    W (5000 MiB) fits ──> stop, git pull in the pack, start at once ──> W runs out of memory
+         state A          (commit 5 doubles AllocateVRAM)     state B      snapshot: A -> B, oom-bisect
+
+The pull and the start are as close as a launcher that updates and then starts makes them,
+closer than psutil's start time can tell apart (it reads up to a second early).
 
 Before the update, a bigger workflow runs out of memory under A too: the install did not
-change since W last fitted, so that snapshot does not suspect an update.
+change since W last fitted, so that snapshot does not suspect an update. Last, the user runs
+the ``oom-bisect <id>`` the alert gave: it names the pack's commit, attaches its report to the
+snapshot, and the daemon sends the follow-up "Culprit found" alert.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -170,9 +176,13 @@ def test_workflow_that_fit_before_a_git_pull_and_ooms_after_names_both_states_an
         assert all(a["key"] != BISECT_ADVICE_KEY for a in same["advice"])
         assert "oom-bisect" not in same["summary"]
 
-        # 3. The user updates the pack with a real git pull; the daemon notices by itself.
+        # 3. A launcher updates and starts at once: ComfyUI stopped, a real git pull in the
+        #    pack, ComfyUI started right after -- within a second of the pull, which is finer
+        #    than psutil's process start time (built from a whole-second boot time).
+        srv.stop()
         clone = install / "custom_nodes" / PACK
         git(clone, "pull", "-q", "--ff-only")
+        srv = start_comfyui()
         assert git(clone, "rev-parse", "HEAD") == pack.head
         state_b = wait_for(
             lambda: (lambda s: s if s not in (None, state_a) else None)(
@@ -182,9 +192,7 @@ def test_workflow_that_fit_before_a_git_pull_and_ooms_after_names_both_states_an
             f"the update to be captured; daemon said:\n{daemon.stderr()}",
         )
 
-        # 4. ComfyUI restarted (new code loaded); W runs out of memory.
-        srv.stop()
-        srv = start_comfyui()
+        # 4. The new code is loaded; W runs out of memory.
         wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 60, "the new process")
         post(srv, W)
         snap = wait_snapshot(daemon, 2)
@@ -194,6 +202,35 @@ def test_workflow_that_fit_before_a_git_pull_and_ooms_after_names_both_states_an
             lambda: any(f"oom-bisect {snap.name}" in t for t in receiver.texts()),
             60,
             f"the regression alert; got {receiver.texts()}",
+        )
+
+        # 5. The user runs the command the alert gave; the answer comes back as an alert.
+        srv.stop()  # the bisect replays on the same (fake) card
+        bisect = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "oom_sentinel.bisect",
+                snap.name,
+                "--json",
+                "--data-dir",
+                str(daemon.data_dir),
+                "--python",
+                sys.executable,
+            ],
+            env={**daemon.env, "OOM_SENTINEL_CACHE_DIR": str(tmp_path / "cache")},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        answer = json.loads(bisect.stdout)
+        assert (bisect.returncode, answer["result"]) == (0, "found"), bisect.stderr[-3000:]
+        assert pack.commits[BAD_AT] in [c["commit"] for c in answer["culprits"]]
+        assert answer["attached_to"] == str(snap / "bisect")
+        wait_for(
+            lambda: any(f"Culprit found for {snap.name}" in t for t in receiver.texts()),
+            90,
+            f"the follow-up alert; daemon said:\n{daemon.stderr()}",
         )
     finally:
         receiver.close()
@@ -219,6 +256,9 @@ def test_workflow_that_fit_before_a_git_pull_and_ooms_after_names_both_states_an
     assert good.comfyui.commit == bad.comfyui.commit
     assert good.pip is not None and good.pip == bad.pip  # the interpreter was asked, once
     assert data["install_state"]["state_id"] == state_b
+    # attributed by the capture the restart triggered, or by the start time within tolerance
+    attribution = data["install_state"]["attribution"]
+    assert attribution["by"] in ("restart-capture", "process-start"), attribution
     # the last good run and its memory
     last = regression["last_good_run"]
     assert last["prompt_id"] == w_ok.prompt_id and last["state_id"] == state_a

@@ -31,6 +31,7 @@ from oom_sentinel.daemon.manager_snapshots import manager_states
 from oom_sentinel.daemon.reflog import import_install_history
 from oom_sentinel.daemon.state_history import (
     InstallStateTracker,
+    attribute_run,
     choose_run_as,
     current_state,
     import_manager_snapshots,
@@ -41,6 +42,7 @@ from oom_sentinel.daemon.state_history import (
     record_capture,
     record_observation,
     resolve_state_ref,
+    restart_key,
     state_at,
     state_for_run,
 )
@@ -116,6 +118,42 @@ def test_a_run_ran_under_the_state_its_process_started_with(store: Store) -> Non
     early = state_for_run(store, "main", started_s=12.0, process_start_s=1.0)
     assert early is not None and early.state_id == a.state_id
     assert state_for_run(store, "main", started_s=1.0, process_start_s=None) is None
+
+
+def test_a_start_right_after_a_pull_is_attributed_to_the_pull_and_marked_ambiguous(
+    store: Store,
+) -> None:
+    # A launcher pulls at 20.3 and starts ComfyUI at 20.6; psutil's start time is built from
+    # a whole-second boot time and reads 0.9 s early: 19.7, before the pull.
+    a, b = state(C1, N1), state(C1, N2)
+    record_capture(store, "main", a, at_s=10.0)
+    record_capture(store, "main", b, at_s=20.3)
+    found = attribute_run(store, "main", started_s=21.0, process_start_s=19.7)
+    assert found is not None and found.observation.state_id == b.state_id
+    assert found.by == "process-start"
+    assert found.ambiguous_with is not None and found.ambiguous_with.state_id == a.state_id
+    info = found.to_json()
+    assert info["ambiguous"] is True and info["other_state_id"] == a.state_id
+    assert "ambiguous" in info["reason"]
+    # a change well before the start, or well after it, is no ambiguity
+    clear = attribute_run(store, "main", started_s=40.0, process_start_s=30.0)
+    assert clear is not None and clear.observation.state_id == b.state_id
+    assert clear.ambiguous_with is None
+    running = attribute_run(store, "main", started_s=25.0, process_start_s=15.0)
+    assert running is not None and running.observation.state_id == a.state_id
+    assert running.ambiguous_with is None
+
+
+def test_the_capture_a_restart_triggered_wins_over_any_clock(store: Store) -> None:
+    a, b = state(C1, N1), state(C1, N2)
+    record_capture(store, "main", a, at_s=10.0)
+    record_capture(store, "main", b, at_s=20.3)
+    # the daemon captured the install for the process that started at (psutil) 19.7
+    record_observation(store, "main", b, at_s=21.5, source="capture", dedup_key=restart_key(19.7))
+    found = attribute_run(store, "main", started_s=22.0, process_start_s=19.7)
+    assert found is not None and found.by == "restart-capture"
+    assert found.observation.state_id == b.state_id and found.ambiguous_with is None
+    assert state_for_run(store, "main", started_s=22.0, process_start_s=19.7) == (found.observation)
 
 
 def test_a_reconstructed_state_gives_way_to_the_capture_of_the_same_code(store: Store) -> None:
@@ -483,6 +521,38 @@ def test_a_comfyui_restart_asks_the_interpreter_again(
     tracker.update([Inst("main", str(pulled.root), str(python), pid=200)])  # and restarted
     wait(lambda: len(runs_of(log)) == 4)
     assert tracker.settle("main", 60, everything=True)
+
+
+def test_a_restart_capture_is_recorded_for_its_process_even_when_nothing_changed(
+    store: Store, pulled: Install, tracker_factory: object
+) -> None:
+    tracker: InstallStateTracker = tracker_factory()  # type: ignore[operator]
+    started = Process(pid=100, create_time_s=1000.0)
+    tracker.update([Inst("main", str(pulled.root), pid=100, process=started)])
+    assert tracker.settle("main", 60, everything=True)
+    before = observations(store, instance="main", sources=("capture",))
+    restarted = Process(pid=200, create_time_s=2000.25)
+    tracker.update([Inst("main", str(pulled.root), pid=200, process=restarted)])
+    # settle() waits for the capture that says what the new process loaded
+    assert tracker.settle("main", 60)
+    after = observations(store, instance="main", sources=("capture",))
+    assert len(after) == len(before) + 1 and after[-1].state_id == before[-1].state_id
+    assert after[-1].detail == "ComfyUI started (pid 200)"
+    found = attribute_run(store, "main", started_s=2001.0, process_start_s=2000.25)
+    assert found is not None and found.by == "restart-capture"
+    # the first process was running before the daemon: its capture is no restart capture
+    rows = store.query(
+        "count",
+        "SELECT count(*) FROM state_observations WHERE dedup_key = ?",
+        (restart_key(1000.0),),
+    )
+    assert rows[0][0] == 0
+
+
+@dataclass
+class Process:
+    pid: int
+    create_time_s: float
 
 
 def test_periodic_capture_finds_what_file_events_missed(
