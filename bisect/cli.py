@@ -970,6 +970,7 @@ def _finish(
                         "subject": c["subject"],
                         "together": c["together"],
                         "delta": c["delta"],
+                        "delta_text": c.get("delta_text"),
                     }
                     for c in report["culprits"]
                 ],
