@@ -86,6 +86,7 @@ from oom_sentinel.daemon.incidents import (
     WriteSnapshot,
     pool_family,
 )
+from oom_sentinel.daemon.kernel_oom import SystemRoots
 from oom_sentinel.daemon.logtail import LogLine, LogTailManager
 from oom_sentinel.daemon.notifiers import build_channels
 from oom_sentinel.daemon.probes import MemorySample
@@ -154,6 +155,9 @@ META_LAST_ALIVE = "last_alive_s"
 #: glibc heap trims: the first once start-up work is done, then periodically
 HEAP_TRIM_FIRST_S = 15.0
 HEAP_TRIM_INTERVAL_S = 600.0
+#: read the kernel log from this file instead of /dev/kmsg (a ``kmsg``-format capture: what a
+#: container without /dev/kmsg can be given, and how the suite shows the daemon a kernel kill)
+KMSG_ENV = "OOM_SENTINEL_KMSG"
 
 
 @dataclass(frozen=True)
@@ -414,7 +418,12 @@ class Service:
             ),
         )
         self.comfy_watch.start()
-        self.process_watch = ProcessWatcher(lambda m: self._post("process", m))
+        kmsg = self.environ.get(KMSG_ENV)
+        self.process_watch = ProcessWatcher(
+            lambda m: self._post("process", m),
+            roots=SystemRoots(kmsg=Path(kmsg)) if kmsg else None,
+            memory=self.timeline.snapshot,
+        )
         self.process_watch.start()
         log.info("process watcher: %s", self.process_watch.backend)
         for inst in self._configured_instances():
@@ -809,9 +818,10 @@ class Service:
             for inc in self.tracker.open_incidents():
                 if inc.instance == exit.instance and inc.pool is Pool.KILLED_BY_OS:
                     incident_id = inc.id
+        outcome = "killed" if exit.os_kill else ("sigkill" if exit.sigkill else "crashed")
         return dataclasses.replace(
             run,
-            outcome="killed" if exit.os_kill else "crashed",
+            outcome=outcome,
             incident_id=incident_id,
             pid=run.pid or exit.process.pid,
         )
@@ -944,7 +954,7 @@ class Service:
             proc, gpu_processes=gpu_procs, own_pids=own, comfy_processes=comfy, exit=exit
         )
         if exit is not None:
-            sections["kernel"] = kernel_section(exit.death, exit.evidence)
+            sections["kernel"] = kernel_section(exit.death, exit.evidence, exit.basis)
         done = captured.done if captured is not None else None
         context = self._api_context.get(incident.instance)
         stats = done.system_stats if done is not None and done.system_stats else None
