@@ -786,9 +786,11 @@ class Service:
         self._capture(done.prompt_id, done.instance, done.prompt, done.workflow, done.seen_s, done)
         inst = self.instances.get(done.instance)
         pid = inst.pid if inst is not None else None
+        exited = self._recent_exit(done.instance) if done.outcome == "lost" else None
+        if exited is not None and pid is None:
+            pid = exited.process.pid  # its peak is that process's, though it is gone now
         run = self._run_of(done, pid=pid, started_s=started_s)
         if done.outcome == "lost":
-            exited = self._recent_exit(done.instance)
             if exited is not None:  # the process watcher spoke first
                 self._save_run(self._lost_outcome(run, exited))
             elif pid is None:
