@@ -79,6 +79,10 @@ def status_command(config_path: str | None, data_dir: str | None, as_json: bool)
         status = None
     except (OSError, ValueError) as exc:
         raise SentinelError(f"{path}: unreadable status file: {exc}") from None
+    if isinstance(status, dict):  # written redacted; a file from an older daemon may not be
+        from oom_sentinel.daemon.redact import redact
+
+        status = redact(status)
     running = bool(status) and _pid_alive(int(status.get("pid", 0)))  # type: ignore[union-attr]
     if as_json:
         echo_json({"running": running, "data_dir": str(root), "status": status})

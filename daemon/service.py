@@ -104,6 +104,7 @@ from oom_sentinel.daemon.processes import (
     process_for,
 )
 from oom_sentinel.daemon.records import Record, RecordAssembler
+from oom_sentinel.daemon.redact import redact, redact_text
 from oom_sentinel.daemon.retention import prune_snapshots
 from oom_sentinel.daemon.runs import RunRecord, has_run, record_run, run_from_done
 from oom_sentinel.daemon.sdnotify import Notifier, watchdog_interval_s
@@ -1380,7 +1381,8 @@ class Service:
             except SentinelError as exc:
                 log.debug("could not save %s: %s", META_LAST_ALIVE, exc)
         try:
-            write_json_atomic(self.data_dir / STATUS_FILE, self.status(now))
+            # `oom-sentinel status` prints it: a ComfyUI URL's token must not be there
+            write_json_atomic(self.data_dir / STATUS_FILE, redact(self.status(now)))
         except OSError as exc:
             log.debug("could not write %s: %s", STATUS_FILE, exc)
 
@@ -1540,7 +1542,7 @@ def configure_logging(level: str, environ: Mapping[str, str] | None = None) -> N
     if env.get("JOURNAL_STREAM") or env.get("INVOCATION_ID"):
         handler.setFormatter(_JournalFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(message)s"))
     root.addHandler(handler)
     root.setLevel(level.upper())
     # APScheduler logs every job run at INFO
@@ -1550,7 +1552,15 @@ def configure_logging(level: str, environ: Mapping[str, str] | None = None) -> N
 _SYSLOG_PRIORITY = {"CRITICAL": 2, "ERROR": 3, "WARNING": 4, "INFO": 6, "DEBUG": 7}
 
 
-class _JournalFormatter(logging.Formatter):
+class _RedactingFormatter(logging.Formatter):
+    """Every daemon log line passes ``redact_text``: a ComfyUI URL's ``?token=``, an apprise
+    URL or a token in an error message is masked whichever module logged it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
+class _JournalFormatter(_RedactingFormatter):
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         prio = _SYSLOG_PRIORITY.get(record.levelname, 6)
