@@ -59,7 +59,12 @@ from oom_sentinel.daemon.kernel_oom import (
     evidence_gaps,
 )
 from oom_sentinel.daemon.probes import GpuProcessSample, MemorySample
-from oom_sentinel.daemon.processes import ComfyProcess, find_conflicts, other_gpu_processes
+from oom_sentinel.daemon.processes import (
+    ComfyProcess,
+    find_conflicts,
+    other_gpu_processes,
+    shares_gpu,
+)
 
 __all__ = [
     "ProcessExit",
@@ -378,6 +383,8 @@ def process_section(
             "install_dir": p.install_dir,
             "argv": list(p.argv),
             "gpu_used_bytes": gpu_by_pid.get(p.pid),
+            # processes.shares_gpu: --cpu, another device, or no GPU memory in NVML: False
+            "shares_gpu": shares_gpu(proc, p, gpu_processes),
         }
         for p in other_comfy
     ]

@@ -44,11 +44,13 @@ __all__ = [
     "device_selection",
     "find_comfy_processes",
     "find_conflicts",
+    "holds_no_gpu_memory",
     "looks_like_comfyui",
     "other_gpu_processes",
     "parse_launch_flags",
     "process_exists",
     "process_for",
+    "shares_gpu",
     "split_python_command",
     "still_running",
 ]
@@ -774,6 +776,53 @@ def device_selection(proc: ComfyProcess) -> str | None:
     return "default"
 
 
+def _first_cuda_device(proc: ComfyProcess) -> str | None:
+    """The CUDA device a process computes on first (``--cuda-device`` / ``CUDA_VISIBLE_DEVICES``:
+    the first listed; by default device 0); None for ``--cpu`` or an empty selection."""
+    selection = device_selection(proc)
+    if selection is None:
+        return None
+    if selection == "default":
+        return "0"
+    first = selection.split(",")[0].strip()
+    return first or None
+
+
+def holds_no_gpu_memory(proc: ComfyProcess, gpu_processes: Sequence[GpuProcessSample]) -> bool:
+    """NVML reports per-process GPU memory on this machine and none for ``proc`` (pure).
+    Where NVML cannot say (no NVML, WDDM's ``None``), this is False: nothing is known."""
+    if not any(gp.used_bytes is not None for gp in gpu_processes):
+        return False
+    mine = [gp for gp in gpu_processes if gp.pid == proc.pid]
+    return not any(gp.used_bytes is None or gp.used_bytes > 0 for gp in mine)
+
+
+def shares_gpu(
+    target: ComfyProcess | None, other: ComfyProcess, gpu_processes: Sequence[GpuProcessSample]
+) -> bool:
+    """Whether ``other`` competes with ``target`` for GPU memory -- the one rule behind a
+    snapshot's ``other_instances[].shares_gpu``, the alert's "stop the other instance" advice
+    and ``doctor``'s second-instance check (pure).
+
+    Not when either runs on ``--cpu``; not when NVML reports per-process memory and none for
+    ``other``; when NVML lists both, exactly when they are on one device; otherwise when their
+    device selections (``--cuda-device``, ``CUDA_VISIBLE_DEVICES``) start on the same device.
+    ``target`` None (ComfyUI not running): any other instance that uses a GPU.
+    """
+    if other.flags.vram_mode == "cpu" or holds_no_gpu_memory(other, gpu_processes):
+        return False
+    if target is None:
+        return _first_cuda_device(other) is not None
+    if target.flags.vram_mode == "cpu":
+        return False
+    on_a = {gp.device_index for gp in gpu_processes if gp.pid == target.pid}
+    on_b = {gp.device_index for gp in gpu_processes if gp.pid == other.pid}
+    if on_a and on_b:
+        return bool(on_a & on_b)
+    first = _first_cuda_device(target)
+    return first is not None and first == _first_cuda_device(other)
+
+
 @dataclass(frozen=True, slots=True)
 class InstanceConflict:
     """Two or more ComfyUI processes that compete for one resource."""
@@ -818,7 +867,15 @@ def find_conflicts(
                     f"{len(members)} ComfyUI processes use GPU {dev}",
                 )
             )
-    for sel, members in sorted(groups(device_selection).items()):
+    on_gpu = [p for p in comfy if not holds_no_gpu_memory(p, gpu_processes)]
+    by_selection: dict[str, list[int]] = {}
+    for proc in on_gpu:
+        selected = device_selection(proc)
+        if selected is not None:
+            by_selection.setdefault(selected, []).append(proc.pid)
+    for sel, members in sorted(by_selection.items()):
+        if len(members) < 2:
+            continue
         what = "the default GPU" if sel == "default" else f"CUDA device(s) {sel}"
         out.append(
             InstanceConflict(

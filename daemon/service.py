@@ -282,6 +282,39 @@ def _row_from_snapshot(data: Mapping[str, Any], snapshot_id: str) -> IncidentRow
         return None
 
 
+def advice_context(sections: Mapping[str, Any], memory: Any) -> AdviceContext:
+    """What advice can use beyond the message: other GPU users, second instances, flags."""
+    process = sections.get("process") or {}
+    others = tuple(
+        GpuProcess(pid=p["pid"], name=p.get("name"), bytes=p.get("used_bytes"))
+        for p in process.get("other_gpu_processes") or ()
+        if not p.get("comfyui")
+    )
+    instances = tuple(
+        ComfyInstance(pid=p["pid"], port=p.get("port"), bytes=p.get("gpu_used_bytes"))
+        for p in process.get("other_instances") or ()
+        if p.get("shares_gpu")  # the one rule (processes.shares_gpu) doctor uses too
+    )
+    flags = process.get("flags") or {}
+    total_vram = None
+    total_ram = None
+    if memory is not None:
+        totals = [g.total_bytes for g in memory.gpus if g.total_bytes is not None]
+        total_vram = max(totals) if totals else None
+        total_ram = memory.host.ram_total_bytes if memory.host is not None else None
+    stats = sections.get("system_stats") or {}
+    system = stats.get("system") if isinstance(stats.get("system"), Mapping) else {}
+    return AdviceContext(
+        other_gpu_processes=others,
+        other_instances=instances,
+        launch_flags=tuple(flags.get("memory_args") or ()),
+        total_vram_bytes=total_vram,
+        total_ram_bytes=total_ram,
+        platform=system.get("os") if isinstance(system.get("os"), str) else sys.platform,
+        alloc_conf=process.get("pytorch_cuda_alloc_conf"),
+    )
+
+
 def _instance_name_for_url(url: str) -> str:
     parts = urlsplit(url)
     return parts.netloc or url
@@ -1187,7 +1220,7 @@ class Service:
         if self._host_facts is None:
             self._host_facts = collect_host_facts()
         prompt, workflow, sections = self._snapshot_extras(incident, inst, memory)
-        advice = advise(incident.event, self._advice_context(inst, sections, memory))
+        advice = advise(incident.event, advice_context(sections, memory))
         parts = None
         if self.install_states is not None:
             parts = self.install_states.snapshot_parts(
@@ -1240,39 +1273,6 @@ class Service:
                 self.on_incident(incident, ref)
             except Exception:
                 log.exception("incident callback failed for %s", ref.id)
-
-    def _advice_context(
-        self, inst: WatchedInstance, sections: Mapping[str, Any], memory: Any
-    ) -> AdviceContext | None:
-        """What advice can use beyond the message: other GPU users, second instances, flags."""
-        process = sections.get("process") or {}
-        others = tuple(
-            GpuProcess(pid=p["pid"], name=p.get("name"), bytes=p.get("used_bytes"))
-            for p in process.get("other_gpu_processes") or ()
-            if not p.get("comfyui")
-        )
-        instances = tuple(
-            ComfyInstance(pid=p["pid"], port=p.get("port"), bytes=p.get("gpu_used_bytes"))
-            for p in process.get("other_instances") or ()
-        )
-        flags = process.get("flags") or {}
-        total_vram = None
-        total_ram = None
-        if memory is not None:
-            totals = [g.total_bytes for g in memory.gpus if g.total_bytes is not None]
-            total_vram = max(totals) if totals else None
-            total_ram = memory.host.ram_total_bytes if memory.host is not None else None
-        stats = sections.get("system_stats") or {}
-        system = stats.get("system") if isinstance(stats.get("system"), Mapping) else {}
-        return AdviceContext(
-            other_gpu_processes=others,
-            other_instances=instances,
-            launch_flags=tuple(flags.get("memory_args") or ()),
-            total_vram_bytes=total_vram,
-            total_ram_bytes=total_ram,
-            platform=system.get("os") if isinstance(system.get("os"), str) else sys.platform,
-            alloc_conf=process.get("pytorch_cuda_alloc_conf"),
-        )
 
     def _log_text(self, incident: Incident) -> str:
         chunks: list[str] = []
