@@ -701,6 +701,11 @@ class ComfyWatcher:
         except Exception:
             log.exception("could not hand over %s", type(message).__name__)
 
+    def is_alive(self) -> bool:
+        """Whether the watcher's thread and its event loop run (a worker the watchdog checks)."""
+        loop, thread = self._loop, self._thread
+        return thread is not None and thread.is_alive() and loop is not None and loop.is_running()
+
     def connected(self) -> dict[str, bool]:
         """Which instances' APIs answer now (for status; read from any thread)."""
         return {name: w.connected for name, w in list(self._watches.items())}

@@ -518,6 +518,10 @@ class ProcessWatcher:
         with self._lock:
             return {name: p.pid for name, p in self._wanted.items()}
 
+    def is_alive(self) -> bool:
+        """Whether the watcher's thread runs (a worker the watchdog checks)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def start(self) -> None:
         if self._thread is not None:
             return

@@ -352,6 +352,8 @@ class Service:
         self.notifier = Notifier(self.environ)
         self._watchdog_s = watchdog_interval_s(self.environ)
         self._last_ping = 0.0
+        #: workers seen dead (each is logged once, by name)
+        self._dead_workers: set[str] = set()
         self._host_facts: HostFacts | None = None
         self.store: Store | None = None
         self.tails: LogTailManager | None = None
@@ -408,18 +410,19 @@ class Service:
             log.info("removed an unfinished snapshot left by a crash: %s", leftover)
         self._recover()
 
-        self.alerts = AlertDispatcher(
-            self.store,
-            self.settings,
-            build_channels(self.settings, environ=self.environ),
-            clock=self.clock,
-        )
         if self.settings.metrics.enabled:
             from oom_sentinel.daemon.metrics import MetricsExporter
 
             self.metrics = MetricsExporter(self.settings.metrics, clock=self.clock)
             host, port = self.metrics.start()
             log.info("metrics on http://%s:%d/metrics", host, port)
+        self.alerts = AlertDispatcher(
+            self.store,
+            self.settings,
+            build_channels(self.settings, environ=self.environ),
+            clock=self.clock,
+            on_result=self.metrics.observe_alert_result if self.metrics is not None else None,
+        )
 
         choice = select_gpu_probe(self.settings.gpu, self.environ)
         self.gpu_line = choice.line
@@ -890,11 +893,19 @@ class Service:
     def _save_run(self, run: RunRecord) -> None:
         assert self.store is not None
         try:
-            record_run(self.store, run)
+            new = record_run(self.store, run)
         except SentinelError as exc:
             log.error("could not record run %s: %s", run.prompt_id, exc)
             return
         log.debug("run %s on %s: %s", run.prompt_id, run.instance, run.outcome)
+        if new and self.metrics is not None:  # each prompt counted once, like its row
+            self.metrics.observe_prompt(
+                run.instance,
+                run.outcome,
+                peak_vram_bytes=run.peak_vram_bytes,
+                peak_ram_bytes=run.peak_rss_bytes,
+                duration_s=run.duration_s,
+            )
 
     def _flush_runs(self) -> None:
         """Write the rows of OOM runs whose incident's snapshot is on disk."""
@@ -1375,11 +1386,17 @@ class Service:
 
     def _write_status(self, now: float) -> None:
         self._last_status = now
+        self.healthy()  # a dead worker is logged (and its metric set) without systemd too
         if self.store is not None:
             try:
                 self.store.set_meta(META_LAST_ALIVE, f"{now:.3f}")
             except SentinelError as exc:
                 log.debug("could not save %s: %s", META_LAST_ALIVE, exc)
+        if self.metrics is not None and self.alerts is not None:
+            try:
+                self.metrics.set_alerts_pending(self.alerts.outbox.counts()["pending"])
+            except SentinelError as exc:
+                log.debug("could not count the alert outbox: %s", exc)
         try:
             # `oom-sentinel status` prints it: a ComfyUI URL's token must not be there
             write_json_atomic(self.data_dir / STATUS_FILE, redact(self.status(now)))
@@ -1394,14 +1411,32 @@ class Service:
             self._last_ping = now
 
     def workers(self) -> dict[str, bool]:
-        """Liveness of every worker thread (the watchdog pings only when all are alive)."""
+        """Liveness of every worker thread (the watchdog pings only when all are alive): the
+        scheduler (memory sampling, discovery, retention), the alert sender, the API watcher,
+        the process watcher, the install-state watcher and the metrics server. A worker that
+        dies is logged once by name; the log follower needs none (the main loop polls it)."""
         alive = {
             "scheduler": self.scheduler is not None and self.scheduler.running,
             "alerts": self.alerts is not None and self.alerts.is_alive(),
+            "api": self.comfy_watch is not None and self.comfy_watch.is_alive(),
+            "process": self.process_watch is not None and self.process_watch.is_alive(),
         }
+        if self.install_states is not None:
+            alive["install-state"] = self.install_states.is_alive()
         if self.metrics is not None:
+            alive["metrics"] = self.metrics.is_alive()
             for name, ok in alive.items():
                 self.metrics.set_worker_alive(name, ok)
+        for name, ok in alive.items():
+            if not ok and name not in self._dead_workers:
+                self._dead_workers.add(name)
+                log.error(
+                    "the %s worker is dead: systemd's watchdog is no longer pinged, so the "
+                    "service is restarted",
+                    name,
+                )
+            elif ok:
+                self._dead_workers.discard(name)
         return alive
 
     def healthy(self) -> bool:
