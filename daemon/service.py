@@ -389,6 +389,8 @@ class Service:
         self._pending_runs: list[_PendingRun] = []
         #: prompt ids the snapshots on disk were built from (read at start-up)
         self._handled_prompts: set[str] = set()
+        #: prompt id -> the incident its OOM went into (bounded; for the run row)
+        self._prompt_incidents: OrderedDict[str, str] = OrderedDict()
         #: prompt ids recorded (or pending) lately; the runs table is the durable record
         self._recorded: OrderedDict[str, None] = OrderedDict()
         self._sources: dict[str, frozenset[str]] = {}
@@ -452,6 +454,8 @@ class Service:
                 active_poll_s=self.settings.sampling.active_interval_ms / 1000,
                 idle_poll_s=api.idle_poll_ms / 1000,
                 websocket=api.websocket,
+                # prompts that ran while no daemon watched are read back from history
+                backfill_since_s=self._api_horizon_s,
             ),
         )
         self.comfy_watch.start()
@@ -841,6 +845,9 @@ class Service:
             self._pending_runs.append(_PendingRun(run, pool_family(obs.event.pool)))
             self._apply(self.tracker.observe(obs, self.clock()))
             return
+        if obs is not None and done.prompt_id in self._prompt_incidents:
+            # its snapshot was written before a restart, its row was not
+            run = dataclasses.replace(run, incident_id=self._prompt_incidents[done.prompt_id])
         self._save_run(run)
 
     def _recent_exit(self, instance: str) -> ProcessExit | None:
@@ -907,6 +914,17 @@ class Service:
                 duration_s=run.duration_s,
             )
 
+    def _note_prompts(self, incident: Incident) -> None:
+        """Remember which incident each prompt's OOM went into (its run row names it, also
+        once the incident has closed: with ``storm_window_s = 0`` that is at once)."""
+        for obs in incident.observations:
+            prompt_id = obs.evidence.get("prompt_id")
+            if isinstance(prompt_id, str):
+                self._prompt_incidents[prompt_id] = incident.id
+                self._prompt_incidents.move_to_end(prompt_id)
+        while len(self._prompt_incidents) > RECENT_PROMPT_IDS:
+            self._prompt_incidents.popitem(last=False)
+
     def _flush_runs(self) -> None:
         """Write the rows of OOM runs whose incident's snapshot is on disk."""
         if not self._pending_runs:
@@ -924,7 +942,8 @@ class Service:
             if key in unwritten:
                 keep.append(pending)
                 continue
-            self._save_run(dataclasses.replace(pending.run, incident_id=open_ids.get(key)))
+            incident_id = self._prompt_incidents.get(pending.run.prompt_id) or open_ids.get(key)
+            self._save_run(dataclasses.replace(pending.run, incident_id=incident_id))
         self._pending_runs = keep
 
     def _expire_lost_runs(self, now: float) -> None:
@@ -1044,6 +1063,9 @@ class Service:
                 prompt_id = evidence.get("prompt_id")
                 if isinstance(prompt_id, str) and obs.get("source") == "api":
                     self._handled_prompts.add(prompt_id)
+                    incident = snap.data.get("incident")
+                    if isinstance(incident, dict) and isinstance(incident.get("id"), str):
+                        self._prompt_incidents[prompt_id] = incident["id"]
             if self.store.incident_for_snapshot(snap.id) is None:
                 row = _row_from_snapshot(snap.data, snap.id)
                 if row is not None:
@@ -1199,6 +1221,8 @@ class Service:
                 continue  # _write alerts with the snapshot it wrote
             if isinstance(action, UpdateIncident):
                 self.store.save_incident(IncidentRow.from_incident(action.incident))
+                if action.incident.snapshot_written:
+                    self._note_prompts(action.incident)
             elif isinstance(action, CountSoftOom):
                 log.info(
                     "ComfyUI %r recovered from a soft OOM (%d so far): %s",
@@ -1265,6 +1289,7 @@ class Service:
             log.error("could not write the snapshot of incident %s: %s", incident.id, exc)
             return
         self.store.save_incident(IncidentRow.from_incident(incident, ref.id))
+        self._note_prompts(incident)
         for obs in incident.observations:
             rid = obs.evidence.get("record_id")
             if isinstance(rid, str):
