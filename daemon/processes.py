@@ -36,6 +36,7 @@ from oom_sentinel.daemon.probes import GpuProcessSample
 
 __all__ = [
     "DEFAULT_PORT",
+    "PROCESS_SCOPE_ENV",
     "VRAM_MODES",
     "ComfyProcess",
     "InstanceConflict",
@@ -45,11 +46,13 @@ __all__ = [
     "find_comfy_processes",
     "find_conflicts",
     "holds_no_gpu_memory",
+    "in_scope",
     "looks_like_comfyui",
     "other_gpu_processes",
     "parse_launch_flags",
     "process_exists",
     "process_for",
+    "process_scope",
     "shares_gpu",
     "split_python_command",
     "still_running",
@@ -711,16 +714,47 @@ def _safe(call: Callable[[], Any]) -> Any:
         return None
 
 
+#: ``os.pathsep``-separated directories: when set, only ComfyUI processes whose install, code
+#: or working directory lies under one of them exist for discovery, snapshots and ``doctor``
+#: (the test suite sets it to its temp root, so it never attaches to a ComfyUI it did not
+#: start -- a user's, or a second copy of the suite's)
+PROCESS_SCOPE_ENV = "OOM_SENTINEL_PROCESS_SCOPE"
+
+
+def process_scope(environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
+    """The directories of ``$OOM_SENTINEL_PROCESS_SCOPE`` (normalised), or None when unset."""
+    raw = (os.environ if environ is None else environ).get(PROCESS_SCOPE_ENV)
+    if not raw:
+        return None
+    return tuple(os.path.normcase(os.path.realpath(part)) for part in raw.split(os.pathsep) if part)
+
+
+def in_scope(proc: ComfyProcess, scope: Sequence[str] | None) -> bool:
+    """Whether ``proc`` runs from under one of ``scope`` (None: no scope, everything is)."""
+    if scope is None:
+        return True
+    for where in (proc.install_dir, proc.code_dir, proc.cwd):
+        if not where:
+            continue
+        path = os.path.normcase(os.path.realpath(where))
+        if any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in scope):
+            return True
+    return False
+
+
 def find_comfy_processes(
     *,
     process_iter: Callable[..., Iterable[Any]] = psutil.process_iter,
     exists: Callable[[str], bool] = os.path.exists,
+    environ: Mapping[str, str] | None = None,
 ) -> list[ComfyProcess]:
-    """Every ComfyUI server process this user can see, oldest first. Never raises.
+    """Every ComfyUI server process this user can see (within ``$OOM_SENTINEL_PROCESS_SCOPE``
+    when set), oldest first. Never raises.
 
     This walks the whole process table, so it belongs in the slow discovery job (every
     ``discovery.interval_s``), not the per-second sampler.
     """
+    scope = process_scope(environ)
     found: list[ComfyProcess] = []
     try:
         procs = list(process_iter(["pid", "name", "cmdline"]))
@@ -744,7 +778,7 @@ def find_comfy_processes(
             ppid=_safe(proc.ppid),
             exists=exists,
         )
-        if comfy is not None:
+        if comfy is not None and in_scope(comfy, scope):
             found.append(comfy)
     found.sort(key=lambda p: (p.create_time_s or 0.0, p.pid))
     return found
