@@ -24,15 +24,17 @@ How the API is read, and why:
   server restarted.
 - **Prompts too fast to be seen in the queue**: the websocket's ``status`` broadcasts count
   prompts in (``queue_remaining`` grew) and out (it shrank). When the queue is empty again and
-  fewer new prompts were seen than came in, or fewer were reported than went out, the newest
-  history entries are swept for the missing ones. Both counts matter: a broadcast can overtake
+  fewer new prompts were seen than came in, or fewer were reported than went out, history is
+  swept for the missing ones: every entry that went out since the counts started (the missing
+  ones can be anywhere among them), then further back page by page until they are found. Both counts matter: a broadcast can overtake
   a ``/queue`` answer that predates its prompt, and the sweep that this answer triggers finds
   the prompt not finished yet; the count of prompts out still misses it at the next empty
   queue. When everything that went out was reported, no history is read.
 - **A restart never needs a daemon restart**: a dropped websocket (no close frame) or a failed
   request ends the session; ``/system_stats`` is retried with backoff (0.1 s doubling to 2 s)
-  until it answers again. On every (re)connect the newest history entries are read once, so a
-  prompt that ran before we got there is not lost. The watcher may report a prompt twice (a
+  until it answers again. On every (re)connect history is read back, page by page, to the
+  newest prompt already reported (on the first connect: to when a daemon last watched, the
+  service's horizon), so the prompts that ran while nobody watched are not lost. The watcher may report a prompt twice (a
   reconnect to the same server); the service deduplicates by prompt id against the runs table.
 
 One asyncio event loop in one thread serves every instance; it never touches the service's
