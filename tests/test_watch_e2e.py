@@ -308,6 +308,7 @@ def test_a_kernel_oom_kill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_
             assert source["reason"], source
     assert kernel["summary"].startswith(f"process {srv.pid} ")
     assert kernel["killer"] == "kernel" and kernel["verdict"] == "evidence"
+    wait_for(lambda: "ALERT [critical]" in daemon.stderr(), 30, "the critical alert")
     process = data["process"]
     assert process["pid"] == srv.pid and process["alive"] is False
     assert process["exit"]["signal"] == signal.SIGKILL and process["exit"]["os_kill"] is True
@@ -354,6 +355,7 @@ def test_a_plain_kill_9_is_a_sigkill_run_not_an_oom_incident(
     assert f"(pid {srv.pid}) ended" in log and "killed (SIGKILL)" in log and "not an OOM" in log
     time.sleep(1.0)  # a snapshot would be written within the storm tick
     assert snapshot_dirs(daemon.data_dir) == []
+    assert "ALERT [" not in daemon.stderr()  # the log channel shows every alert: none
     assert daemon.stop() == 0
 
 
