@@ -1407,11 +1407,12 @@ class Service:
             "last_sample": sample,
             "incidents_written": self.incidents_written,
             "last_incident": self.last_incident,
+            # every worker thread's health (a dead one also stops systemd's watchdog ping)
+            "workers": self.workers(),
         }
 
     def _write_status(self, now: float) -> None:
         self._last_status = now
-        self.healthy()  # a dead worker is logged (and its metric set) without systemd too
         if self.store is not None:
             try:
                 self.store.set_meta(META_LAST_ALIVE, f"{now:.3f}")

@@ -115,5 +115,6 @@ def test_a_dead_worker_stops_the_watchdog_ping_and_is_named(
     time.sleep(1.0)  # five ping intervals: none may come (an absence, so a wait)
     assert notify.pings() == before, "the watchdog was pinged with a dead worker"
     assert {name for name, ok in svc.workers().items() if not ok} == {worker}
+    assert svc.status(time.time())["workers"][worker] is False  # what `status` shows
     dead = [r.getMessage() for r in caplog.records if "worker is dead" in r.getMessage()]
     assert len(dead) == 1, dead  # logged once, not at every turn
