@@ -25,9 +25,9 @@ The steps (comfyui-facts.md 1.11, DESIGN §4):
    SIGKILL after a grace period — also on Ctrl-C, on errors, and at interpreter exit.
 6. It also dies when ``oom-bisect`` dies without running any of that (SIGKILL, SIGHUP from an
    SSH drop): on Linux the server is started with ``PR_SET_PDEATHSIG`` = SIGKILL. That signal
-   follows the *thread* that forked, not the process, so every server is forked by one
-   spawner thread that lives as long as ``oom-bisect`` (a measurement on a short-lived worker
-   thread would otherwise kill its server when that thread ends). On Windows the server is put
+   follows the *thread* that forked, not the process, so every server is forked by the main
+   thread or by one spawner thread that lives as long as ``oom-bisect`` (a measurement on a
+   short-lived worker thread would otherwise kill its server when that thread ends). On Windows the server is put
    in a Job object with ``KILL_ON_JOB_CLOSE``, whose handle only this process holds. And the
    server's pid and start time (with ours) are written to ``harness/replay.json``: a later
    ``oom-bisect`` kills a server left by a dead one (``kill_leftover_replay``) -- the start
@@ -363,10 +363,12 @@ def pdeathsig_preexec(sig: int = _SIGKILL) -> Callable[[], None] | None:
 
 
 class _Spawner:
-    """Forks every replay server from one thread that lives as long as this process, so
-    that the parent-death signal fires when ``oom-bisect`` dies and not when the thread that
-    happened to ask for the server ends. The ``Popen`` is registered in ``_live`` on that
-    thread, so a Ctrl-C in the asking thread cannot leave it unregistered."""
+    """Forks every replay server from a thread that lives as long as this process, so that
+    the parent-death signal fires when ``oom-bisect`` dies and not when the thread that
+    happened to ask for the server ends: the main thread itself (it ends only when the
+    process does), else one spawner thread started on first use -- so a process that never
+    measures off its main thread stays single-threaded (``classify`` forks scan workers only
+    then). The ``Popen`` is registered in ``_live`` where it is made."""
 
     def __init__(self) -> None:
         self._jobs: queue.Queue[
@@ -376,6 +378,8 @@ class _Spawner:
         self._lock = threading.Lock()
 
     def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        if threading.current_thread() is threading.main_thread():
+            return self._start(argv, kwargs)
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -386,16 +390,21 @@ class _Spawner:
         self._jobs.put((future, argv, kwargs))
         return future.result()
 
+    @staticmethod
+    def _start(argv: list[str], kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, **kwargs)
+        with _live_lock:
+            _live[proc.pid] = proc
+        return proc
+
     def _main(self) -> None:
         while True:
             future, argv, kwargs = self._jobs.get()
             try:
-                proc = subprocess.Popen(argv, **kwargs)
+                proc = self._start(argv, kwargs)
             except BaseException as exc:  # handed to the asking thread
                 future.set_exception(exc)
                 continue
-            with _live_lock:
-                _live[proc.pid] = proc
             future.set_result(proc)
 
 

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -304,15 +303,3 @@ def test_the_windows_job_kills_its_processes_when_oom_bisect_ends() -> None:
 def test_a_job_that_cannot_be_set_up_says_so(fail: str) -> None:
     with pytest.raises(OSError, match=fail):
         KillOnCloseJob(RecordingKernel32(fail=fail)).assign(100)
-
-
-def test_threads_are_not_needed_to_see_the_spawner_register_a_server() -> None:
-    from oom_sentinel.bisect import replay
-
-    proc = replay._spawner.popen([sys.executable, "-c", "pass"])
-    with replay._live_lock:
-        assert proc.pid in replay._live
-    proc.wait(timeout=10)
-    with replay._live_lock:
-        replay._live.pop(proc.pid, None)
-    assert threading.current_thread() is threading.main_thread()
