@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 import pytest
-from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
+from daemon_harness import Daemon, kernel_kill_lines, load_snapshot_json, snapshot_dirs, wait_for
 from standin_proc import STANDIN_DIR, StandinProcess, start_standin
 
 from oom_sentinel.bisect.workspace import free_port
@@ -260,16 +260,6 @@ def vmstat_oom_kills() -> str | None:
             if line.startswith("oom_kill "):
                 return line
     return None
-
-
-def kernel_kill_lines(pid: int) -> str:
-    """What the kernel writes to /dev/kmsg when its OOM killer kills ``pid`` (kmsg format)."""
-    usec = int(time.monotonic() * 1_000_000)
-    return (
-        f"4,100,{usec},-;python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE)\n"
-        f"3,101,{usec + 10},-;Out of memory: Killed process {pid} (python3) "
-        "total-vm:4000000kB, anon-rss:1200000kB, file-rss:1024kB, shmem-rss:0kB\n"
-    )
 
 
 def test_a_kernel_oom_kill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_climb(
