@@ -11,12 +11,13 @@ import shutil
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
-from standin_proc import STANDIN_DIR, StandinProcess, start_standin
+from standin_proc import STANDIN_DIR, start_standin
 
 from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
 from oom_sentinel.daemon.runs import RunRecord, list_runs
@@ -44,9 +45,39 @@ def all_runs(data_dir: Path, limit: int) -> list[RunRecord]:
         return list_runs(store, limit=limit)
 
 
-def _queue_empty(srv: StandinProcess) -> bool:
+def _queue_empty(srv: FastServer) -> bool:
     q = srv.get_json("/queue")
     return not q["queue_running"] and not q["queue_pending"]
+
+
+@dataclass
+class FastServer:
+    """A ComfyUI to send the prompts to (the stand-in, or a real one), and what it runs."""
+
+    url: str
+    get_json: Callable[[str], Any]
+    #: posts one prompt, returns its id
+    post: Callable[[dict[str, Any]], str]
+    kill: Callable[[], None]
+    #: prompt ``i``, and whether it runs out of memory
+    make_prompt: Callable[[int, random.Random], tuple[dict[str, Any], bool]]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def standin_server(tmp: Path) -> FastServer:
+    """The stand-in on the 8 GiB fake GPU, recognised by the daemon as ComfyUI."""
+    gpu = FakeGpuDir(tmp / "gpu").create([FakeDevice(0, "NVIDIA RTX 4060", 8192 * MIB)])
+    install = _install(tmp / "ComfyUI")
+    srv = start_standin(tmp / "base", code_dir=install, base_directory=False, fake_gpu=gpu.root)
+
+    def post(prompt: dict[str, Any]) -> str:
+        status, answer = srv.post_json("/prompt", {"prompt": prompt, "client_id": "tab"})
+        assert status == 200, answer
+        return str(answer["prompt_id"])
+
+    return FastServer(
+        srv.url, srv.get_json, post, srv.kill, fast_prompt, {"OOM_SENTINEL_FAKE_GPU": str(gpu.root)}
+    )
 
 
 def _install(path: Path) -> Path:
@@ -86,11 +117,13 @@ class Figures:
 
 
 def run_fast_prompts(
-    tmp: Path, prompts: int = 600, kill_at: int = 200, back_at: int = 400
+    tmp: Path,
+    prompts: int = 600,
+    kill_at: int = 200,
+    back_at: int = 400,
+    start_server: Callable[[Path], FastServer] = standin_server,
 ) -> Figures:
-    gpu = FakeGpuDir(tmp / "gpu").create([FakeDevice(0, "NVIDIA RTX 4060", 8192 * MIB)])
-    install = _install(tmp / "ComfyUI")
-    srv = start_standin(tmp / "base", code_dir=install, base_directory=False, fake_gpu=gpu.root)
+    srv = start_server(tmp / "server")
     daemon = Daemon(
         tmp,
         comfyui=[srv.url],
@@ -98,7 +131,7 @@ def run_fast_prompts(
             "[discovery]\nenabled = false\n[logs]\npoll_interval_ms = 500\n"
             "[incidents]\nstorm_window_s = 0\n"
         ),
-        env={"OOM_SENTINEL_FAKE_GPU": str(gpu.root)},
+        env=srv.env,
     )
     rng = random.Random(11)
     posted: dict[str, bool] = {}  # prompt id -> an OOM
@@ -112,10 +145,8 @@ def run_fast_prompts(
             if i == back_at:
                 wait_for(lambda: _queue_empty(srv), 120, "the unwatched prompts to run")
                 daemon.start()
-            prompt, oom = fast_prompt(i, rng)
-            status, answer = srv.post_json("/prompt", {"prompt": prompt, "client_id": "tab"})
-            assert status == 200, answer
-            posted[str(answer["prompt_id"])] = oom
+            prompt, oom = srv.make_prompt(i, rng)
+            posted[srv.post(prompt)] = oom
         limit = 10 * prompts
         wait_for(lambda: _queue_empty(srv), 120, "every prompt to run")
         wait_for(
