@@ -17,7 +17,11 @@ from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.config.settings import load_settings
 from oom_sentinel.daemon.service import RunOptions, Service
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    # the killed threads end on SystemExit, which pytest reports as a thread exception
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning"),
+]
 
 
 class NotifySocket:
