@@ -793,8 +793,9 @@ class ComfyWatcher:
             self._tasks.clear()
             loop.stop()
 
-        with contextlib.suppress(RuntimeError):
-            asyncio.run_coroutine_threadsafe(shutdown(), loop)
+        if thread.is_alive() and not loop.is_closed():  # a watcher that died has no loop left
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(shutdown(), loop)
         thread.join(timeout_s)
         self._thread = None
         self._loop = None
