@@ -23,6 +23,15 @@ The steps (comfyui-facts.md 1.11, DESIGN §4):
    running peak crosses the threshold the verdict is certain: the run stops there.
 5. The process group is always killed: SIGTERM (the bootstrap writes its final report), then
    SIGKILL after a grace period — also on Ctrl-C, on errors, and at interpreter exit.
+6. It also dies when ``oom-bisect`` dies without running any of that (SIGKILL, SIGHUP from an
+   SSH drop): on Linux the server is started with ``PR_SET_PDEATHSIG`` = SIGKILL. That signal
+   follows the *thread* that forked, not the process, so every server is forked by the main
+   thread or by one spawner thread that lives as long as ``oom-bisect`` (a measurement on a
+   short-lived worker thread would otherwise kill its server when that thread ends). On Windows the server is put
+   in a Job object with ``KILL_ON_JOB_CLOSE``, whose handle only this process holds. And the
+   server's pid and start time (with ours) are written to ``harness/replay.json``: a later
+   ``oom-bisect`` kills a server left by a dead one (``kill_leftover_replay``) -- the start
+   time makes sure a recycled pid is never killed.
 
 What counts as the VRAM peak: torch's ``max_memory_reserved`` (summed over devices) when the
 bootstrap could read it — exact, and what the allocator really held — else the sampled NVML
@@ -37,11 +46,16 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
+import ctypes
 import json
+import logging
 import os
+import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,7 +65,7 @@ from typing import Any
 
 from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
 from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
-from oom_sentinel.daemon.atomic import write_text_atomic
+from oom_sentinel.daemon.atomic import write_json_atomic, write_text_atomic
 from oom_sentinel.daemon.classify import classify_execution_error, classify_record
 from oom_sentinel.daemon.comfy_api import ComfyClient, PostResult, RunOutcome
 from oom_sentinel.daemon.errors import ComfyError
@@ -67,6 +81,7 @@ __all__ = [
     "Replayer",
     "input_files",
     "kill_all_children",
+    "kill_leftover_replay",
     "outcome_from_run",
     "reject_reason",
 ]
@@ -86,6 +101,12 @@ TAIL_LINES = 15
 #: Popen.returncode of a SIGKILL we did not send (the kernel OOM killer, systemd-oomd …)
 _KILLED = (-9, 137)
 _SIGKILL = getattr(signal, "SIGKILL", signal.SIGTERM)
+#: the running server's pid and start time, and ours, in the workspace's harness folder
+REPLAY_RECORD = "replay.json"
+#: psutil start times of one process agree to this (they are computed from clock ticks)
+_START_TIME_TOLERANCE_S = 0.05
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- records
@@ -317,6 +338,241 @@ def outcome_from_run(
 _live: dict[int, subprocess.Popen[bytes]] = {}
 _live_lock = threading.Lock()
 
+PR_SET_PDEATHSIG = 1
+
+
+def pdeathsig_preexec(sig: int = _SIGKILL) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get ``sig`` when the thread that forked it dies
+    (Linux ``prctl(PR_SET_PDEATHSIG)``); None elsewhere. ``prctl`` is looked up here, before
+    the fork: the child only calls it. If we died between the fork and the ``prctl`` the
+    child has been re-parented already and exits at once."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - a libc without prctl
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+class _Spawner:
+    """Forks every replay server from a thread that lives as long as this process, so that
+    the parent-death signal fires when ``oom-bisect`` dies and not when the thread that
+    happened to ask for the server ends: the main thread itself (it ends only when the
+    process does), else one spawner thread started on first use -- so a process that never
+    measures off its main thread stays single-threaded (``classify`` forks scan workers only
+    then). The ``Popen`` is registered in ``_live`` where it is made."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[
+            tuple[concurrent.futures.Future[subprocess.Popen[bytes]], list[str], dict[str, Any]]
+        ] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        if threading.current_thread() is threading.main_thread():
+            return self._start(argv, kwargs)
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._main, name="replay-spawner", daemon=True
+                )
+                self._thread.start()
+        future: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
+        self._jobs.put((future, argv, kwargs))
+        return future.result()
+
+    @staticmethod
+    def _start(argv: list[str], kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, **kwargs)
+        with _live_lock:
+            _live[proc.pid] = proc
+        return proc
+
+    def _main(self) -> None:
+        while True:
+            future, argv, kwargs = self._jobs.get()
+            try:
+                proc = self._start(argv, kwargs)
+            except BaseException as exc:  # handed to the asking thread
+                future.set_exception(exc)
+                continue
+            future.set_result(proc)
+
+
+_spawner = _Spawner()
+
+
+class _BasicLimits(ctypes.Structure):
+    _fields_ = [
+        ("PerProcessUserTimeLimit", ctypes.c_int64),
+        ("PerJobUserTimeLimit", ctypes.c_int64),
+        ("LimitFlags", ctypes.c_uint32),
+        ("MinimumWorkingSetSize", ctypes.c_size_t),
+        ("MaximumWorkingSetSize", ctypes.c_size_t),
+        ("ActiveProcessLimit", ctypes.c_uint32),
+        ("Affinity", ctypes.c_size_t),
+        ("PriorityClass", ctypes.c_uint32),
+        ("SchedulingClass", ctypes.c_uint32),
+    ]
+
+
+class _IoCounters(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("r", "w", "o", "rb", "wb", "ob")]
+
+
+class JobExtendedLimits(ctypes.Structure):
+    """``JOBOBJECT_EXTENDED_LIMIT_INFORMATION``."""
+
+    _fields_ = [
+        ("BasicLimitInformation", _BasicLimits),
+        ("IoInfo", _IoCounters),
+        ("ProcessMemoryLimit", ctypes.c_size_t),
+        ("JobMemoryLimit", ctypes.c_size_t),
+        ("PeakProcessMemoryUsed", ctypes.c_size_t),
+        ("PeakJobMemoryUsed", ctypes.c_size_t),
+    ]
+
+
+JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE = 0x2000
+
+
+def _last_error() -> int:
+    get = getattr(ctypes, "get_last_error", None)  # Windows only
+    return int(get()) if get is not None else 0
+
+
+JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS = 9
+
+
+class KillOnCloseJob:
+    """A Windows Job object that kills its processes when its last handle closes -- which is
+    when this process ends, however it ends, since only we hold the handle. ``kernel32`` is
+    ``ctypes.WinDLL("kernel32")`` on Windows (a recording fake in the tests)."""
+
+    def __init__(self, kernel32: Any) -> None:
+        self.kernel32 = kernel32
+        self.handle: Any = None
+
+    def _create(self) -> Any:
+        k = self.kernel32
+        handle = k.CreateJobObjectW(None, None)
+        if not handle:
+            raise OSError(f"CreateJobObjectW failed ({_last_error()})")
+        info = JobExtendedLimits()
+        info.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+        if not k.SetInformationJobObject(
+            handle,
+            JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
+            ctypes.byref(info),
+            ctypes.sizeof(info),
+        ):
+            k.CloseHandle(handle)
+            raise OSError(f"SetInformationJobObject failed ({_last_error()})")
+        return handle
+
+    def assign(self, process_handle: int) -> None:
+        """Put a started process in the job (created on first use, kept for our lifetime)."""
+        if self.handle is None:
+            self.handle = self._create()
+        if not self.kernel32.AssignProcessToJobObject(self.handle, process_handle):
+            raise OSError(f"AssignProcessToJobObject failed ({_last_error()})")
+
+
+_job: KillOnCloseJob | None = None
+
+
+def _windows_job() -> KillOnCloseJob:  # pragma: no cover - Windows only
+    global _job
+    if _job is None:
+        _job = KillOnCloseJob(ctypes.WinDLL("kernel32", use_last_error=True))  # type: ignore[attr-defined]
+    return _job
+
+
+# -- the record of the running server, for a later oom-bisect ------------------------------------
+
+
+def _start_time(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError):
+        return None
+
+
+def _same_process(pid: Any, start: Any) -> bool:
+    """``pid`` runs now and started at ``start`` (so it is not a recycled pid)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, int | float):
+        return False
+    now = _start_time(pid)
+    return now is not None and abs(now - float(start)) <= _START_TIME_TOLERANCE_S
+
+
+def _record_path(workspace_root: Path) -> Path:
+    return workspace_root / "harness" / REPLAY_RECORD
+
+
+def _write_record(workspace_root: Path, proc: subprocess.Popen[bytes]) -> None:
+    record = {
+        "pid": proc.pid,
+        "start_time_s": _start_time(proc.pid),
+        "owner_pid": os.getpid(),
+        "owner_start_time_s": _start_time(os.getpid()),
+    }
+    try:
+        write_json_atomic(_record_path(workspace_root), record)
+    except OSError as exc:
+        log.warning("could not record the replay server's pid: %s", exc)
+
+
+def _clear_record(workspace_root: Path, pid: int) -> None:
+    path = _record_path(workspace_root)
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.read_text("utf-8")).get("pid") == pid:
+            path.unlink()
+
+
+def kill_leftover_replay(workspace_root: Path) -> int | None:
+    """Kill the replay server an earlier ``oom-bisect`` left running in this workspace, if
+    it still runs (same pid *and* start time) and the ``oom-bisect`` that started it does
+    not; returns its pid, or None when there was nothing to kill."""
+    path = _record_path(workspace_root)
+    try:
+        record = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    pid = record.get("pid")
+    if _same_process(record.get("owner_pid"), record.get("owner_start_time_s")):
+        return None  # its oom-bisect is alive: the server is in use
+    killed = None
+    if _same_process(pid, record.get("start_time_s")):
+        assert isinstance(pid, int)
+        import psutil
+
+        with contextlib.suppress(psutil.Error, OSError):
+            victim = psutil.Process(pid)
+            if os.name != "nt" and os.getpgid(pid) == pid:
+                os.killpg(pid, _SIGKILL)  # its process group: helpers too
+            else:
+                victim.kill()
+            victim.wait(timeout=10)
+            killed = pid
+            log.info("killed ComfyUI pid %d left running by an earlier oom-bisect", pid)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return killed
+
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
     if os.name == "nt":  # pragma: no cover - no process groups; the tree goes with the root
@@ -348,6 +604,14 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> bool:
         with _live_lock:
             _live.pop(proc.pid, None)
     return escalated
+
+
+def _stop_recorded(workspace_root: Path, proc: subprocess.Popen[bytes], grace_s: float) -> bool:
+    """``_stop``, then forget the record of the server (it is gone)."""
+    try:
+        return _stop(proc, grace_s)
+    finally:
+        _clear_record(workspace_root, proc.pid)
 
 
 def kill_all_children() -> None:
@@ -566,14 +830,16 @@ class Replayer:
         with contextlib.suppress(FileNotFoundError):
             self.report_path.unlink()
         argv = self._argv(spec)
+        kill_leftover_replay(self.workspace.root)  # its port and memory would skew this run
         kwargs: dict[str, Any] = {}
         if os.name == "nt":  # pragma: no cover
             kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
         else:
             kwargs["start_new_session"] = True
+            kwargs["preexec_fn"] = pdeathsig_preexec()
         with self.console_path.open("wb") as console:
             try:
-                proc = subprocess.Popen(
+                proc = _spawner.popen(
                     argv,
                     cwd=spec.cwd,
                     stdin=subprocess.DEVNULL,
@@ -586,8 +852,12 @@ class Replayer:
                 raise ComfyError(
                     f"cannot start ComfyUI with {self.settings.python}: {exc.strerror or exc}"
                 ) from exc
-        with _live_lock:
-            _live[proc.pid] = proc
+        if os.name == "nt":  # pragma: no cover - Windows only
+            try:
+                _windows_job().assign(int(proc._handle))  # type: ignore[attr-defined]
+            except OSError as exc:
+                log.warning("the replay ComfyUI may outlive oom-bisect: %s", exc)
+        _write_record(self.workspace.root, proc)
         return proc
 
     # -- one measurement
@@ -620,7 +890,9 @@ class Replayer:
             return await client.object_info()
         finally:
             await client.close()
-            await asyncio.to_thread(_stop, proc, self.settings.stop_grace_s)
+            await asyncio.to_thread(
+                _stop_recorded, self.workspace.root, proc, self.settings.stop_grace_s
+            )
 
     async def _measure(self, prompt: Mapping[str, Any], threshold: Threshold | None) -> Measurement:
         t0 = time.monotonic()
@@ -669,7 +941,9 @@ class Replayer:
             sampler.sample()  # the last high-water marks, before the process goes
             killed_by_harness = proc.poll() is None
             await client.close()
-            sigkilled_by_harness = await asyncio.to_thread(_stop, proc, self.settings.stop_grace_s)
+            sigkilled_by_harness = await asyncio.to_thread(
+                _stop_recorded, self.workspace.root, proc, self.settings.stop_grace_s
+            )
             sampler.finish()
             timings["teardown_s"] = time.monotonic() - t_stop
         exit_code = proc.returncode

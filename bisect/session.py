@@ -603,6 +603,10 @@ class Session:
     def open(cls, paths: BisectPaths) -> Session:
         if not cls.exists(paths):
             raise NotBisecting(f"{paths.root}: no bisect session (start one with oom-bisect run)")
+        # a replay server left by an oom-bisect that died: it holds memory and a port
+        from oom_sentinel.bisect.replay import kill_leftover_replay
+
+        kill_leftover_replay(paths.workspace)
         p = paths.session / "session.json"
         try:
             data = json.loads(p.read_text("utf-8"))
@@ -957,6 +961,9 @@ def reset_paths(paths: BisectPaths) -> None:
         raise NotBisecting(f"{paths.root}: no bisect session")
     with session_lock(paths):
         had = paths.session.exists() or paths.workspace.exists()
+        from oom_sentinel.bisect.replay import kill_leftover_replay
+
+        kill_leftover_replay(paths.workspace)  # before its files go from under it
         remove_workspace(paths.workspace)
         if paths.session.exists():
             for child in sorted(paths.session.iterdir()):

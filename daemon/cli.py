@@ -87,6 +87,15 @@ def config_show(config_path: str | None, as_json: bool, defaults: bool) -> None:
     loaded = load_settings(config_path)
     data: dict[str, Any] = loaded.settings.model_dump(mode="json")
     data["data_dir"] = str(loaded.settings.resolved_data_dir())
+    # apprise URLs hold passwords and tokens in every part (discord://ID/TOKEN): shown as
+    # `alert test` names them; anything else secret-shaped (a ComfyUI URL's ?token=) masked
+    from oom_sentinel.daemon.notifiers import describe_url
+    from oom_sentinel.daemon.redact import redact
+
+    alerts = data.get("alerts")
+    if isinstance(alerts, dict) and alerts.get("urls"):
+        alerts["urls"] = [describe_url(str(u)) for u in alerts["urls"]]
+    data = redact(data)
     if as_json:
         echo_json({"source": str(loaded.source) if loaded.source else None, "settings": data})
         return

@@ -79,6 +79,10 @@ def status_command(config_path: str | None, data_dir: str | None, as_json: bool)
         status = None
     except (OSError, ValueError) as exc:
         raise SentinelError(f"{path}: unreadable status file: {exc}") from None
+    if isinstance(status, dict):  # written redacted; a file from an older daemon may not be
+        from oom_sentinel.daemon.redact import redact
+
+        status = redact(status)
     running = bool(status) and _pid_alive(int(status.get("pid", 0)))  # type: ignore[union-attr]
     if as_json:
         echo_json({"running": running, "data_dir": str(root), "status": status})
@@ -91,6 +95,9 @@ def status_command(config_path: str | None, data_dir: str | None, as_json: bool)
         f"running as pid {status['pid']}, data in {status['data_dir']} (updated {age:.0f} s ago)"
     )
     click.echo(f"  {status.get('gpu')}")
+    dead = [name for name, ok in (status.get("workers") or {}).items() if not ok]
+    if dead:
+        click.echo(f"  DEAD worker(s): {', '.join(dead)} -- the service needs a restart")
     insts = status.get("instances") or []
     click.echo(
         f"  {len(insts)} ComfyUI instance(s)" + (":" if insts else " (waiting for one to appear)")

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from oom_sentinel.daemon.clikit import echo_json, echo_table, handle_errors
-from oom_sentinel.daemon.runs import OUTCOMES, RunRecord, list_runs
+from oom_sentinel.daemon.runs import OUTCOME_LABELS, OUTCOMES, RunRecord, list_runs
 from oom_sentinel.daemon.store import Store
 from oom_sentinel.daemon.units import format_bytes
 
@@ -96,7 +96,7 @@ def runs_command(
         (
             _when(r.started_s if r.started_s is not None else r.ended_s),
             r.instance,
-            r.outcome,
+            OUTCOME_LABELS.get(r.outcome, r.outcome),
             _duration(r),
             format_bytes(r.peak_rss_bytes, "-"),
             format_bytes(r.peak_vram_bytes, "-"),

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from oom_sentinel.daemon.errors import ComfyError
 
@@ -391,7 +392,11 @@ class ComfyClient:
     def __init__(
         self, base_url: str, client_id: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        # a query in the URL (``?token=...`` for a ComfyUI behind an auth proxy) goes with
+        # every request, and stays out of ``base_url``, which error messages name
+        parts = urlsplit(base_url.strip())
+        self.query: tuple[tuple[str, str], ...] = tuple(parse_qsl(parts.query))
+        self.base_url = urlunsplit(parts._replace(query="", fragment="")).rstrip("/")
         self.client_id = client_id or uuid.uuid4().hex
         self.timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
@@ -435,7 +440,11 @@ class ComfyClient:
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         try:
             async with session.request(
-                method, self.base_url + path, json=json_body, params=params, timeout=timeout
+                method,
+                self.base_url + path,
+                json=json_body,
+                params=[*self.query, *(params or {}).items()] or None,
+                timeout=timeout,
             ) as resp:
                 text = await resp.text(errors="replace")
                 if resp.status not in ok_status:
@@ -619,7 +628,9 @@ class ComfyClient:
             + f"/ws?clientId={cid}"
         )
         try:
-            raw = await self._get_session().ws_connect(url, heartbeat=None, max_msg_size=0)
+            raw = await self._get_session().ws_connect(
+                url, heartbeat=None, max_msg_size=0, params=list(self.query) or None
+            )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ComfyError(
                 f"ComfyUI at {url}: websocket did not open ({type(exc).__name__}: {exc})"

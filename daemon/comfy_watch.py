@@ -24,15 +24,17 @@ How the API is read, and why:
   server restarted.
 - **Prompts too fast to be seen in the queue**: the websocket's ``status`` broadcasts count
   prompts in (``queue_remaining`` grew) and out (it shrank). When the queue is empty again and
-  fewer new prompts were seen than came in, or fewer were reported than went out, the newest
-  history entries are swept for the missing ones. Both counts matter: a broadcast can overtake
+  fewer new prompts were seen than came in, or fewer were reported than went out, history is
+  swept for the missing ones: every entry that went out since the counts started (the missing
+  ones can be anywhere among them), then further back page by page until they are found. Both counts matter: a broadcast can overtake
   a ``/queue`` answer that predates its prompt, and the sweep that this answer triggers finds
   the prompt not finished yet; the count of prompts out still misses it at the next empty
   queue. When everything that went out was reported, no history is read.
 - **A restart never needs a daemon restart**: a dropped websocket (no close frame) or a failed
   request ends the session; ``/system_stats`` is retried with backoff (0.1 s doubling to 2 s)
-  until it answers again. On every (re)connect the newest history entries are read once, so a
-  prompt that ran before we got there is not lost. The watcher may report a prompt twice (a
+  until it answers again. On every (re)connect history is read back, page by page, to the
+  newest prompt already reported (on the first connect: to when a daemon last watched, the
+  service's horizon), so the prompts that ran while nobody watched are not lost. The watcher may report a prompt twice (a
   reconnect to the same server); the service deduplicates by prompt id against the runs table.
 
 One asyncio event loop in one thread serves every instance; it never touches the service's
@@ -93,8 +95,13 @@ class WatchOptions:
     reconnect_max_s: float = 2.0
     #: per HTTP request
     request_timeout_s: float = 10.0
-    #: newest history entries read on every (re)connect
+    #: newest history entries read first on every (re)connect (then 4x more, page by page,
+    #: until an entry already reported, one that ended before ``backfill_since_s``, or the
+    #: start of the server's history)
     backfill_items: int = 64
+    #: the first connect reads history back to here: when a daemon last watched (the
+    #: prompts that ran while none did); None: the first page only
+    backfill_since_s: float | None = None
     #: lines of /internal/logs kept for a snapshot
     logs_tail_lines: int = 200
     #: prompt ids remembered as reported (bounded)
@@ -200,6 +207,13 @@ def logs_tail(text: str | None, lines: int) -> str | None:
     return "".join(parts[-lines:]) if lines > 0 else ""
 
 
+#: ComfyUI keeps at most this many history entries (comfyui-facts 1.4): no sweep reads more
+MAXIMUM_HISTORY_SIZE = 10_000
+#: a counting sweep also stops at entries that ended this long before its counters started
+#: (the server's clock may differ a little from ours)
+SWEEP_CLOCK_SLACK_S = 60.0
+
+
 def _ms_to_s(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -219,6 +233,12 @@ def _terminal(entry: HistoryEntry) -> tuple[Outcome, Mapping[str, Any] | None]:
     if entry.succeeded:
         return "success", None
     return ("interrupted" if entry.interrupted else "error"), None
+
+
+def ended_s(entry: HistoryEntry) -> float | None:
+    """When a history entry's prompt ended (its terminal message's timestamp), if known."""
+    _, terminal = _terminal(entry)
+    return _ms_to_s(terminal.get("timestamp")) if terminal else None
 
 
 def done_from_history(
@@ -336,6 +356,11 @@ class _InstanceWatch:
         self.reported_new = 0
         #: queue_remaining of the last broadcast (None: count from the next one)
         self._last_remaining: int | None = None
+        #: when the counters above last started from zero (a sweep reads back to here)
+        self._counting_since_s = clock()
+        #: the first session reads history back to ``backfill_since_s``; later ones (the
+        #: same daemon, a reconnect) back to the first prompt already reported
+        self._first_session = True
 
     # -- the outer loop: connect, run a session, reconnect ------------------------------------
     async def run(self) -> None:
@@ -368,7 +393,7 @@ class _InstanceWatch:
         self.connected = True
         self.ws_dropped = False
         self._last_remaining = None
-        self.announced = self.seen_new = self.finished = self.reported_new = 0
+        self._reset_counts()
         ws_task = asyncio.create_task(
             self._ws_loop(client) if self.options.websocket else asyncio.sleep(0),
             name=f"ws-{self.name}",
@@ -417,6 +442,10 @@ class _InstanceWatch:
             if task is None or not task.cancelling():
                 self._lose_tracked()  # the server went away (not: the daemon is stopping)
                 self._set_disconnected(reason)
+
+    def _reset_counts(self) -> None:
+        self.announced = self.seen_new = self.finished = self.reported_new = 0
+        self._counting_since_s = self.clock()
 
     def _interval(self) -> float:
         if self.tracked or (self._last_remaining or 0) > 0:
@@ -514,11 +543,15 @@ class _InstanceWatch:
             if not self.ws_up:
                 self._last_remaining = 0  # no broadcasts to keep it true: the poll is all we have
             missing = max(self.announced - self.seen_new, self.finished - self.reported_new)
-            self.announced = self.seen_new = self.finished = self.reported_new = 0
+            # the missing prompts are anywhere among all that went out since the counters
+            # started, not only the newest: read them all, then further back if need be
+            span = max(self.announced, self.finished)
+            since = self._counting_since_s - SWEEP_CLOCK_SLACK_S
+            self._reset_counts()
             if missing > 0:
-                await self._sweep(client, missing + 2, backfill=False)
+                await self._sweep(client, span + 2, backfill=False, want=missing, since_s=since)
             elif not self.ws_up and await self._newest_is_new(client):
-                # no status broadcasts to count prompts by: the newest history entry tells
+                # no status broadcasts to count prompts by: back to the newest one reported
                 await self._sweep(client, 8, backfill=False)
 
     async def _newest_is_new(self, client: ComfyClient) -> bool:
@@ -582,16 +615,50 @@ class _InstanceWatch:
         self.emit(done)
 
     async def _backfill(self, client: ComfyClient) -> None:
-        await self._sweep(client, self.options.backfill_items, backfill=True)
+        since = None  # a reconnect: back to the newest prompt already reported
+        if self._first_session:
+            # the first: back to when a daemon last watched; on a first start ever, the
+            # newest page only (older prompts are recorded, never alarmed on)
+            first = self.options.backfill_since_s
+            since = first if first is not None else self.clock()
+        self._first_session = False
+        await self._sweep(client, self.options.backfill_items, backfill=True, since_s=since)
 
-    async def _sweep(self, client: ComfyClient, max_items: int, *, backfill: bool) -> None:
-        entries = await client.history(max_items=max(1, max_items))
-        for entry in entries.values():
-            if entry.prompt_id in self.tracked or entry.prompt_id in self.reported:
-                continue
-            if entry.status_str is None and not entry.messages:
-                continue  # not finished (an old ComfyUI writes history without status)
-            await self._report_entry(client, entry, fallback=None, backfill=backfill)
+    async def _sweep(
+        self,
+        client: ComfyClient,
+        max_items: int,
+        *,
+        backfill: bool,
+        want: int | None = None,
+        since_s: float | None = None,
+    ) -> None:
+        """Report the finished history entries not reported yet, newest ``max_items`` first,
+        then 4x as many, page by page, until: ``want`` new ones were found (a counting sweep),
+        or (without ``want``) the page holds a prompt reported before this sweep; or it holds
+        one that ended before ``since_s``; or the server's history has no more."""
+        size = max(1, max_items)
+        mine: set[str] = set()
+        while True:
+            entries = await client.history(max_items=size)
+            known = older = False
+            for entry in entries.values():
+                if entry.prompt_id in self.reported and entry.prompt_id not in mine:
+                    known = True
+                end = ended_s(entry)
+                if since_s is not None and end is not None and end < since_s:
+                    older = True
+                if entry.prompt_id in self.tracked or entry.prompt_id in self.reported:
+                    continue
+                if entry.status_str is None and not entry.messages:
+                    continue  # not finished (an old ComfyUI writes history without status)
+                await self._report_entry(client, entry, fallback=None, backfill=backfill)
+                mine.add(entry.prompt_id)
+            if len(entries) < size or size >= MAXIMUM_HISTORY_SIZE or older:
+                return
+            if (len(mine) >= want) if want is not None else known:
+                return
+            size = min(size * 4, MAXIMUM_HISTORY_SIZE)
 
     async def _stats_and_logs(
         self, client: ComfyClient
@@ -701,6 +768,11 @@ class ComfyWatcher:
         except Exception:
             log.exception("could not hand over %s", type(message).__name__)
 
+    def is_alive(self) -> bool:
+        """Whether the watcher's thread and its event loop run (a worker the watchdog checks)."""
+        loop, thread = self._loop, self._thread
+        return thread is not None and thread.is_alive() and loop is not None and loop.is_running()
+
     def connected(self) -> dict[str, bool]:
         """Which instances' APIs answer now (for status; read from any thread)."""
         return {name: w.connected for name, w in list(self._watches.items())}
@@ -721,8 +793,9 @@ class ComfyWatcher:
             self._tasks.clear()
             loop.stop()
 
-        with contextlib.suppress(RuntimeError):
-            asyncio.run_coroutine_threadsafe(shutdown(), loop)
+        if thread.is_alive() and not loop.is_closed():  # a watcher that died has no loop left
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(shutdown(), loop)
         thread.join(timeout_s)
         self._thread = None
         self._loop = None

@@ -29,8 +29,10 @@ from oom_sentinel.daemon.processes import (
     ComfyProcess,
     LaunchFlags,
     find_conflicts,
+    holds_no_gpu_memory,
     other_gpu_processes,
     parse_launch_flags,
+    shares_gpu,
 )
 from oom_sentinel.daemon.units import GIB, MIB, format_bytes
 
@@ -630,7 +632,9 @@ def check_second_instance(facts: DoctorFacts) -> Finding:
     for other in others:
         index, other_key = _proc_device(facts, other)
         used = sum(p.used_bytes or 0 for p in gpu_procs if p.pid == other.pid)
-        if index is not None:
+        if other.flags.vram_mode != "cpu" and holds_no_gpu_memory(other, gpu_procs):
+            on = "no GPU memory (NVML lists none for it)"
+        elif index is not None:
             on = f"GPU {index}"
         elif other_key is not None:
             on = f"CUDA device {other_key.removeprefix('cuda:')} (GPU data unavailable)"
@@ -638,7 +642,16 @@ def check_second_instance(facts: DoctorFacts) -> Finding:
             on = "no GPU"
         holds = f", holds {format_bytes(used)}" if used else ""
         lines.append(f"{_comfy_label(other)} on {on}{holds}")
-        if other_key is not None and other_key == target_key:
+        # one rule with the snapshots and alerts (processes.shares_gpu) for a running ComfyUI;
+        # for one not running, the device its config selects
+        if target is not None:
+            if shares_gpu(target, other, gpu_procs):
+                shared_gpu.append(other)
+        elif (
+            other_key is not None
+            and other_key == target_key
+            and not holds_no_gpu_memory(other, gpu_procs)
+        ):
             shared_gpu.append(other)
         for conflict in conflicts:
             if other.pid in conflict.pids and target is not None and target.pid in conflict.pids:

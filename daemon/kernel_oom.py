@@ -61,6 +61,7 @@ __all__ = [
     "assess_kill",
     "capture_readings",
     "collect_kill_evidence",
+    "evidence_gaps",
     "parse_earlyoom_line",
     "parse_journal_json",
     "parse_kernel_line",
@@ -1009,6 +1010,26 @@ def assess_kill(
         cgroup=cgroup_named,
     )
     return _with_summary(evidence, death)
+
+
+def evidence_gaps(ev: KillEvidence) -> tuple[str, ...]:
+    """The killers that this evidence cannot rule out because their source could not be read
+    (pure). Empty: every killer that can exist here was checked, so "no killer" means none.
+
+    The kernel's kills (global or in a memory cgroup) all count in ``/proc/vmstat`` and in the
+    process's cgroup, and are logged to ``/dev/kmsg``: one of the three read rules it out.
+    systemd-oomd and earlyoom only tell the journal; a machine without a journal has no
+    systemd-oomd and an earlyoom whose log we could not read anyway, so only a journal that is
+    there and unreadable leaves them open.
+    """
+    status = {r.source: r.status for r in ev.sources}
+    read = ("saw-kill", "no-kill")
+    gaps: list[str] = []
+    if not any(status.get(s) in read for s in ("vmstat", "cgroup", "kmsg")):
+        gaps.append("kernel")
+    if status.get("journal") not in (*read, "unavailable"):
+        gaps.append("systemd-oomd/earlyoom")
+    return tuple(gaps)
 
 
 def _with_summary(ev: KillEvidence, death: ProcessDeath) -> KillEvidence:

@@ -320,6 +320,10 @@ class MetricsExporter:
         bound = server.server_address
         return str(bound[0]), int(bound[1])
 
+    def is_alive(self) -> bool:
+        """Whether the /metrics server thread runs (a worker the watchdog checks)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()

@@ -19,8 +19,11 @@ While a process lives its kill-evidence baseline (``capture_readings``: ``/proc/
 memory cgroup's counters) is refreshed every few seconds, because its cgroup can only be read
 while it exists. After it ends, ``collect_kill_evidence`` reads the counters again plus
 ``/dev/kmsg`` and the journal; each source says ``saw-kill``, ``no-kill``, ``unreadable`` or
-``unavailable``. A SIGKILL, or evidence naming a killer, makes the end a ``killed-by-os``
-observation.
+``unavailable``. Evidence naming a killer makes the end a ``killed-by-os`` observation. A
+SIGKILL alone does not: users, launchers and test teardowns send it too. It is read as an OOM
+kill only when a killer's source could not be read (``evidence_gaps``) *and* host memory was
+high at the last samples before the death (``kill_verdict``); every other SIGKILL is a
+``killed (SIGKILL)`` run, logged, with no incident and no alert.
 
 Like the API watcher it owns one thread and hands immutable ``ProcessExit`` records to a
 callback (the service's inbox). The snapshot's ``process`` and ``kernel`` sections are built by
@@ -39,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 
@@ -53,9 +56,15 @@ from oom_sentinel.daemon.kernel_oom import (
     SystemRoots,
     capture_readings,
     collect_kill_evidence,
+    evidence_gaps,
 )
-from oom_sentinel.daemon.probes import GpuProcessSample
-from oom_sentinel.daemon.processes import ComfyProcess, find_conflicts, other_gpu_processes
+from oom_sentinel.daemon.probes import GpuProcessSample, MemorySample
+from oom_sentinel.daemon.processes import (
+    ComfyProcess,
+    find_conflicts,
+    other_gpu_processes,
+    shares_gpu,
+)
 
 __all__ = [
     "ProcessExit",
@@ -65,6 +74,8 @@ __all__ = [
     "is_os_kill",
     "kernel_section",
     "kill_observation",
+    "kill_verdict",
+    "memory_was_high",
     "parse_stat_exit",
     "process_section",
 ]
@@ -75,6 +86,25 @@ log = logging.getLogger(__name__)
 READINGS_INTERVAL_S = 5.0
 #: liveness poll where pidfds are not available
 POLL_INTERVAL_S = 0.25
+#: host memory counts as "high" when at most this fraction of RAM (or of the commit limit) was
+#: left at one of the last samples before a death
+HIGH_MEMORY_FREE_FRACTION = 0.10
+#: how many samples before the death are looked at
+HIGH_MEMORY_SAMPLES = 3
+
+#: why a process end is, or is not, an OOM kill (the snapshot's ``kernel.verdict``)
+KillBasis = Literal[
+    # a source named the killer (kernel, cgroup, systemd-oomd, earlyoom)
+    "evidence",
+    # a SIGKILL, a killer's source could not be read, and memory was high at the last samples
+    "unreadable-evidence-high-memory",
+    # a SIGKILL, every source was read and none shows an OOM kill
+    "sigkill-no-oom-evidence",
+    # a SIGKILL, a source could not be read, but memory was not high
+    "sigkill-unreadable-evidence-memory-normal",
+    # no SIGKILL and no killer: an exit, a crash or another signal
+    "not-killed",
+]
 
 
 # ---- records -----------------------------------------------------------------------------------
@@ -89,6 +119,13 @@ class ProcessExit:
     death: ProcessDeath
     evidence: KillEvidence
     os_kill: bool
+    #: why ``os_kill`` is what it is (``kill_verdict``)
+    basis: KillBasis = "evidence"
+
+    @property
+    def sigkill(self) -> bool:
+        """Ended by a SIGKILL that no evidence ties to memory: a ``killed (SIGKILL)`` run."""
+        return not self.os_kill and self.death.signal == SIGKILL
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +170,61 @@ def death_from_status(
 
 
 def is_os_kill(death: ProcessDeath, evidence: KillEvidence) -> bool:
-    """A SIGKILL, or evidence that names a killer (even only "possible": an unexplained end
-    while the kernel's OOM counter moved is worth a snapshot)."""
-    return death.signal == SIGKILL or evidence.killer is not None
+    """Evidence names a killer (even only "possible": an unexplained end while the kernel's
+    OOM counter moved is worth a snapshot). A bare SIGKILL is not enough: see ``kill_verdict``."""
+    return evidence.killer is not None
+
+
+def memory_was_high(samples: Sequence[MemorySample], died_at_s: float) -> bool | None:
+    """Whether host memory was nearly exhausted at one of the last ``HIGH_MEMORY_SAMPLES``
+    samples up to ``died_at_s`` (pure). None: no host sample to tell."""
+    before = [s for s in samples if s.host is not None and s.time_s <= died_at_s + 1.0]
+    if not before:
+        return None
+    for sample in before[-HIGH_MEMORY_SAMPLES:]:
+        host = sample.host
+        assert host is not None
+        if host.ram_total_bytes > 0 and (
+            host.ram_available_bytes <= host.ram_total_bytes * HIGH_MEMORY_FREE_FRACTION
+        ):
+            return True
+        limit, used = host.commit_limit_bytes, host.committed_bytes
+        if limit and used is not None and limit - used <= limit * HIGH_MEMORY_FREE_FRACTION:
+            return True
+    return False
+
+
+def kill_verdict(
+    death: ProcessDeath, evidence: KillEvidence, memory_high: bool | None
+) -> tuple[bool, KillBasis]:
+    """``(os_kill, basis)``: was this end a kill by the OS for memory, and on what grounds
+    (pure). One rule for the daemon's incidents, alerts and run outcomes."""
+    if evidence.killer is not None:
+        return True, "evidence"
+    if death.signal != SIGKILL:
+        return False, "not-killed"
+    if not evidence_gaps(evidence):
+        return False, "sigkill-no-oom-evidence"
+    if memory_high:
+        return True, "unreadable-evidence-high-memory"
+    return False, "sigkill-unreadable-evidence-memory-normal"
+
+
+#: the verdict in words, for the log and the snapshot
+BASIS_TEXT: dict[str, str] = {
+    "evidence": "the evidence names the killer",
+    "unreadable-evidence-high-memory": (
+        "a SIGKILL while host memory was nearly exhausted, and a killer's log or counter "
+        "could not be read: taken for an OOM kill"
+    ),
+    "sigkill-no-oom-evidence": (
+        "killed (SIGKILL); every source was read and none shows an OOM kill: not an OOM"
+    ),
+    "sigkill-unreadable-evidence-memory-normal": (
+        "killed (SIGKILL); a source could not be read, but memory was not high: not an OOM"
+    ),
+    "not-killed": "not killed",
+}
 
 
 def kill_observation(
@@ -149,11 +238,16 @@ def kill_observation(
         extra.append(("signal", death.signal))
     if ev.confidence is not None:
         extra.append(("confidence", ev.confidence))
+    if exit.basis != "evidence":
+        extra.append(("basis", exit.basis))
     event = OomEvent(
         pool=Pool.KILLED_BY_OS,
         backend=backend,
         recovered=False,
-        message=ev.summary or f"process {death.pid} was killed",
+        message=(
+            ev.summary if exit.basis == "evidence" else f"{ev.summary}; {BASIS_TEXT[exit.basis]}"
+        )
+        or f"process {death.pid} was killed",
         killer=ev.killer,
         killed_pid=death.pid,
         rule=f"process-exit/{ev.killer or 'sigkill'}",
@@ -164,7 +258,8 @@ def kill_observation(
         "signal": death.signal,
         "exit_code": death.exit_code,
         "killer": ev.killer,
-        "confidence": ev.confidence,
+        "confidence": ev.confidence if ev.killer is not None else "possible",
+        "basis": exit.basis,
     }
     if prompt_id:
         evidence["prompt_id"] = prompt_id
@@ -185,9 +280,15 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def kernel_section(death: ProcessDeath, evidence: KillEvidence) -> dict[str, Any]:
-    """The snapshot's ``kernel`` section: how the process ended and what each source said."""
+def kernel_section(
+    death: ProcessDeath, evidence: KillEvidence, basis: KillBasis = "evidence"
+) -> dict[str, Any]:
+    """The snapshot's ``kernel`` section: how the process ended, what each source said and
+    why it was taken for an OOM kill (``verdict``: named by the evidence, or a SIGKILL with a
+    source unreadable while memory was high)."""
     return {
+        "verdict": basis,
+        "verdict_text": BASIS_TEXT[basis],
         "pid": death.pid,
         "died_at_s": death.died_at_s,
         "signal": death.signal,
@@ -282,6 +383,8 @@ def process_section(
             "install_dir": p.install_dir,
             "argv": list(p.argv),
             "gpu_used_bytes": gpu_by_pid.get(p.pid),
+            # processes.shares_gpu: --cpu, another device, or no GPU memory in NVML: False
+            "shares_gpu": shares_gpu(proc, p, gpu_processes),
         }
         for p in other_comfy
     ]
@@ -369,8 +472,11 @@ class ProcessWatcher:
         poll_interval_s: float = POLL_INTERVAL_S,
         use_pidfd: bool | None = None,
         clock: Callable[[], float] = time.time,
+        memory: Callable[[], Sequence[MemorySample]] | None = None,
     ) -> None:
         self.emit = emit
+        #: the memory timeline (``kill_verdict`` asks whether memory was high at a SIGKILL)
+        self.memory = memory
         self.roots = roots
         self.journalctl = journalctl
         self.read_logs = read_logs
@@ -411,6 +517,10 @@ class ProcessWatcher:
         """Instance → pid being watched now."""
         with self._lock:
             return {name: p.pid for name, p in self._wanted.items()}
+
+    def is_alive(self) -> bool:
+        """Whether the watcher's thread runs (a worker the watchdog checks)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
         if self._thread is not None:
@@ -547,15 +657,20 @@ class ProcessWatcher:
             read_logs=self.read_logs,
             clock=self.clock,
         )
-        os_kill = is_os_kill(death, evidence)
+        high = None
+        if evidence.killer is None and death.signal == SIGKILL and evidence_gaps(evidence):
+            high = memory_was_high(self.memory() if self.memory else (), died_at)
+        os_kill, basis = kill_verdict(death, evidence, high)
+        verdict = "" if basis in ("evidence", "not-killed") else f" -- {BASIS_TEXT[basis]}"
         log.log(
             logging.WARNING if os_kill else logging.INFO,
-            "ComfyUI %r (pid %d) ended: %s",
+            "ComfyUI %r (pid %d) ended: %s%s",
             target.instance,
             proc.pid,
             evidence.summary,
+            verdict,
         )
-        self.emit(ProcessExit(target.instance, proc, death, evidence, os_kill))
+        self.emit(ProcessExit(target.instance, proc, death, evidence, os_kill, basis))
 
     def _refresh_readings(self) -> None:
         now = time.monotonic()

@@ -36,6 +36,7 @@ from oom_sentinel.daemon.probes import GpuProcessSample
 
 __all__ = [
     "DEFAULT_PORT",
+    "PROCESS_SCOPE_ENV",
     "VRAM_MODES",
     "ComfyProcess",
     "InstanceConflict",
@@ -44,11 +45,15 @@ __all__ = [
     "device_selection",
     "find_comfy_processes",
     "find_conflicts",
+    "holds_no_gpu_memory",
+    "in_scope",
     "looks_like_comfyui",
     "other_gpu_processes",
     "parse_launch_flags",
     "process_exists",
     "process_for",
+    "process_scope",
+    "shares_gpu",
     "split_python_command",
     "still_running",
 ]
@@ -709,16 +714,47 @@ def _safe(call: Callable[[], Any]) -> Any:
         return None
 
 
+#: ``os.pathsep``-separated directories: when set, only ComfyUI processes whose install, code
+#: or working directory lies under one of them exist for discovery, snapshots and ``doctor``
+#: (the test suite sets it to its temp root, so it never attaches to a ComfyUI it did not
+#: start -- a user's, or a second copy of the suite's)
+PROCESS_SCOPE_ENV = "OOM_SENTINEL_PROCESS_SCOPE"
+
+
+def process_scope(environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
+    """The directories of ``$OOM_SENTINEL_PROCESS_SCOPE`` (normalised), or None when unset."""
+    raw = (os.environ if environ is None else environ).get(PROCESS_SCOPE_ENV)
+    if not raw:
+        return None
+    return tuple(os.path.normcase(os.path.realpath(part)) for part in raw.split(os.pathsep) if part)
+
+
+def in_scope(proc: ComfyProcess, scope: Sequence[str] | None) -> bool:
+    """Whether ``proc`` runs from under one of ``scope`` (None: no scope, everything is)."""
+    if scope is None:
+        return True
+    for where in (proc.install_dir, proc.code_dir, proc.cwd):
+        if not where:
+            continue
+        path = os.path.normcase(os.path.realpath(where))
+        if any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in scope):
+            return True
+    return False
+
+
 def find_comfy_processes(
     *,
     process_iter: Callable[..., Iterable[Any]] = psutil.process_iter,
     exists: Callable[[str], bool] = os.path.exists,
+    environ: Mapping[str, str] | None = None,
 ) -> list[ComfyProcess]:
-    """Every ComfyUI server process this user can see, oldest first. Never raises.
+    """Every ComfyUI server process this user can see (within ``$OOM_SENTINEL_PROCESS_SCOPE``
+    when set), oldest first. Never raises.
 
     This walks the whole process table, so it belongs in the slow discovery job (every
     ``discovery.interval_s``), not the per-second sampler.
     """
+    scope = process_scope(environ)
     found: list[ComfyProcess] = []
     try:
         procs = list(process_iter(["pid", "name", "cmdline"]))
@@ -742,7 +778,7 @@ def find_comfy_processes(
             ppid=_safe(proc.ppid),
             exists=exists,
         )
-        if comfy is not None:
+        if comfy is not None and in_scope(comfy, scope):
             found.append(comfy)
     found.sort(key=lambda p: (p.create_time_s or 0.0, p.pid))
     return found
@@ -772,6 +808,53 @@ def device_selection(proc: ComfyProcess) -> str | None:
     if proc.cuda_visible_devices is not None:
         return proc.cuda_visible_devices.replace(" ", "")
     return "default"
+
+
+def _first_cuda_device(proc: ComfyProcess) -> str | None:
+    """The CUDA device a process computes on first (``--cuda-device`` / ``CUDA_VISIBLE_DEVICES``:
+    the first listed; by default device 0); None for ``--cpu`` or an empty selection."""
+    selection = device_selection(proc)
+    if selection is None:
+        return None
+    if selection == "default":
+        return "0"
+    first = selection.split(",")[0].strip()
+    return first or None
+
+
+def holds_no_gpu_memory(proc: ComfyProcess, gpu_processes: Sequence[GpuProcessSample]) -> bool:
+    """NVML reports per-process GPU memory on this machine and none for ``proc`` (pure).
+    Where NVML cannot say (no NVML, WDDM's ``None``), this is False: nothing is known."""
+    if not any(gp.used_bytes is not None for gp in gpu_processes):
+        return False
+    mine = [gp for gp in gpu_processes if gp.pid == proc.pid]
+    return not any(gp.used_bytes is None or gp.used_bytes > 0 for gp in mine)
+
+
+def shares_gpu(
+    target: ComfyProcess | None, other: ComfyProcess, gpu_processes: Sequence[GpuProcessSample]
+) -> bool:
+    """Whether ``other`` competes with ``target`` for GPU memory -- the one rule behind a
+    snapshot's ``other_instances[].shares_gpu``, the alert's "stop the other instance" advice
+    and ``doctor``'s second-instance check (pure).
+
+    Not when either runs on ``--cpu``; not when NVML reports per-process memory and none for
+    ``other``; when NVML lists both, exactly when they are on one device; otherwise when their
+    device selections (``--cuda-device``, ``CUDA_VISIBLE_DEVICES``) start on the same device.
+    ``target`` None (ComfyUI not running): any other instance that uses a GPU.
+    """
+    if other.flags.vram_mode == "cpu" or holds_no_gpu_memory(other, gpu_processes):
+        return False
+    if target is None:
+        return _first_cuda_device(other) is not None
+    if target.flags.vram_mode == "cpu":
+        return False
+    on_a = {gp.device_index for gp in gpu_processes if gp.pid == target.pid}
+    on_b = {gp.device_index for gp in gpu_processes if gp.pid == other.pid}
+    if on_a and on_b:
+        return bool(on_a & on_b)
+    first = _first_cuda_device(target)
+    return first is not None and first == _first_cuda_device(other)
 
 
 @dataclass(frozen=True, slots=True)
@@ -818,7 +901,15 @@ def find_conflicts(
                     f"{len(members)} ComfyUI processes use GPU {dev}",
                 )
             )
-    for sel, members in sorted(groups(device_selection).items()):
+    on_gpu = [p for p in comfy if not holds_no_gpu_memory(p, gpu_processes)]
+    by_selection: dict[str, list[int]] = {}
+    for proc in on_gpu:
+        selected = device_selection(proc)
+        if selected is not None:
+            by_selection.setdefault(selected, []).append(proc.pid)
+    for sel, members in sorted(by_selection.items()):
+        if len(members) < 2:
+            continue
         what = "the default GPU" if sel == "default" else f"CUDA device(s) {sel}"
         out.append(
             InstanceConflict(

@@ -12,8 +12,10 @@ ComfyUI's prompt ids are uuid4s, so a re-report of the same prompt (the API watc
 and read history again) is ignored, which is what keeps the record exactly-once.
 
 Outcomes: ``success``; ``oom`` (the error was classified as out of memory); ``error`` (any
-other error); ``interrupted``; ``killed`` (its server was killed by the OS while it ran);
-``crashed`` (its server went away while it ran, no kill seen).
+other error); ``interrupted``; ``killed`` (its server was killed by the OS for memory while it ran);
+``sigkill`` (shown "killed (SIGKILL)": its server got a SIGKILL that no evidence ties to memory --
+a user's ``kill -9``, a launcher, a teardown; no incident); ``crashed`` (its server went away
+while it ran, no kill seen).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from oom_sentinel.daemon.store import Store
 
 __all__ = [
     "OUTCOMES",
+    "OUTCOME_LABELS",
     "PeakMemory",
     "RunOutcome",
     "RunRecord",
@@ -40,8 +43,18 @@ __all__ = [
     "run_outcome",
 ]
 
-RunOutcome = Literal["success", "oom", "error", "interrupted", "killed", "crashed"]
-OUTCOMES: tuple[str, ...] = ("success", "oom", "error", "interrupted", "killed", "crashed")
+RunOutcome = Literal["success", "oom", "error", "interrupted", "killed", "sigkill", "crashed"]
+OUTCOMES: tuple[str, ...] = (
+    "success",
+    "oom",
+    "error",
+    "interrupted",
+    "killed",
+    "sigkill",
+    "crashed",
+)
+#: how ``runs`` shows an outcome where its stored name is terse
+OUTCOME_LABELS: dict[str, str] = {"sigkill": "killed (SIGKILL)"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,6 +91,7 @@ from oom_sentinel.daemon.incidents import (
     UpdateIncident,
     WriteSnapshot,
 )
+from oom_sentinel.daemon.kernel_oom import SystemRoots
 from oom_sentinel.daemon.logtail import LogLine, LogTailManager
 from oom_sentinel.daemon.notifiers import build_channels
 from oom_sentinel.daemon.probes import MemorySample
@@ -108,6 +109,7 @@ from oom_sentinel.daemon.processes import (
     process_for,
 )
 from oom_sentinel.daemon.records import Record, RecordAssembler
+from oom_sentinel.daemon.redact import redact, redact_text
 from oom_sentinel.daemon.retention import prune_snapshots
 from oom_sentinel.daemon.runs import RunRecord, has_run, record_run, run_from_done
 from oom_sentinel.daemon.sdnotify import Notifier, watchdog_interval_s
@@ -173,6 +175,9 @@ BACKLOG_BATCH_RECORDS = 16
 BACKLOG_BATCH_S = 0.25
 #: a snapshot that could not be written (disk full, permissions) is tried again this often
 SNAPSHOT_RETRY_S = 2.0
+#: read the kernel log from this file instead of /dev/kmsg (a ``kmsg``-format capture: what a
+#: container without /dev/kmsg can be given, and how the suite shows the daemon a kernel kill)
+KMSG_ENV = "OOM_SENTINEL_KMSG"
 
 
 @dataclass(frozen=True)
@@ -344,6 +349,37 @@ def _bounded_context(header: str, before: Sequence[str], after: Sequence[str]) -
         budget -= cost
     kept_before.reverse()
     return "\n".join([header, *kept_before, *kept_after])
+def advice_context(sections: Mapping[str, Any], memory: Any) -> AdviceContext:
+    """What advice can use beyond the message: other GPU users, second instances, flags."""
+    process = sections.get("process") or {}
+    others = tuple(
+        GpuProcess(pid=p["pid"], name=p.get("name"), bytes=p.get("used_bytes"))
+        for p in process.get("other_gpu_processes") or ()
+        if not p.get("comfyui")
+    )
+    instances = tuple(
+        ComfyInstance(pid=p["pid"], port=p.get("port"), bytes=p.get("gpu_used_bytes"))
+        for p in process.get("other_instances") or ()
+        if p.get("shares_gpu")  # the one rule (processes.shares_gpu) doctor uses too
+    )
+    flags = process.get("flags") or {}
+    total_vram = None
+    total_ram = None
+    if memory is not None:
+        totals = [g.total_bytes for g in memory.gpus if g.total_bytes is not None]
+        total_vram = max(totals) if totals else None
+        total_ram = memory.host.ram_total_bytes if memory.host is not None else None
+    stats = sections.get("system_stats") or {}
+    system = stats.get("system") if isinstance(stats.get("system"), Mapping) else {}
+    return AdviceContext(
+        other_gpu_processes=others,
+        other_instances=instances,
+        launch_flags=tuple(flags.get("memory_args") or ()),
+        total_vram_bytes=total_vram,
+        total_ram_bytes=total_ram,
+        platform=system.get("os") if isinstance(system.get("os"), str) else sys.platform,
+        alloc_conf=process.get("pytorch_cuda_alloc_conf"),
+    )
 
 
 def _instance_name_for_url(url: str) -> str:
@@ -388,6 +424,8 @@ class Service:
         self.notifier = Notifier(self.environ)
         self._watchdog_s = watchdog_interval_s(self.environ)
         self._last_ping = 0.0
+        #: workers seen dead (each is logged once, by name)
+        self._dead_workers: set[str] = set()
         self._host_facts: HostFacts | None = None
         self.store: Store | None = None
         self.tails: LogTailManager | None = None
@@ -445,6 +483,16 @@ class Service:
         recent = self._recover()
         self._resume_storms()
 
+        if self.settings.metrics.enabled or self.settings.fleet.listen:
+            from oom_sentinel.daemon.metrics import MetricsExporter
+
+            self.metrics = MetricsExporter(
+                self.settings.metrics, clock=self.clock, fleet=self.settings.fleet
+            )
+            host, port = self.metrics.start()
+            fleet = self.settings.fleet
+            scheme = "https" if fleet.listen and fleet.tls_cert_file else "http"
+            log.info("metrics on %s://%s:%d/metrics", scheme, host, port)
         upload_channel = None
         if self.settings.fleet.bucket_url:  # boto3 loads on the first upload, never before
             from oom_sentinel.daemon.bucket import BucketChannel
@@ -456,19 +504,10 @@ class Service:
             self.settings,
             build_channels(self.settings, environ=self.environ),
             clock=self.clock,
+            on_result=self.metrics.observe_alert_result if self.metrics is not None else None,
             upload_channel=upload_channel,
             snapshots_dir=self.snapshots_dir,
         )
-        if self.settings.metrics.enabled or self.settings.fleet.listen:
-            from oom_sentinel.daemon.metrics import MetricsExporter
-
-            self.metrics = MetricsExporter(
-                self.settings.metrics, clock=self.clock, fleet=self.settings.fleet
-            )
-            host, port = self.metrics.start()
-            fleet = self.settings.fleet
-            scheme = "https" if fleet.listen and fleet.tls_cert_file else "http"
-            log.info("metrics on %s://%s:%d/metrics", scheme, host, port)
         self._catch_up_fleet(recent)
 
         choice = select_gpu_probe(self.settings.gpu, self.environ)
@@ -499,10 +538,17 @@ class Service:
                 active_poll_s=self.settings.sampling.active_interval_ms / 1000,
                 idle_poll_s=api.idle_poll_ms / 1000,
                 websocket=api.websocket,
+                # prompts that ran while no daemon watched are read back from history
+                backfill_since_s=self._api_horizon_s,
             ),
         )
         self.comfy_watch.start()
-        self.process_watch = ProcessWatcher(lambda m: self._post("process", m))
+        kmsg = self.environ.get(KMSG_ENV)
+        self.process_watch = ProcessWatcher(
+            lambda m: self._post("process", m),
+            roots=SystemRoots(kmsg=Path(kmsg)) if kmsg else None,
+            memory=self.timeline.snapshot,
+        )
         self.process_watch.start()
         log.info("process watcher: %s", self.process_watch.backend)
         for inst in self._configured_instances():
@@ -865,9 +911,11 @@ class Service:
         self._capture(done.prompt_id, done.instance, done.prompt, done.workflow, done.seen_s, done)
         inst = self.instances.get(done.instance)
         pid = inst.pid if inst is not None else None
+        exited = self._recent_exit(done.instance) if done.outcome == "lost" else None
+        if exited is not None and pid is None:
+            pid = exited.process.pid  # its peak is that process's, though it is gone now
         run = self._run_of(done, pid=pid, started_s=started_s)
         if done.outcome == "lost":
-            exited = self._recent_exit(done.instance)
             if exited is not None:  # the process watcher spoke first
                 self._save_run(self._lost_outcome(run, exited))
             elif pid is None:
@@ -909,9 +957,10 @@ class Service:
             for inc in self.tracker.open_incidents():
                 if inc.instance == exit.instance and inc.pool is Pool.KILLED_BY_OS:
                     incident_id = inc.id
+        outcome = "killed" if exit.os_kill else ("sigkill" if exit.sigkill else "crashed")
         return dataclasses.replace(
             run,
-            outcome="killed" if exit.os_kill else "crashed",
+            outcome=outcome,
             incident_id=incident_id,
             pid=run.pid or exit.process.pid,
         )
@@ -944,11 +993,19 @@ class Service:
     def _save_run(self, run: RunRecord) -> None:
         assert self.store is not None
         try:
-            record_run(self.store, run)
+            new = record_run(self.store, run)
         except SentinelError as exc:
             log.error("could not record run %s: %s", run.prompt_id, exc)
             return
         log.debug("run %s on %s: %s", run.prompt_id, run.instance, run.outcome)
+        if new and self.metrics is not None:  # each prompt counted once, like its row
+            self.metrics.observe_prompt(
+                run.instance,
+                run.outcome,
+                peak_vram_bytes=run.peak_vram_bytes,
+                peak_ram_bytes=run.peak_rss_bytes,
+                duration_s=run.duration_s,
+            )
 
     def _flush_runs(self) -> None:
         """Write the rows of OOM runs whose incident has counted them (snapshot on disk)."""
@@ -1037,7 +1094,7 @@ class Service:
             proc, gpu_processes=gpu_procs, own_pids=own, comfy_processes=comfy, exit=exit
         )
         if exit is not None:
-            sections["kernel"] = kernel_section(exit.death, exit.evidence)
+            sections["kernel"] = kernel_section(exit.death, exit.evidence, exit.basis)
         done = captured.done if captured is not None else None
         context = self._api_context.get(incident.instance)
         stats = done.system_stats if done is not None and done.system_stats else None
@@ -1413,7 +1470,7 @@ class Service:
         if self._host_facts is None:
             self._host_facts = collect_host_facts()
         prompt, workflow, sections = self._snapshot_extras(incident, inst, memory)
-        advice = advise(incident.event, self._advice_context(inst, sections, memory))
+        advice = advise(incident.event, advice_context(sections, memory))
         parts = None
         if self.install_states is not None:
             parts = self.install_states.snapshot_parts(
@@ -1498,39 +1555,6 @@ class Service:
             self.alerts.queue_upload(item)
         except StoreError as exc:
             log.error("could not queue the upload of snapshot %s: %s", snapshot_id, exc)
-
-    def _advice_context(
-        self, inst: WatchedInstance, sections: Mapping[str, Any], memory: Any
-    ) -> AdviceContext | None:
-        """What advice can use beyond the message: other GPU users, second instances, flags."""
-        process = sections.get("process") or {}
-        others = tuple(
-            GpuProcess(pid=p["pid"], name=p.get("name"), bytes=p.get("used_bytes"))
-            for p in process.get("other_gpu_processes") or ()
-            if not p.get("comfyui")
-        )
-        instances = tuple(
-            ComfyInstance(pid=p["pid"], port=p.get("port"), bytes=p.get("gpu_used_bytes"))
-            for p in process.get("other_instances") or ()
-        )
-        flags = process.get("flags") or {}
-        total_vram = None
-        total_ram = None
-        if memory is not None:
-            totals = [g.total_bytes for g in memory.gpus if g.total_bytes is not None]
-            total_vram = max(totals) if totals else None
-            total_ram = memory.host.ram_total_bytes if memory.host is not None else None
-        stats = sections.get("system_stats") or {}
-        system = stats.get("system") if isinstance(stats.get("system"), Mapping) else {}
-        return AdviceContext(
-            other_gpu_processes=others,
-            other_instances=instances,
-            launch_flags=tuple(flags.get("memory_args") or ()),
-            total_vram_bytes=total_vram,
-            total_ram_bytes=total_ram,
-            platform=system.get("os") if isinstance(system.get("os"), str) else sys.platform,
-            alloc_conf=process.get("pytorch_cuda_alloc_conf"),
-        )
 
     def _log_text(self, incident: Incident) -> str:
         chunks: list[str] = []
@@ -1638,6 +1662,8 @@ class Service:
             "last_sample": sample,
             "incidents_written": self.incidents_written,
             "last_incident": self.last_incident,
+            # every worker thread's health (a dead one also stops systemd's watchdog ping)
+            "workers": self.workers(),
         }
 
     def _write_status(self, now: float) -> None:
@@ -1647,8 +1673,14 @@ class Service:
                 self.store.set_meta(META_LAST_ALIVE, f"{now:.3f}")
             except SentinelError as exc:
                 log.debug("could not save %s: %s", META_LAST_ALIVE, exc)
+        if self.metrics is not None and self.alerts is not None:
+            try:
+                self.metrics.set_alerts_pending(self.alerts.outbox.counts()["pending"])
+            except SentinelError as exc:
+                log.debug("could not count the alert outbox: %s", exc)
         try:
-            write_json_atomic(self.data_dir / STATUS_FILE, self.status(now))
+            # `oom-sentinel status` prints it: a ComfyUI URL's token must not be there
+            write_json_atomic(self.data_dir / STATUS_FILE, redact(self.status(now)))
         except OSError as exc:
             log.debug("could not write %s: %s", STATUS_FILE, exc)
 
@@ -1660,14 +1692,32 @@ class Service:
             self._last_ping = now
 
     def workers(self) -> dict[str, bool]:
-        """Liveness of every worker thread (the watchdog pings only when all are alive)."""
+        """Liveness of every worker thread (the watchdog pings only when all are alive): the
+        scheduler (memory sampling, discovery, retention), the alert sender, the API watcher,
+        the process watcher, the install-state watcher and the metrics server. A worker that
+        dies is logged once by name; the log follower needs none (the main loop polls it)."""
         alive = {
             "scheduler": self.scheduler is not None and self.scheduler.running,
             "alerts": self.alerts is not None and self.alerts.is_alive(),
+            "api": self.comfy_watch is not None and self.comfy_watch.is_alive(),
+            "process": self.process_watch is not None and self.process_watch.is_alive(),
         }
+        if self.install_states is not None:
+            alive["install-state"] = self.install_states.is_alive()
         if self.metrics is not None:
+            alive["metrics"] = self.metrics.is_alive()
             for name, ok in alive.items():
                 self.metrics.set_worker_alive(name, ok)
+        for name, ok in alive.items():
+            if not ok and name not in self._dead_workers:
+                self._dead_workers.add(name)
+                log.error(
+                    "the %s worker is dead: systemd's watchdog is no longer pinged, so the "
+                    "service is restarted",
+                    name,
+                )
+            elif ok:
+                self._dead_workers.discard(name)
         return alive
 
     def healthy(self) -> bool:
@@ -1808,7 +1858,7 @@ def configure_logging(level: str, environ: Mapping[str, str] | None = None) -> N
     if env.get("JOURNAL_STREAM") or env.get("INVOCATION_ID"):
         handler.setFormatter(_JournalFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(message)s"))
     root.addHandler(handler)
     root.setLevel(level.upper())
     # APScheduler logs every job run at INFO
@@ -1818,7 +1868,15 @@ def configure_logging(level: str, environ: Mapping[str, str] | None = None) -> N
 _SYSLOG_PRIORITY = {"CRITICAL": 2, "ERROR": 3, "WARNING": 4, "INFO": 6, "DEBUG": 7}
 
 
-class _JournalFormatter(logging.Formatter):
+class _RedactingFormatter(logging.Formatter):
+    """Every daemon log line passes ``redact_text``: a ComfyUI URL's ``?token=``, an apprise
+    URL or a token in an error message is masked whichever module logged it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
+class _JournalFormatter(_RedactingFormatter):
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         prio = _SYSLOG_PRIORITY.get(record.levelname, 6)

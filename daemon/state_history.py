@@ -752,6 +752,10 @@ class InstallStateTracker:
                 max_instances=1,
             )
 
+    def is_alive(self) -> bool:
+        """Whether the capture thread runs (a worker the watchdog checks)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def close(self) -> None:
         with self._cond:
             self._stopping = True

@@ -40,6 +40,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
+#: what a user's session may hold that would leak into a test: where configs and data are
+#: looked up (platformdirs reads these), an explicit config, systemd's state directory
+_ISOLATED_DIRS = {
+    "XDG_CONFIG_HOME": "config",
+    "XDG_DATA_HOME": "data",
+    "XDG_STATE_HOME": "state",
+    "APPDATA": "appdata",
+}
+_DROPPED = ("OOM_SENTINEL_CONFIG", "STATE_DIRECTORY", "NOTIFY_SOCKET", "WATCHDOG_USEC")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests never read the user's config or data dirs, and never see a ComfyUI process they
+    did not start: discovery, snapshots and ``doctor`` only know processes that run from under
+    this session's temp root (``OOM_SENTINEL_PROCESS_SCOPE``, honoured by
+    ``processes.find_comfy_processes`` only when set). Subprocesses inherit all of it.
+    The torch venv cache (``torch_venv.py``) keeps its place outside the temp root."""
+    from torch_venv import cache_root
+
+    base = tmp_path_factory.getbasetemp()
+    home = base / "user-dirs"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OOM_SENTINEL_TEST_CACHE", str(cache_root()))
+        for name, sub in _ISOLATED_DIRS.items():
+            (home / sub).mkdir(parents=True, exist_ok=True)
+            mp.setenv(name, str(home / sub))
+        for name in _DROPPED:
+            mp.delenv(name, raising=False)
+        if not os.environ.get("OOM_SENTINEL_CACHE_DIR"):
+            mp.setenv("OOM_SENTINEL_CACHE_DIR", str(home / "cache"))
+        mp.setenv("OOM_SENTINEL_PROCESS_SCOPE", str(base))
+        yield
+
+
 @pytest.fixture
 def python_exe() -> str:
     return sys.executable

@@ -176,3 +176,13 @@ class Daemon:
 
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
+
+
+def kernel_kill_lines(pid: int) -> str:
+    """What the kernel writes to /dev/kmsg when its OOM killer kills ``pid`` (kmsg format)."""
+    usec = int(time.monotonic() * 1_000_000)
+    return (
+        f"4,100,{usec},-;python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE)\n"
+        f"3,101,{usec + 10},-;Out of memory: Killed process {pid} (python3) "
+        "total-vm:4000000kB, anon-rss:1200000kB, file-rss:1024kB, shmem-rss:0kB\n"
+    )

@@ -16,7 +16,7 @@ from oom_sentinel.daemon.comfy_watch import PromptDone, WatchOptions, _InstanceW
 PROMPT = {"1": {"class_type": "EmptyImage", "inputs": {}}}
 
 
-def history_entry(prompt_id: str, number: int) -> HistoryEntry:
+def history_entry(prompt_id: str, number: int, ended_ms: int = 1001) -> HistoryEntry:
     return HistoryEntry.from_json(
         prompt_id,
         {
@@ -26,8 +26,8 @@ def history_entry(prompt_id: str, number: int) -> HistoryEntry:
                 "status_str": "success",
                 "completed": True,
                 "messages": [
-                    ["execution_start", {"prompt_id": prompt_id, "timestamp": 1000}],
-                    ["execution_success", {"prompt_id": prompt_id, "timestamp": 1001}],
+                    ["execution_start", {"prompt_id": prompt_id, "timestamp": ended_ms - 1}],
+                    ["execution_success", {"prompt_id": prompt_id, "timestamp": ended_ms}],
                 ],
             },
             "meta": {},
@@ -65,9 +65,11 @@ def status(remaining: int) -> Mapping[str, Any]:
     return {"status": {"exec_info": {"queue_remaining": remaining}}}
 
 
-def make_watch() -> tuple[_InstanceWatch, list[Any]]:
+def make_watch(options: WatchOptions | None = None) -> tuple[_InstanceWatch, list[Any]]:
     got: list[Any] = []
-    watch = _InstanceWatch("main", "http://127.0.0.1:1", got.append, WatchOptions(), lambda: 0.0)
+    watch = _InstanceWatch(
+        "main", "http://127.0.0.1:1", got.append, options or WatchOptions(), lambda: 0.0
+    )
     watch.ws_up = True
     watch._on_status(status(0))  # ComfyUI greets a new websocket with the current status
     return watch, got
@@ -141,3 +143,61 @@ def test_backfilled_prompts_do_not_count_as_prompts_that_went_out() -> None:
         return done_ids(got)
 
     assert asyncio.run(scenario()) == ["old2", "old1", "Z"]
+
+
+def test_prompts_missed_anywhere_in_a_long_busy_spell_are_all_found() -> None:
+    """200 prompts went out while the queue never emptied; the watcher saw all but three of
+    them, and those three are old, far from the newest entries."""
+
+    async def scenario() -> list[str]:
+        watch, got = make_watch()
+        client = ScriptedClient()
+        for n in range(200):
+            pid = f"p{n:03d}"
+            watch._on_status(status(1))
+            client.done[pid] = history_entry(pid, n)
+            watch._on_status(status(0))
+            if n not in (5, 17, 40):
+                watch.reported.add(pid)  # seen and reported as it ran
+                watch.seen_new += 1
+                watch.reported_new += 1
+        await watch._poll(client)
+        return done_ids(got)
+
+    assert sorted(asyncio.run(scenario())) == ["p005", "p017", "p040"]
+
+
+def test_the_first_backfill_reads_history_back_to_when_a_daemon_last_watched() -> None:
+    """300 prompts ran while no daemon watched (after ``backfill_since_s``), more before."""
+
+    async def scenario() -> tuple[list[str], int]:
+        watch, got = make_watch(WatchOptions(backfill_since_s=1000.0))
+        client = ScriptedClient()
+        for n in range(500):
+            ended_ms = (900_000 if n < 200 else 1_000_500) + n
+            client.done[f"p{n:03d}"] = history_entry(f"p{n:03d}", n, ended_ms=ended_ms)
+        await watch._backfill(client)
+        return done_ids(got), client.history_reads
+
+    ids, reads = asyncio.run(scenario())
+    assert {f"p{n:03d}" for n in range(200, 500)} <= set(ids)
+    # pages of 64 and 256 held only prompts after it, the third reached older ones (those are
+    # recorded as runs by the service, not alarmed on: they end before its horizon)
+    assert reads == 3
+
+
+def test_a_reconnect_backfill_reads_back_to_the_newest_prompt_already_reported() -> None:
+    async def scenario() -> tuple[list[str], int]:
+        watch, got = make_watch()
+        watch._first_session = False  # the daemon already watched this server
+        client = ScriptedClient()
+        for n in range(400):
+            client.done[f"p{n:03d}"] = history_entry(f"p{n:03d}", n)
+            if n < 100:
+                watch.reported.add(f"p{n:03d}")
+        await watch._backfill(client)
+        return done_ids(got), client.history_reads
+
+    ids, reads = asyncio.run(scenario())
+    assert sorted(ids) == [f"p{n:03d}" for n in range(100, 400)]
+    assert reads == 3  # 64, 256, then 1024 reached p099

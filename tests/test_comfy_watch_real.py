@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
+from daemon_harness import Daemon, kernel_kill_lines, load_snapshot_json, snapshot_dirs, wait_for
 from standin_proc import start_standin
 from test_comfy_watch import Inbox
 
@@ -364,11 +364,14 @@ def test_a_server_killed_mid_prompt_loses_the_prompt_and_is_reconnected(
 @pytest.mark.real_comfyui
 def test_the_daemon_snapshots_a_real_comfyuis_oom_and_its_kill(tmp_path: Path) -> None:
     real = start_real(tmp_path / "comfy")
+    kmsg = tmp_path / "kmsg"  # the kernel's log as the daemon reads it (a capture file)
+    kmsg.write_text("6,1,1,-;booted\n")
     daemon = Daemon(
         tmp_path,
         comfyui=[real.url],
         config="[discovery]\nenabled = false\n[logs]\npoll_interval_ms = 500\n"
         "[incidents]\nstorm_window_s = 0\n",
+        env={"OOM_SENTINEL_KMSG": str(kmsg)},
     )
     try:
         daemon.start()
@@ -398,6 +401,8 @@ def test_the_daemon_snapshots_a_real_comfyuis_oom_and_its_kill(tmp_path: Path) -
             "the slow prompt to run",
         )
         time.sleep(1.0)  # seen running by the daemon (it polls every 250 ms while busy)
+        with kmsg.open("a") as f:  # a SIGKILL is an OOM kill only when the evidence says so
+            f.write(kernel_kill_lines(real.pid))
         real.proc.send_signal(signal.SIGKILL)
         wait_for(lambda: len(snapshot_dirs(daemon.data_dir)) >= 3, 60, "the kill snapshot")
         kills = [
@@ -408,6 +413,7 @@ def test_the_daemon_snapshots_a_real_comfyuis_oom_and_its_kill(tmp_path: Path) -
         assert len(kills) == 1
         killed = load_snapshot_json(kills[0])
         assert killed["kernel"]["signal"] == signal.SIGKILL
+        assert killed["kernel"]["killer"] == "kernel" and killed["kernel"]["verdict"] == "evidence"
         assert killed["process"]["alive"] is False
         assert json.loads((kills[0] / "prompt.json").read_text()) == slow
         assert pid != running

@@ -8,6 +8,7 @@ this machine -- except ``/dev/kmsg``, which is a fixture file where a test needs
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import signal
@@ -20,8 +21,14 @@ import pytest
 from fake_comfy_install import make_install, start_comfy, stop
 
 from oom_sentinel.daemon.events import Pool
-from oom_sentinel.daemon.kernel_oom import KillEvidence, ProcessDeath, SourceReport, SystemRoots
-from oom_sentinel.daemon.probes import GpuProcessSample
+from oom_sentinel.daemon.kernel_oom import (
+    KillEvidence,
+    ProcessDeath,
+    SourceReport,
+    SystemRoots,
+    evidence_gaps,
+)
+from oom_sentinel.daemon.probes import GpuProcessSample, HostSample, MemorySample
 from oom_sentinel.daemon.process_watch import (
     ProcessExit,
     ProcessWatcher,
@@ -29,6 +36,8 @@ from oom_sentinel.daemon.process_watch import (
     is_os_kill,
     kernel_section,
     kill_observation,
+    kill_verdict,
+    memory_was_high,
     parse_stat_exit,
     process_section,
 )
@@ -92,20 +101,79 @@ def evidence(killer: str | None, confidence: str | None = None) -> KillEvidence:
     )
 
 
+UNREAD = (
+    SourceReport("vmstat", "unreadable", "permission denied"),
+    SourceReport("cgroup", "unreadable", "permission denied"),
+    SourceReport("kmsg", "unreadable", "permission denied reading /dev/kmsg"),
+    SourceReport("journal", "unavailable", "no systemd journal files on this machine"),
+)
+JOURNAL_UNREAD = (
+    SourceReport("vmstat", "no-kill", detail="oom_kill 1 -> 1"),
+    SourceReport("kmsg", "unreadable", "permission denied reading /dev/kmsg"),
+    SourceReport("journal", "unreadable", "journalctl: permission denied"),
+)
+
+
+def with_sources(ev: KillEvidence, sources: tuple[SourceReport, ...]) -> KillEvidence:
+    return dataclasses.replace(ev, sources=sources)
+
+
 @pytest.mark.parametrize(
-    ("death", "ev", "expected"),
+    ("death", "ev", "memory_high", "expected"),
     [
-        (ProcessDeath(7, 1.0, signal=9), evidence(None), True),
-        (ProcessDeath(7, 1.0), evidence("kernel", "possible"), True),
-        (ProcessDeath(7, 1.0), evidence("earlyoom", "certain"), True),
-        (ProcessDeath(7, 1.0, signal=15), evidence("systemd-oomd", "certain"), True),
-        (ProcessDeath(7, 1.0, exit_code=0), evidence(None), False),
-        (ProcessDeath(7, 1.0, signal=15), evidence(None), False),
-        (ProcessDeath(7, 1.0), evidence(None), False),
+        (ProcessDeath(7, 1.0, signal=9), evidence(None), True, (False, "sigkill-no-oom-evidence")),
+        (ProcessDeath(7, 1.0, signal=9), evidence(None), None, (False, "sigkill-no-oom-evidence")),
+        (
+            ProcessDeath(7, 1.0, signal=9),
+            with_sources(evidence(None), UNREAD),
+            True,
+            (True, "unreadable-evidence-high-memory"),
+        ),
+        (
+            ProcessDeath(7, 1.0, signal=9),
+            with_sources(evidence(None), JOURNAL_UNREAD),
+            True,
+            (True, "unreadable-evidence-high-memory"),
+        ),
+        (
+            ProcessDeath(7, 1.0, signal=9),
+            with_sources(evidence(None), UNREAD),
+            False,
+            (False, "sigkill-unreadable-evidence-memory-normal"),
+        ),
+        (
+            ProcessDeath(7, 1.0, signal=9),
+            with_sources(evidence(None), UNREAD),
+            None,
+            (False, "sigkill-unreadable-evidence-memory-normal"),
+        ),
+        (ProcessDeath(7, 1.0), evidence("kernel", "possible"), None, (True, "evidence")),
+        (ProcessDeath(7, 1.0, signal=9), evidence("kernel", "certain"), False, (True, "evidence")),
+        (ProcessDeath(7, 1.0), evidence("earlyoom", "certain"), None, (True, "evidence")),
+        (
+            ProcessDeath(7, 1.0, signal=15),
+            evidence("systemd-oomd", "certain"),
+            None,
+            (True, "evidence"),
+        ),
+        (ProcessDeath(7, 1.0, exit_code=0), evidence(None), True, (False, "not-killed")),
+        (
+            ProcessDeath(7, 1.0, signal=15),
+            with_sources(evidence(None), UNREAD),
+            True,
+            (False, "not-killed"),
+        ),
+        (ProcessDeath(7, 1.0), evidence(None), None, (False, "not-killed")),
     ],
     ids=[
-        "sigkill",
+        "sigkill-all-read-memory-high",
+        "sigkill-all-read",
+        "sigkill-unreadable-memory-high",
+        "sigkill-journal-unreadable-memory-high",
+        "sigkill-unreadable-memory-normal",
+        "sigkill-unreadable-no-samples",
         "unknown-end-vmstat-moved",
+        "sigkill-kernel-named-it",
         "earlyoom",
         "oomd-sigterm",
         "clean-exit",
@@ -114,9 +182,35 @@ def evidence(killer: str | None, confidence: str | None = None) -> KillEvidence:
     ],
 )
 def test_what_counts_as_a_kill_by_the_os(
-    death: ProcessDeath, ev: KillEvidence, expected: bool
+    death: ProcessDeath, ev: KillEvidence, memory_high: bool | None, expected: tuple[bool, str]
 ) -> None:
-    assert is_os_kill(death, ev) is expected
+    assert kill_verdict(death, ev, memory_high) == expected
+    assert is_os_kill(death, ev) is (ev.killer is not None)
+
+
+def test_evidence_gaps_name_the_killers_that_could_not_be_ruled_out() -> None:
+    assert evidence_gaps(evidence(None)) == ()  # vmstat read; no journal on this machine
+    assert evidence_gaps(with_sources(evidence(None), UNREAD)) == ("kernel",)
+    assert evidence_gaps(with_sources(evidence(None), JOURNAL_UNREAD)) == ("systemd-oomd/earlyoom",)
+    only_kmsg = (SourceReport("kmsg", "no-kill"), SourceReport("journal", "no-kill"))
+    assert evidence_gaps(with_sources(evidence(None), only_kmsg)) == ()
+
+
+def host_sample(time_s: float, available_gib: float, total_gib: float = 32.0) -> MemorySample:
+    host = HostSample(int(total_gib * 2**30), int(available_gib * 2**30), 0, 0)
+    return MemorySample(time_s, (), (), host)
+
+
+def test_memory_was_high_reads_the_last_samples_before_the_death() -> None:
+    assert memory_was_high((), 10.0) is None
+    assert memory_was_high((MemorySample(9.0, (), (), None),), 10.0) is None
+    calm = [host_sample(t, 20.0) for t in range(10)]
+    assert memory_was_high(calm, 9.5) is False
+    climb = [*calm, host_sample(10.0, 2.0)]
+    assert memory_was_high(climb, 10.2) is True
+    # a squeeze long before the death does not count; samples after it are not looked at
+    assert memory_was_high([host_sample(0.0, 1.0), *calm[1:]], 9.5) is False
+    assert memory_was_high([*calm, host_sample(30.0, 1.0)], 9.5) is False
 
 
 def comfy(pid: int, argv_tail: list[str], code_dir: str = "/opt/ComfyUI") -> ComfyProcess:
@@ -154,6 +248,7 @@ def test_kill_observation_carries_the_killer_and_the_running_prompt() -> None:
         "exit_code": None,
         "killer": "kernel",
         "confidence": "certain",
+        "basis": "evidence",
         "prompt_id": "p-1",
     }
 
@@ -255,7 +350,13 @@ def test_a_sigkill_is_seen_with_its_signal_and_each_source_status(
         watcher.stop()
     assert exit.instance == "main" and exit.process.pid == proc.pid
     assert exit.death.signal == signal.SIGKILL and exit.death.exit_code is None
-    assert exit.os_kill is True
+    # a plain kill -9: an OOM kill only if this machine's evidence says so
+    assert exit.os_kill is (exit.evidence.killer is not None)
+    assert exit.basis in (
+        "evidence",
+        "sigkill-no-oom-evidence",
+        "sigkill-unreadable-evidence-memory-normal",
+    )
     reports = {r.source: r for r in exit.evidence.sources}
     assert {"vmstat", "cgroup", "kmsg", "journal"} <= set(reports)
     assert all(r.status in STATUSES for r in reports.values())
@@ -315,6 +416,88 @@ def test_an_unreadable_source_is_reported_unreadable_not_as_no_kill(
     kmsg = exit.evidence.report("kmsg")
     assert kmsg is not None and kmsg.status == "unreadable" and kmsg.reason
     assert "could not check" in exit.evidence.summary
+
+
+def _kill_and_report(
+    popen: subprocess.Popen[str],
+    proc: ComfyProcess,
+    watcher: ProcessWatcher,
+    q: queue.Queue[ProcessExit],
+) -> ProcessExit:
+    watcher.start()
+    try:
+        watcher.watch("main", proc)
+        time.sleep(0.2)  # the baseline readings are taken
+        popen.kill()
+        return next_exit(q)
+    finally:
+        watcher.stop()
+
+
+def test_a_sigkill_with_every_source_read_and_no_kill_shown_is_no_os_kill(
+    running: tuple[subprocess.Popen[str], ComfyProcess], tmp_path: Path
+) -> None:
+    """A user's kill -9 while memory is high: the kernel's log was read and names nobody, so
+    it is a ``killed (SIGKILL)`` end, not an OOM."""
+    popen, proc = running
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("6,1,1,-;some unrelated kernel line\n")
+    exits: queue.Queue[ProcessExit] = queue.Queue()
+    squeezed = [host_sample(time.time() - 0.1, 0.5)]
+    watcher = ProcessWatcher(
+        exits.put, roots=roots_with_kmsg(tmp_path, kmsg), memory=lambda: squeezed
+    )
+    exit = _kill_and_report(popen, proc, watcher, exits)
+    assert exit.death.signal == signal.SIGKILL
+    assert exit.evidence.report("kmsg").status == "no-kill"  # type: ignore[union-attr]
+    if exit.evidence.killer is None:  # vmstat is machine-wide: another process's OOM kill
+        assert (exit.os_kill, exit.basis, exit.sigkill) == (False, "sigkill-no-oom-evidence", True)
+        assert kernel_section(exit.death, exit.evidence, exit.basis)["verdict"] == exit.basis
+
+
+def unreadable_roots(tmp_path: Path) -> SystemRoots:
+    """No /proc/vmstat, no cgroup files, /dev/kmsg a directory: every kernel source unreadable."""
+    empty_proc = tmp_path / "proc"
+    empty_proc.mkdir()
+    not_a_device = tmp_path / "kmsg-dir"
+    not_a_device.mkdir()
+    return SystemRoots(
+        proc=empty_proc,
+        cgroup=tmp_path / "no-cgroup",
+        kmsg=not_a_device,
+        journal_dirs=(tmp_path / "no-journal",),
+    )
+
+
+@pytest.mark.parametrize(
+    ("available_gib", "expected"),
+    [
+        (0.5, (True, "unreadable-evidence-high-memory")),
+        (20.0, (False, "sigkill-unreadable-evidence-memory-normal")),
+    ],
+    ids=["memory-high", "memory-normal"],
+)
+def test_a_sigkill_with_unreadable_evidence_is_an_os_kill_only_when_memory_was_high(
+    running: tuple[subprocess.Popen[str], ComfyProcess],
+    tmp_path: Path,
+    available_gib: float,
+    expected: tuple[bool, str],
+) -> None:
+    popen, proc = running
+    exits: queue.Queue[ProcessExit] = queue.Queue()
+    samples = [host_sample(time.time() - 0.2, available_gib)]
+    watcher = ProcessWatcher(exits.put, roots=unreadable_roots(tmp_path), memory=lambda: samples)
+    exit = _kill_and_report(popen, proc, watcher, exits)
+    assert exit.evidence.killer is None
+    assert evidence_gaps(exit.evidence) == ("kernel",)
+    assert (exit.os_kill, exit.basis) == expected
+    section = kernel_section(exit.death, exit.evidence, exit.basis)
+    assert section["verdict"] == expected[1] and section["verdict_text"]
+    if exit.os_kill:
+        obs = kill_observation(exit)
+        assert obs.evidence["basis"] == "unreadable-evidence-high-memory"
+        assert obs.evidence["confidence"] == "possible"
+        assert "nearly exhausted" in obs.event.message
 
 
 def test_a_terminated_process_is_no_os_kill(

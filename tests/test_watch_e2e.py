@@ -9,6 +9,7 @@ API merged into one snapshot -- and secrets from ``extra_data`` in no snapshot f
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -22,7 +23,7 @@ from typing import Any
 
 import psutil
 import pytest
-from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
+from daemon_harness import Daemon, kernel_kill_lines, load_snapshot_json, snapshot_dirs, wait_for
 from standin_proc import STANDIN_DIR, StandinProcess, start_standin
 
 from oom_sentinel.bisect.workspace import free_port
@@ -252,11 +253,24 @@ def test_a_ram_failure_under_an_address_space_limit_is_a_ram_snapshot(
     assert wait_run(daemon, pid).outcome == "oom"
 
 
-def test_a_sigkill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_climb(
+def vmstat_oom_kills() -> str | None:
+    """The kernel's machine-wide OOM kill counter (None where /proc/vmstat has none)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return line
+    return None
+
+
+def test_a_kernel_oom_kill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_climb(
     tmp_path: Path, install: Path, started: Callable[..., StandinProcess], daemons: list[Daemon]
 ) -> None:
     srv = started("base", install)
-    daemon = Daemon(tmp_path, comfyui=[str(install)], config=config()).start()
+    kmsg = tmp_path / "kmsg"  # the kernel's log as the daemon reads it (a capture file)
+    kmsg.write_text("6,1,1,-;booted\n")
+    daemon = Daemon(
+        tmp_path, comfyui=[str(install)], config=config(), env={"OOM_SENTINEL_KMSG": str(kmsg)}
+    ).start()
     daemons.append(daemon)
     wait_api_up(daemon, srv.url)
     wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
@@ -264,6 +278,8 @@ def test_a_sigkill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_climb(
     pid = post(srv, prompt)
     victim = psutil.Process(srv.pid)
     wait_for(lambda: victim.memory_info().rss > 500 * MIB, 30, "RSS to climb")
+    with kmsg.open("a") as f:
+        f.write(kernel_kill_lines(srv.pid))
     os.kill(srv.pid, signal.SIGKILL)  # not reaped until the end: the daemon reads the status
 
     (snap,) = wait_snapshots(daemon, 1)
@@ -281,6 +297,8 @@ def test_a_sigkill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_climb(
         if source["status"] in ("unreadable", "unavailable"):
             assert source["reason"], source
     assert kernel["summary"].startswith(f"process {srv.pid} ")
+    assert kernel["killer"] == "kernel" and kernel["verdict"] == "evidence"
+    wait_for(lambda: "ALERT [critical]" in daemon.stderr(), 30, "the critical alert")
     process = data["process"]
     assert process["pid"] == srv.pid and process["alive"] is False
     assert process["exit"]["signal"] == signal.SIGKILL and process["exit"]["os_kill"] is True
@@ -299,6 +317,38 @@ def test_a_sigkill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_climb(
     assert daemon.stop() == 0
 
 
+def test_a_plain_kill_9_is_a_sigkill_run_not_an_oom_incident(
+    tmp_path: Path, install: Path, started: Callable[..., StandinProcess], daemons: list[Daemon]
+) -> None:
+    """A user's (or a launcher's, or a teardown's) ``kill -9`` while a prompt runs: the kernel
+    log was read and names no kill, so no snapshot and no alert -- the run says it was killed."""
+    srv = started("base", install)
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("6,1,1,-;booted\n")
+    daemon = Daemon(
+        tmp_path, comfyui=[str(install)], config=config(), env={"OOM_SENTINEL_KMSG": str(kmsg)}
+    ).start()
+    daemons.append(daemon)
+    wait_api_up(daemon, srv.url)
+    wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
+    pid = post(srv, one_node("AllocateRAM", mib=400, steps=40, step_delay_ms=100))
+    victim = psutil.Process(srv.pid)
+    wait_for(lambda: victim.memory_info().rss > 200 * MIB, 30, "RSS to climb")
+    kills_before = vmstat_oom_kills()
+    os.kill(srv.pid, signal.SIGKILL)
+    run = wait_run(daemon, pid)
+    srv.proc.wait()
+    if vmstat_oom_kills() != kills_before:
+        pytest.skip("another process on this machine was OOM-killed meanwhile")
+    assert run.outcome == "sigkill" and run.incident_id is None
+    log = daemon.stderr()
+    assert f"(pid {srv.pid}) ended" in log and "killed (SIGKILL)" in log and "not an OOM" in log
+    time.sleep(1.0)  # a snapshot would be written within the storm tick
+    assert snapshot_dirs(daemon.data_dir) == []
+    assert "ALERT [" not in daemon.stderr()  # the log channel shows every alert: none
+    assert daemon.stop() == 0
+
+
 def test_a_sigkill_after_discovery_rounds_is_still_a_killed_by_os_snapshot(
     tmp_path: Path, install: Path, started: Callable[..., StandinProcess], daemons: list[Daemon]
 ) -> None:
@@ -307,11 +357,20 @@ def test_a_sigkill_after_discovery_rounds_is_still_a_killed_by_os_snapshot(
     one_second_discovery = config().replace(
         "enabled = false\n", "enabled = false\ninterval_s = 1\n"
     )
-    daemon = Daemon(tmp_path, comfyui=[str(install)], config=one_second_discovery)
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("6,1,1,-;booted\n")
+    daemon = Daemon(
+        tmp_path,
+        comfyui=[str(install)],
+        config=one_second_discovery,
+        env={"OOM_SENTINEL_KMSG": str(kmsg)},
+    )
     daemons.append(daemon.start())
     wait_api_up(daemon, srv.url)
     wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
     time.sleep(3)  # not a timing assertion: let a few one-second discovery rounds pass
+    with kmsg.open("a") as f:
+        f.write(kernel_kill_lines(srv.pid))
     os.kill(srv.pid, signal.SIGKILL)
     (snap,) = wait_snapshots(daemon, 1)
     data = load_snapshot_json(snap)

@@ -1,0 +1,124 @@
+"""Every worker thread of a running service feeds its health: kill one and systemd's watchdog
+ping stops, and the log says which worker died. The service runs in this process (so a test
+can kill its threads); systemd's notify socket is a real datagram socket."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from oom_sentinel.bisect.workspace import free_port
+from oom_sentinel.config.settings import load_settings
+from oom_sentinel.daemon.service import RunOptions, Service
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    # the killed threads end on SystemExit, which pytest reports as a thread exception
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning"),
+]
+
+
+class NotifySocket:
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.05)
+        self.messages: list[str] = []
+
+    def pings(self) -> int:
+        while True:
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except (TimeoutError, BlockingIOError):
+                return sum("WATCHDOG=1" in m for m in self.messages)
+
+
+def _die() -> None:
+    raise SystemExit  # what ends a thread: nothing in it catches a BaseException
+
+
+def kill_api(service: Service) -> None:
+    assert service.comfy_watch is not None and service.comfy_watch._loop is not None
+    service.comfy_watch._loop.call_soon_threadsafe(_die)
+
+
+def kill_process(service: Service) -> None:
+    watcher = service.process_watch
+    assert watcher is not None
+    watcher._sync = _die  # type: ignore[method-assign]
+    watcher._wake()
+
+
+KILLS: dict[str, Callable[[Service], None]] = {
+    "scheduler": lambda s: s.scheduler.shutdown(wait=False),  # type: ignore[union-attr]
+    "alerts": lambda s: s.alerts.stop(),  # type: ignore[union-attr]
+    "api": kill_api,
+    "process": kill_process,
+    "install-state": lambda s: s.install_states.close(),  # type: ignore[union-attr]
+    "metrics": lambda s: s.metrics.stop(),  # type: ignore[union-attr]
+}
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[Service, NotifySocket]]:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n'
+        "[discovery]\nenabled = false\n[logs]\npoll_interval_ms = 100\n"
+        f'[metrics]\nenabled = true\nlisten = "127.0.0.1:{free_port()}"\n'
+    )
+    notify = NotifySocket(tmp_path / "notify.sock")
+    environ = {
+        "HOME": str(tmp_path / "home"),
+        "NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
+        "WATCHDOG_USEC": "400000",  # a ping every 0.2 s
+    }
+    svc = Service(load_settings(str(config)), RunOptions(), environ=environ)
+    svc.start()
+    stop = threading.Event()
+    loop = threading.Thread(target=svc.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        yield svc, notify
+    finally:
+        stop.set()
+        svc.wake()
+        loop.join(10)
+        svc.close()
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("worker", KILLS, ids=KILLS.keys())
+def test_a_dead_worker_stops_the_watchdog_ping_and_is_named(
+    service: tuple[Service, NotifySocket], worker: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    svc, notify = service
+    assert svc.workers() == dict.fromkeys(KILLS, True)
+    wait_for(lambda: notify.pings() >= 2, 10, "watchdog pings while every worker lives")
+    caplog.set_level(logging.ERROR, logger="oom_sentinel.daemon.service")
+    KILLS[worker](svc)
+    wait_for(lambda: not svc.workers()[worker], 10, f"the {worker} worker to end")
+    wait_for(
+        lambda: any(f"the {worker} worker is dead" in r.getMessage() for r in caplog.records),
+        10,
+        "the log line naming it",
+    )
+    before = notify.pings()
+    time.sleep(1.0)  # five ping intervals: none may come (an absence, so a wait)
+    assert notify.pings() == before, "the watchdog was pinged with a dead worker"
+    assert {name for name, ok in svc.workers().items() if not ok} == {worker}
+    assert svc.status(time.time())["workers"][worker] is False  # what `status` shows
+    dead = [r.getMessage() for r in caplog.records if "worker is dead" in r.getMessage()]
+    assert len(dead) == 1, dead  # logged once, not at every turn
