@@ -349,6 +349,8 @@ def _bounded_context(header: str, before: Sequence[str], after: Sequence[str]) -
         budget -= cost
     kept_before.reverse()
     return "\n".join([header, *kept_before, *kept_after])
+
+
 def advice_context(sections: Mapping[str, Any], memory: Any) -> AdviceContext:
     """What advice can use beyond the message: other GPU users, second instances, flags."""
     process = sections.get("process") or {}
