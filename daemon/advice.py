@@ -405,7 +405,30 @@ def _page_file_advice() -> Advice:
     )
 
 
+def _wsl_cap_advice() -> Advice:
+    return Advice(
+        "wsl-memory-cap",
+        "Under WSL2 the Linux VM gets only part of Windows' RAM (half by default): raise memory= under [wsl2] in %UserProfile%\\.wslconfig, then run `wsl --shutdown` and start again.",
+    )
+
+
+def _pinned(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
+    """CUDA's ``out of memory`` while ComfyUI pinned host RAM: the RAM, not the card, ran out."""
+    out = [
+        Advice(
+            "disable-pinned-memory",
+            "This CUDA 'out of memory' came from pinning host RAM (page-locked memory for fast offloading), not from the card: start ComfyUI with --disable-pinned-memory (ComfyUI pins up to 95 % of RAM on Linux, 45 % on Windows).",
+        ),
+        *_ram_common(event, ctx),
+    ]
+    if _platform(event, ctx) != "win32":
+        out.append(_wsl_cap_advice())
+    return out + _ram_workload()
+
+
 def _ram(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
+    if dict(event.extra).get("host_memory") == "pinned":
+        return _pinned(event, ctx)
     out = _ram_common(event, ctx)
     if _platform(event, ctx) == "win32":
         out.append(_page_file_advice())
@@ -424,6 +447,8 @@ def _pagefile(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
 
 
 def _mps(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
+    if event.rule == "mps-invalid-buffer":
+        return _mps_buffer(event)
     out = [
         Advice(
             "close-other-apps",
@@ -438,6 +463,25 @@ def _mps(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
         )
     )
     return out
+
+
+def _mps_buffer(event: OomEvent) -> list[Advice]:
+    """Metal refused one buffer over the device's size limit: no amount of free memory helps."""
+    size = human_bytes(event.requested_bytes) if event.requested_bytes else "one tensor"
+    return [
+        Advice(
+            "mps-buffer-limit",
+            f"Metal refused a single buffer of {size}: one tensor is larger than the GPU may allocate at once, however much memory is free. Make that tensor smaller: lower the resolution, frame count or batch size of {event.node_type or 'the failing node'}, or use its tiled variant (VAE Decode (Tiled), a tiled upscaler).",
+        ),
+        Advice(
+            "mps-fp16",
+            "Use fp16 (or a quantized model) instead of fp32 where the node allows it: the same tensor then needs half the bytes.",
+        ),
+        Advice(
+            "mps-watermark-no-help",
+            "PYTORCH_MPS_HIGH_WATERMARK_RATIO does not lift this limit (it caps the total, not one buffer); leave it alone for this error.",
+        ),
+    ]
 
 
 # -- killed by the OS ----------------------------------------------------------------------------

@@ -316,3 +316,37 @@ def test_advice_for_every_corpus_event_is_present_unique_and_never_harmful(
 )
 def test_human_bytes(n: int | None, text: str) -> None:
     assert human_bytes(n) == text
+
+
+def _corpus_event(name: str) -> OomEvent:
+    findings = list(scan_stream(io.BytesIO((CORPUS / name).read_bytes())))
+    assert len(findings) == 1
+    return findings[0].event
+
+
+def test_pinned_host_ram_oom_leads_with_disable_pinned_memory_not_vram_advice() -> None:
+    event = _corpus_event("pinned_mmap_release_qwen.txt")
+    keys = [a.key for a in advise(event)]
+    assert keys[0] == "disable-pinned-memory"
+    assert "--disable-pinned-memory" in advise(event)[0].text
+    assert "wsl-memory-cap" in keys
+    assert "lowvram" not in " ".join(keys) and "expandable-segments" not in keys
+
+
+def test_pinned_on_windows_skips_the_wsl_cap() -> None:
+    event = _corpus_event("pinned_mmap_release_ltxv.txt")
+    keys = [a.key for a in advise(event, AdviceContext(platform="win32"))]
+    assert keys[0] == "disable-pinned-memory" and "wsl-memory-cap" not in keys
+
+
+def test_mps_buffer_limit_names_the_size_and_says_the_watermark_does_not_help() -> None:
+    event = _corpus_event("mps_invalid_buffer_supir_title.txt")
+    advice = advise(event)
+    assert advice[0].key == "mps-buffer-limit" and "8.21 GiB" in advice[0].text
+    assert advice[-1].key == "mps-watermark-no-help"
+    assert all(a.key != "mps-watermark-caution" for a in advice)
+
+
+def test_mps_allocator_oom_still_gets_the_watermark_caution() -> None:
+    event = _corpus_event("mps_report_vae_decode.txt")
+    assert any(a.key == "mps-watermark-caution" for a in advise(event))
