@@ -365,7 +365,13 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     # plus indented lines holding a needle. Traceback frames (most of a big record) drop out,
     # and no OOM text is lost: messages, exception lines, report fields and the numbers of
     # torch's multi-line messages all start at column 0.
-    focus = [i for i, line in enumerate(lines) if line[:1] not in (" ", "\t") or has_needle(line)]
+    focus: list[int] = []
+    indented: list[int] = []
+    for i, line in enumerate(lines):
+        (indented if line[:1] in (" ", "\t") else focus).append(i)
+    # one needle test over all traceback frames together (they rarely hold one), then per line
+    if indented and has_needle("\n".join([lines[i] for i in indented])):
+        focus = sorted(focus + [i for i in indented if has_needle(lines[i])])
     flines = [lines[i] for i in focus]
     body = "\n".join(flines)
     starts = [0]
@@ -1001,6 +1007,8 @@ _BOUNDARIES = ("got prompt", "Prompt executed in", "Processing interrupted", "In
 
 #: how many lines after pinning evidence a bare CUDA OOM is still read as pinned host RAM
 _PINNED_CONTEXT_LINES = 8
+#: ... and at most this many records back
+_PINNED_CONTEXT_RECORDS = 4
 
 
 class _Folder:
@@ -1013,14 +1021,15 @@ class _Folder:
         self._boundary = False
         self._prev: Record | None = None
         self._prev_hint: str | None = None
-        #: last line of the latest record without an event that shows host RAM being pinned
-        self._pin_end: int | None = None
+        #: the latest records without an event, (last line, text), newest last: read only when
+        #: a bare CUDA OOM follows (``_with_pinning``), so the common path pays nothing
+        self._quiet: list[tuple[int, str]] = []
 
     def gap(self) -> list[Finding]:
         """The scanner skipped text here: nothing before may fold with anything after."""
         self._prev = None
         self._prev_hint = None
-        self._pin_end = None
+        self._quiet = []
         return self._close()
 
     def finish(self) -> list[Finding]:
@@ -1047,8 +1056,10 @@ class _Folder:
                 first = split_prefix(first_raw).message.strip()
                 if " " not in first and self._is_single_line(record) and _is_node_ident(first):
                     hint = first
-            if pinned_evidence(text):
-                self._pin_end = record.line_no + record.line_count - 1
+            quiet = self._quiet
+            quiet.append((record.line_no + record.line_count - 1, text))
+            if len(quiet) > _PINNED_CONTEXT_RECORDS:
+                del quiet[0]
         else:
             found = self._with_hint(record, found)
             found = self._with_pinning(record, found)
@@ -1086,9 +1097,12 @@ class _Folder:
         """CUDA's bare ``out of memory`` a few lines after ComfyUI released an mmap or tried to
         pin RAM is host RAM being pinned (the rule alone sees only its own record)."""
         event = found.event
-        if event.rule != "cuda-error-oom" or event.pool is Pool.RAM or self._pin_end is None:
+        if event.rule != "cuda-error-oom" or event.pool is Pool.RAM:
             return found
-        if not 0 <= record.line_no - self._pin_end - 1 <= _PINNED_CONTEXT_LINES:
+        if not any(
+            0 <= record.line_no - end - 1 <= _PINNED_CONTEXT_LINES and pinned_evidence(text)
+            for end, text in self._quiet
+        ):
             return found
         pinned = replace(
             event, pool=Pool.RAM, extra=_add_extra(event.extra, "host_memory", "pinned")
