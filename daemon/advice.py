@@ -223,6 +223,7 @@ def _gpu(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     fragmented = event.pool is Pool.GPU_FRAGMENTATION
     if fragmented:
         out.extend(_expandable_segments(event, ctx))
+    out.extend(_node_pack_advice(event))
     out.extend(_gpu_workload(event))
     out.extend(_gpu_flags(event, ctx, others_bytes))
     return out
@@ -426,9 +427,32 @@ def _pinned(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     return out + _ram_workload()
 
 
+def _node_pack_advice(event: OomEvent) -> list[Advice]:
+    """What the custom-node pack that printed its own OOM stop or hint itself recommends."""
+    pack = dict(event.extra).get("node_pack")
+    if pack == "ComfyUI-VideoHelperSuite":
+        return [
+            Advice(
+                "vhs-fewer-frames",
+                "VideoHelperSuite stopped loading because the frames would not fit in RAM: lower frame_load_cap, raise select_every_nth, set a smaller custom_width/custom_height, or feed the video through a Meta Batch Manager.",
+            )
+        ]
+    if pack == "ComfyUI-SUPIR":
+        return [
+            Advice(
+                "supir-tiled",
+                "SUPIR ran out of memory: enable use_tiled_vae (smaller encoder/decoder tile sizes), use the tiled sampler, fp8 for the UNet, or a smaller image or scale_by; restart ComfyUI afterwards, as SUPIR says its reserved memory may stay taken.",
+            )
+        ]
+    return []
+
+
 def _ram(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     if dict(event.extra).get("host_memory") == "pinned":
         return _pinned(event, ctx)
+    pack = _node_pack_advice(event)
+    if pack:
+        return [*pack, *_ram_common(event, ctx), *_ram_workload()]
     out = _ram_common(event, ctx)
     if _platform(event, ctx) == "win32":
         out.append(_page_file_advice())

@@ -191,6 +191,18 @@ _RX_KERNEL_OOM_KILL_TASK = re.compile(r"\boom-kill:constraint=\S*?,task=([^,\s]+
 #: an uncatchable C++ exception ending the process (``terminate called after throwing an
 #: instance of 'c10::AcceleratorError'``)
 _RX_CXX_TERMINATE = re.compile(r"instance of '([\w:]+)'")
+#: custom-node packs' own OOM stops and hints, worded as their sources print them (the pack's
+#: text is often all a paste has: VideoHelperSuite raises it instead of a torch message, and
+#: SUPIR prints its hint before re-raising, so a cut traceback may end before torch's line)
+_RX_VHS_LIMIT = re.compile(
+    r"Memory limit hit after loading (\d+) frames|Meta Batch set to (\d+) frames but only (\d+) can fit in memory"
+)
+_RX_SUPIR_HINT = re.compile(r"too large of an image or batch_size for SUPIR was used")
+#: rule → the pack that printed it
+_NODE_PACK_RULES = {
+    "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
+    "supir-oom-hint": "ComfyUI-SUPIR",
+}
 _RX_XPU_4GB = re.compile(r"can NOT allocate memory block with size larger than 4GB")
 
 _RX_SOFT: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -435,6 +447,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
             extra.append(("outside_process_bytes", outside))
     if rule == "comfy-got-oom":
         extra.append(("comfy_unloaded_models", True))
+    if rule in _NODE_PACK_RULES:
+        extra.insert(0, ("node_pack", _NODE_PACK_RULES[rule]))
     event = OomEvent(
         pool=pool,
         backend=backend,
@@ -578,6 +592,9 @@ def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
     m = _find(_RX_MMAP, body, "unable to mmap")
     if m:
         return "mmap-enomem", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_VHS_LIMIT, body, "Memory limit hit", "can fit in memory")
+    if m:
+        return "vhs-memory-limit", Pool.RAM, Backend.CPU, m.start(), False
     exc = _oom_exception_line(body) if "MemoryError" in body else None
     if exc is not None:
         type_name, start = exc
@@ -598,6 +615,9 @@ def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
     m = _find(_RX_TIPS, body, "ran out of memory on your GPU")
     if m:
         return "comfy-oom-tips", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_SUPIR_HINT, body, "for SUPIR was used")
+    if m:
+        return "supir-oom-hint", Pool.GPU, Backend.UNKNOWN, m.start(), False
     m = _find(_RX_BASH_KILLED, body, "Killed") or _find(_RX_BARE_KILLED, body, "Killed")
     if m:
         return "shell-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
@@ -755,6 +775,13 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         fields["mps_other_bytes"] = _size(_RX_MPS_OTHER.search(body))
         fields["mps_max_allowed_bytes"] = _size(_RX_MPS_MAX.search(body))
         fields["requested_bytes"] = _size(_RX_MPS_TRIED.search(body))
+    elif rule == "vhs-memory-limit":
+        m = _RX_VHS_LIMIT.search(body)
+        if m and m.group(1):
+            extra.append(("frames_loaded", int(m.group(1))))
+        elif m:
+            extra.append(("frames_per_batch", int(m.group(2))))
+            extra.append(("frames_that_fit", int(m.group(3))))
     elif rule == "mps-invalid-buffer":
         m = _RX_MPS_BUFFER.search(body)
         if m:
@@ -1146,6 +1173,12 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
             else _add_extra(a.extra, "comfy_unloaded_models", True)
         )
         return replace(cand, event=replace(a, extra=extra), end_line_no=end)
+    if (
+        a.rule == "supir-oom-hint"
+        and not b.recovered
+        and b.pool in (Pool.GPU, Pool.GPU_FRAGMENTATION)
+    ):
+        return Finding(cand.record, _combine(primary=b, secondary=a), cand.line_no, end)
     if (
         cand_header_only
         and not b.recovered

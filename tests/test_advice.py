@@ -350,3 +350,17 @@ def test_mps_buffer_limit_names_the_size_and_says_the_watermark_does_not_help() 
 def test_mps_allocator_oom_still_gets_the_watermark_caution() -> None:
     event = _corpus_event("mps_report_vae_decode.txt")
     assert any(a.key == "mps-watermark-caution" for a in advise(event))
+
+
+def test_videohelpersuite_memory_stop_leads_with_its_frame_settings() -> None:
+    event = _corpus_event("node_hint_vhs_memory_limit_title.txt")
+    advice = advise(event)
+    assert advice[0].key == "vhs-fewer-frames" and "frame_load_cap" in advice[0].text
+
+
+def test_supir_hint_without_torch_message_is_a_gpu_oom_with_supir_advice() -> None:
+    text = "It's likely that too large of an image or batch_size for SUPIR was used, and it has devoured all of the memory it had reserved, you may need to restart ComfyUI. Make sure you are using tiled_vae,  you can also try using fp8 for reduced memory usage if your system supports it.\n"
+    event = classify_record(text)
+    assert event is not None and event.pool is Pool.GPU
+    assert dict(event.extra)["node_pack"] == "ComfyUI-SUPIR"
+    assert "supir-tiled" in [a.key for a in advise(event)]

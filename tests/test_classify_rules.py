@@ -640,3 +640,25 @@ def test_the_allocator_message_is_never_pinned_host_ram() -> None:
     )
     events = [f.event for f in scan_stream(io.BytesIO(text.encode()))]
     assert [e.pool for e in events] == [Pool.GPU]
+
+
+def test_supir_hint_then_torch_message_is_one_failure_naming_the_pack() -> None:
+    """SUPIR prints its hint and re-raises: the hint and torch's message fold into one event."""
+    text = (
+        "It's likely that too large of an image or batch_size for SUPIR was used, and it has devoured all of the memory it had reserved, you may need to restart ComfyUI. Make sure you are using tiled_vae,  you can also try using fp8 for reduced memory usage if your system supports it.\n"
+        "!!! Exception during processing !!! Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+        "Currently allocated     : 20.69 GiB\n"
+        "Requested               : 1.18 GiB\n"
+        "Device limit            : 23.99 GiB\n"
+        "Free (according to CUDA): 0 bytes\n"
+    )
+    events = [f.event for f in scan_stream(io.BytesIO(text.encode()))]
+    assert len(events) == 1
+    event = events[0]
+    assert (event.backend, event.requested_bytes) == (Backend.CUDA, round(1.18 * GiB))
+    assert dict(event.extra)["node_pack"] == "ComfyUI-SUPIR"
+
+
+def test_videohelpersuite_meta_batch_refusal_is_host_ram() -> None:
+    event = _event("RuntimeError: Meta Batch set to 512 frames but only 300 can fit in memory")
+    assert (event.pool, dict(event.extra)["frames_that_fit"]) == (Pool.RAM, 300)
