@@ -181,9 +181,10 @@ _RX_NUMPY = re.compile(r"Unable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes)
 _RX_GOT_OOM = re.compile(r"Got an OOM, unloading all loaded models")
 _RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
 #: MPSAllocator's refusal of a single buffer over the device's limit; torch formats the size
-#: with two decimals (``8.21 GB``), which keeps other programs' "invalid buffer size: 64" out
+#: with two decimals (``8.21 GB``; newer torch ``19.38 GiB``), which keeps other programs'
+#: "invalid buffer size: 64" out
 _RX_MPS_BUFFER = re.compile(
-    r"(?:\b([A-Za-z_]\w*Error): ?)?Invalid buffer size: ?(\d+\.\d\d) ?([KMG]B)\b"
+    r"(?:\b([A-Za-z_]\w*Error): ?)?Invalid buffer size: ?(\d+\.\d\d) ?([KMG]i?B)\b"
 )
 #: the kernel's first OOM line names the allocating task, which for torch is pt_main_thread
 _RX_KERNEL_INVOKED = re.compile(r"\b(\S+) invoked oom-killer: ")
