@@ -1033,10 +1033,13 @@ class Finding:
 _BOUNDARIES = ("got prompt", "Prompt executed in", "Processing interrupted", "Interrupting prompt")
 
 
-#: how many lines after pinning evidence a bare CUDA OOM is still read as pinned host RAM
-_PINNED_CONTEXT_LINES = 8
+#: how many lines may lie between pinning evidence and a bare CUDA OOM that is still read as
+#: pinned host RAM. No more than the scanner's lookbehind always feeds before a needle's line
+#: (``_StreamScanner.open_window``: at least three lines), so the byte scanner and the
+#: line-by-line path see the same context and find the same events.
+_PINNED_CONTEXT_LINES = 2
 #: ... and at most this many records back
-_PINNED_CONTEXT_RECORDS = 4
+_PINNED_CONTEXT_RECORDS = 3
 
 
 class _Folder:

@@ -662,3 +662,18 @@ def test_supir_hint_then_torch_message_is_one_failure_naming_the_pack() -> None:
 def test_videohelpersuite_meta_batch_refusal_is_host_ram() -> None:
     event = _event("RuntimeError: Meta Batch set to 512 frames but only 300 can fit in memory")
     assert (event.pool, dict(event.extra)["frames_that_fit"]) == (Pool.RAM, 300)
+
+
+@pytest.mark.parametrize("filler", range(7))
+def test_pinned_context_is_the_same_for_the_byte_scanner_and_the_line_path(filler: int) -> None:
+    """The context reaches no further back than the scanner's lookbehind always feeds."""
+    text = (
+        "[2026-01-02 09:00:00.000] got prompt\n" * 60
+        + "[2026-01-02 10:00:00.000] Attempting to release mmap (513)\n"
+        + "".join(f"[2026-01-02 10:00:0{i}.000] filler {i}\n" for i in range(filler))
+        + "[2026-01-02 10:00:09.000] !!! Exception during processing !!! CUDA error: out of memory\n"
+    )
+    by_bytes = [(f.line_no, f.event.pool) for f in scan_stream(io.BytesIO(text.encode()))]
+    by_lines = [(f.line_no, f.event.pool) for f in iter_findings(text.splitlines())]
+    assert by_bytes == by_lines
+    assert by_bytes[0][1] is (Pool.RAM if filler <= 2 else Pool.GPU)
