@@ -550,6 +550,8 @@ def _killed(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
                 "Add or enlarge swap so a peak can spill to disk instead of killing the process (slower, but the prompt finishes).",
             )
         )
+        if extra.get("scope") != "cgroup":
+            out.append(_wsl_cap_advice())
     return out + _ram_workload()
 
 

@@ -364,3 +364,14 @@ def test_supir_hint_without_torch_message_is_a_gpu_oom_with_supir_advice() -> No
     assert event is not None and event.pool is Pool.GPU
     assert dict(event.extra)["node_pack"] == "ComfyUI-SUPIR"
     assert "supir-tiled" in [a.key for a in advise(event)]
+
+
+def test_a_kernel_kill_on_linux_mentions_the_wsl_memory_cap_but_a_cgroup_kill_does_not() -> None:
+    system = _corpus_event("killed_bare_and_kernel.txt")
+    assert "wsl-memory-cap" in [a.key for a in advise(system)]
+    findings = list(
+        scan_stream(io.BytesIO((CORPUS / "kernel_memcg_kills_journal.txt").read_bytes()))
+    )
+    cgroup = findings[0].event
+    assert dict(cgroup.extra)["scope"] == "cgroup"
+    assert "wsl-memory-cap" not in [a.key for a in advise(cgroup)]
