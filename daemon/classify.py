@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from itertools import pairwise
@@ -70,7 +71,7 @@ NEEDLES: tuple[str, ...] = (
     "Killed",  # bare Killed, Killed process
     "rror 1455",  # os error 1455, WinError 1455 (the paging file, in any language)
     "sending SIG",  # earlyoom
-    "buffer size",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
+    "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
 )
 _NEEDLES_B: tuple[bytes, ...] = tuple(n.encode() for n in NEEDLES)
@@ -126,7 +127,7 @@ def has_needle(text: str) -> bool:
         or "_STATUS_" in text
         or "rror 1455" in text
         or "sending SIG" in text
-        or "buffer size" in text
+        or "nvalid buffer" in text
         or "oom-kill" in text
     )
 
@@ -391,12 +392,15 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     for line in flines[:-1]:
         starts.append(starts[-1] + len(line) + 1)
 
-    rule, pool, backend, pos, recovered = _detect(body)
+    # a pasted Error Report is parsed once, for the rules and for its fields
+    report = _report(body)
+    rule, pool, backend, pos, recovered = _detect(body, report)
     if rule is None:
         restored = _restore_case(body)
         if restored is None:
             return None
-        rule, pool, backend, pos, recovered = _detect(restored)
+        report = _report(restored)
+        rule, pool, backend, pos, recovered = _detect(restored, report)
         if rule is None:
             return None
         # case-only edits: every position and line length stays the same
@@ -414,9 +418,9 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     exc_type, exc_msg = _exception_of(flines, fidx)
     if exc_type is None:
         exc_type = _inline_exception_type(rule, body)
-    node_type, node_id, report_type = _report_fields(body)
-    if report_type:
-        exc_type = report_type
+    node_type = node_id = None
+    if report is not None:
+        node_type, node_id, exc_type = report.node_type, report.node_id, report.exception_type
     if node_type is None:
         node_type = _dialog_node(body) or _colon_node(lines[idx])
     if node_type is None and idx > 0:
@@ -424,9 +428,10 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         if _is_node_ident(prev):
             node_type = prev
 
-    message = _message_of(lines[idx], pos - starts[fidx], exc_msg, report_message(body))
+    report_msg = report.message if report is not None else None
+    message = _message_of(lines[idx], pos - starts[fidx], exc_msg, report_msg)
     if backend is Backend.UNKNOWN:
-        backend = _backend_from_text(body)
+        backend = _backend_from_text(body, report_msg)
     if rule == "cuda-error-oom" and pinned_evidence("\n".join(lines)):
         pool = Pool.RAM
         extra.append(("host_memory", "pinned"))
@@ -527,8 +532,10 @@ def _find(rx: re.Pattern[str], body: str, *gates: str) -> re.Match[str] | None:
     return None
 
 
-def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
-    """(rule, pool, backend, match position, recovered) of the strongest rule, or rule None."""
+def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backend, int, bool]:
+    """(rule, pool, backend, match position, recovered) of the strongest rule, or rule None.
+
+    ``report`` is ``_report(body)``: the fields of a pasted Error Report, if ``body`` is one."""
     m = _find(_RX_KERNEL_KILL, body, "Kill") or _find(_RX_KERNEL_KILLED, body, "Killed process")
     if m:
         return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
@@ -549,7 +556,7 @@ def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
     m = _find(_RX_MPS, body, "MPS backend out of memory")
     if m:
         return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
-    m = _find(_RX_MPS_BUFFER, body, "buffer size")
+    m = _find(_RX_MPS_BUFFER, body, "nvalid buffer")
     if m:
         return "mps-invalid-buffer", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
     m = _find(_RX_TORCH_DEVICE, body, " out of memory") or _find(
@@ -604,7 +611,6 @@ def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
         if _find(_RX_NUMPY, body, "Unable to allocate"):
             return "numpy-alloc", Pool.RAM, Backend.CPU, start, False
         return "memory-error", Pool.RAM, Backend.CPU, start, False
-    report = _report(body)
     if report is not None and report.exception_type.endswith(("OutOfMemoryError", "MemoryError")):
         type_name, start = report.exception_type, report.position
         if type_name.endswith("OutOfMemoryError"):
@@ -900,13 +906,6 @@ def _shares_oom_text(msg: str, evidence: str) -> bool:
     return False
 
 
-def _report_fields(body: str) -> tuple[str | None, str | None, str | None]:
-    report = _report(body)
-    if report is None:
-        return None, None, None
-    return report.node_type, report.node_id, report.exception_type
-
-
 def _dialog_node(body: str) -> str | None:
     m = _RX_DIALOG.search(body)
     return m.group(1).strip() if m else None
@@ -950,15 +949,14 @@ def report_message(body: str) -> str | None:
     return report.message if report is not None else None
 
 
-def _backend_from_text(body: str) -> Backend:
+def _backend_from_text(body: str, report_msg: str | None) -> Backend:
     if "HIP out of memory" in body or "PYTORCH_HIP_ALLOC_CONF" in body:
         return Backend.ROCM
     if "CUDA out of memory" in body or "Allocation on device" in body:
         return Backend.CUDA
     if "XPU out of memory" in body:
         return Backend.XPU
-    message = report_message(body)
-    if message is not None and message.startswith("HIP "):
+    if report_msg is not None and report_msg.startswith("HIP "):
         return Backend.ROCM
     if "MPS backend" in body:
         return Backend.MPS
@@ -1054,13 +1052,13 @@ class _Folder:
         self._prev_hint: str | None = None
         #: the latest records without an event, (last line, text), newest last: read only when
         #: a bare CUDA OOM follows (``_with_pinning``), so the common path pays nothing
-        self._quiet: list[tuple[int, str]] = []
+        self._quiet: deque[tuple[int, str]] = deque(maxlen=_PINNED_CONTEXT_RECORDS)
 
     def gap(self) -> list[Finding]:
         """The scanner skipped text here: nothing before may fold with anything after."""
         self._prev = None
         self._prev_hint = None
-        self._quiet = []
+        self._quiet.clear()
         return self._close()
 
     def finish(self) -> list[Finding]:
@@ -1087,10 +1085,7 @@ class _Folder:
                 first = split_prefix(first_raw).message.strip()
                 if " " not in first and self._is_single_line(record) and _is_node_ident(first):
                     hint = first
-            quiet = self._quiet
-            quiet.append((record.line_no + record.line_count - 1, text))
-            if len(quiet) > _PINNED_CONTEXT_RECORDS:
-                del quiet[0]
+            self._quiet.append((record.line_no + record.line_count - 1, text))
         else:
             found = self._with_hint(record, found)
             found = self._with_pinning(record, found)
