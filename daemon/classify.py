@@ -245,7 +245,8 @@ _RX_ANY_FIELD = re.compile(
 )
 _RX_EXC_TYPE_VALUE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)$")
 _RX_NODE_ID_VALUE = re.compile(r"^\d+(?::\d+)*$")
-_RX_DIALOG = re.compile(r"^Error occurred when executing (.+?):\s*$", _M)
+#: ComfyUI's old error dialog: the node on its own line, or (an issue title) the message after it
+_RX_DIALOG = re.compile(r"^Error occurred when executing ([^:\n]+?):(?:[ \t]|$)", _M)
 _RX_NODE_COLON = re.compile(r"^([A-Za-z][\w\-]{1,80}) : ")
 _RX_NODE_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{2,80}$")
 _NOT_NODES = frozenset(
@@ -275,7 +276,7 @@ _RX_RESERVED_UNALLOC = re.compile(
     r"and " + _SIZE + r" is reserved\b|" + _SIZE + r" cached\)"
 )
 _RX_RESERVED = re.compile(_SIZE + r"\s+reserved in total\b")  # \s+: a message hard-wrapped here
-_RX_ALLOWED = re.compile(r"; " + _SIZE + r" allowed;")
+_RX_ALLOWED = re.compile(r"[;.] " + _SIZE + r" allowed;")  # torch>=2.1: "... is free. X allowed;"
 _RX_EX_ALLOCATED = re.compile(r"Currently allocated\s*:\s*" + _SIZE)
 _RX_EX_REQUESTED = re.compile(r"Requested\s*:\s*" + _SIZE)
 _RX_EX_LIMIT = re.compile(r"Device limit\s*:\s*" + _SIZE)
