@@ -223,6 +223,7 @@ def _gpu(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     fragmented = event.pool is Pool.GPU_FRAGMENTATION
     if fragmented:
         out.extend(_expandable_segments(event, ctx))
+    out.extend(_node_pack_advice(event))
     out.extend(_gpu_workload(event))
     out.extend(_gpu_flags(event, ctx, others_bytes))
     return out
@@ -405,7 +406,53 @@ def _page_file_advice() -> Advice:
     )
 
 
+def _wsl_cap_advice() -> Advice:
+    return Advice(
+        "wsl-memory-cap",
+        "Under WSL2 the Linux VM gets only part of Windows' RAM (half by default): raise memory= under [wsl2] in %UserProfile%\\.wslconfig, then run `wsl --shutdown` and start again.",
+    )
+
+
+def _pinned(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
+    """CUDA's ``out of memory`` while ComfyUI pinned host RAM: the RAM, not the card, ran out."""
+    out = [
+        Advice(
+            "disable-pinned-memory",
+            "This CUDA 'out of memory' came from pinning host RAM (page-locked memory for fast offloading), not from the card: start ComfyUI with --disable-pinned-memory (ComfyUI pins up to 95 % of RAM on Linux, 45 % on Windows).",
+        ),
+        *_ram_common(event, ctx),
+    ]
+    if _platform(event, ctx) != "win32":
+        out.append(_wsl_cap_advice())
+    return out + _ram_workload()
+
+
+def _node_pack_advice(event: OomEvent) -> list[Advice]:
+    """What the custom-node pack that printed its own OOM stop or hint itself recommends."""
+    pack = dict(event.extra).get("node_pack")
+    if pack == "ComfyUI-VideoHelperSuite":
+        return [
+            Advice(
+                "vhs-fewer-frames",
+                "VideoHelperSuite stopped loading because the frames would not fit in RAM: lower frame_load_cap, raise select_every_nth, set a smaller custom_width/custom_height, or feed the video through a Meta Batch Manager.",
+            )
+        ]
+    if pack == "ComfyUI-SUPIR":
+        return [
+            Advice(
+                "supir-tiled",
+                "SUPIR ran out of memory: enable use_tiled_vae (smaller encoder/decoder tile sizes), use the tiled sampler, fp8 for the UNet, or a smaller image or scale_by; restart ComfyUI afterwards, as SUPIR says its reserved memory may stay taken.",
+            )
+        ]
+    return []
+
+
 def _ram(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
+    if dict(event.extra).get("host_memory") == "pinned":
+        return _pinned(event, ctx)
+    pack = _node_pack_advice(event)
+    if pack:
+        return [*pack, *_ram_common(event, ctx), *_ram_workload()]
     out = _ram_common(event, ctx)
     if _platform(event, ctx) == "win32":
         out.append(_page_file_advice())
@@ -424,6 +471,8 @@ def _pagefile(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
 
 
 def _mps(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
+    if event.rule == "mps-invalid-buffer":
+        return _mps_buffer(event)
     out = [
         Advice(
             "close-other-apps",
@@ -438,6 +487,25 @@ def _mps(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
         )
     )
     return out
+
+
+def _mps_buffer(event: OomEvent) -> list[Advice]:
+    """Metal refused one buffer over the device's size limit: no amount of free memory helps."""
+    size = human_bytes(event.requested_bytes) if event.requested_bytes else "one tensor"
+    return [
+        Advice(
+            "mps-buffer-limit",
+            f"Metal refused a single buffer of {size}: one tensor is larger than the GPU may allocate at once, however much memory is free. Make that tensor smaller: lower the resolution, frame count or batch size of {event.node_type or 'the failing node'}, or use its tiled variant (VAE Decode (Tiled), a tiled upscaler).",
+        ),
+        Advice(
+            "mps-fp16",
+            "Use fp16 (or a quantized model) instead of fp32 where the node allows it: the same tensor then needs half the bytes.",
+        ),
+        Advice(
+            "mps-watermark-no-help",
+            "PYTORCH_MPS_HIGH_WATERMARK_RATIO does not lift this limit (it caps the total, not one buffer); leave it alone for this error.",
+        ),
+    ]
 
 
 # -- killed by the OS ----------------------------------------------------------------------------
@@ -482,6 +550,8 @@ def _killed(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
                 "Add or enlarge swap so a peak can spill to disk instead of killing the process (slower, but the prompt finishes).",
             )
         )
+        if extra.get("scope") != "cgroup":
+            out.append(_wsl_cap_advice())
     return out + _ram_workload()
 
 

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from itertools import pairwise
@@ -70,6 +71,8 @@ NEEDLES: tuple[str, ...] = (
     "Killed",  # bare Killed, Killed process
     "rror 1455",  # os error 1455, WinError 1455 (the paging file, in any language)
     "sending SIG",  # earlyoom
+    "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
+    "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
 )
 _NEEDLES_B: tuple[bytes, ...] = tuple(n.encode() for n in NEEDLES)
 
@@ -124,6 +127,8 @@ def has_needle(text: str) -> bool:
         or "_STATUS_" in text
         or "rror 1455" in text
         or "sending SIG" in text
+        or "nvalid buffer" in text
+        or "oom-kill" in text
     )
 
 
@@ -176,6 +181,30 @@ _RX_MMAP = re.compile(r"unable to mmap (\d+) bytes from file [\s\S]{0,400}?Canno
 _RX_NUMPY = re.compile(r"Unable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
 _RX_GOT_OOM = re.compile(r"Got an OOM, unloading all loaded models")
 _RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
+#: MPSAllocator's refusal of a single buffer over the device's limit; torch formats the size
+#: with two decimals (``8.21 GB``; newer torch ``19.38 GiB``), which keeps other programs'
+#: "invalid buffer size: 64" out
+_RX_MPS_BUFFER = re.compile(
+    r"(?:\b([A-Za-z_]\w*Error): ?)?Invalid buffer size: ?(\d+\.\d\d) ?([KMG]i?B)\b"
+)
+#: the kernel's first OOM line names the allocating task, which for torch is pt_main_thread
+_RX_KERNEL_INVOKED = re.compile(r"\b(\S+) invoked oom-killer: ")
+_RX_KERNEL_OOM_KILL_TASK = re.compile(r"\boom-kill:constraint=\S*?,task=([^,\s]+),pid=(\d+)")
+#: an uncatchable C++ exception ending the process (``terminate called after throwing an
+#: instance of 'c10::AcceleratorError'``)
+_RX_CXX_TERMINATE = re.compile(r"instance of '([\w:]+)'")
+#: custom-node packs' own OOM stops and hints, worded as their sources print them (the pack's
+#: text is often all a paste has: VideoHelperSuite raises it instead of a torch message, and
+#: SUPIR prints its hint before re-raising, so a cut traceback may end before torch's line)
+_RX_VHS_LIMIT = re.compile(
+    r"Memory limit hit after loading (\d+) frames|Meta Batch set to (\d+) frames but only (\d+) can fit in memory"
+)
+_RX_SUPIR_HINT = re.compile(r"too large of an image or batch_size for SUPIR was used")
+#: rule → the pack that printed it
+_NODE_PACK_RULES = {
+    "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
+    "supir-oom-hint": "ComfyUI-SUPIR",
+}
 _RX_XPU_4GB = re.compile(r"can NOT allocate memory block with size larger than 4GB")
 
 _RX_SOFT: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -209,10 +238,15 @@ _RX_SOFT: tuple[tuple[str, re.Pattern[str]], ...] = (
 _RX_EXC_LINE = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::[ \t]?(.*))?$", _M
 )
-_RX_REPORT_FIELD = re.compile(
-    r"^\s*-\s*\*\*(Node ID|Node Type|Exception Type|Exception Message):\*\*\s*(.*?)\s*$", _M
+#: a field of ComfyUI's Error Report in any language: ``- **<label>:** <value>``, one per line
+#: or, in a paste that lost its newlines, one after another on a line
+_RX_ANY_FIELD = re.compile(
+    r"(?:^|\s)-\s*\*\*([^*\n]{1,40}?):\*\*[ \t]*(.*?)(?=\s+-\s*\*\*[^*\n]{1,40}?:\*\*|\s+##|$)", _M
 )
-_RX_DIALOG = re.compile(r"^Error occurred when executing (.+?):\s*$", _M)
+_RX_EXC_TYPE_VALUE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)$")
+_RX_NODE_ID_VALUE = re.compile(r"^\d+(?::\d+)*$")
+#: ComfyUI's old error dialog: the node on its own line, or (an issue title) the message after it
+_RX_DIALOG = re.compile(r"^Error occurred when executing ([^:\n]+?):(?:[ \t]|$)", _M)
 _RX_NODE_COLON = re.compile(r"^([A-Za-z][\w\-]{1,80}) : ")
 _RX_NODE_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{2,80}$")
 _NOT_NODES = frozenset(
@@ -237,10 +271,12 @@ _RX_ALLOCATED = re.compile(
 )
 _RX_PRIVATE = re.compile(r"with " + _SIZE + r" allocated in private pools")
 _RX_RESERVED_UNALLOC = re.compile(
-    r"and " + _SIZE + r" is reserved by PyTorch but unallocated|" + _SIZE + r" cached\)"
+    # torch>=2.1 says "and X is reserved by PyTorch but unallocated"; "is reserved" only ever
+    # introduces that figure, so a message cut right after it still gives it
+    r"and " + _SIZE + r" is reserved\b|" + _SIZE + r" cached\)"
 )
-_RX_RESERVED = re.compile(_SIZE + r" reserved in total by PyTorch")
-_RX_ALLOWED = re.compile(r"; " + _SIZE + r" allowed;")
+_RX_RESERVED = re.compile(_SIZE + r"\s+reserved in total\b")  # \s+: a message hard-wrapped here
+_RX_ALLOWED = re.compile(r"[;.] " + _SIZE + r" allowed;")  # torch>=2.1: "... is free. X allowed;"
 _RX_EX_ALLOCATED = re.compile(r"Currently allocated\s*:\s*" + _SIZE)
 _RX_EX_REQUESTED = re.compile(r"Requested\s*:\s*" + _SIZE)
 _RX_EX_LIMIT = re.compile(r"Device limit\s*:\s*" + _SIZE)
@@ -344,16 +380,36 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     # plus indented lines holding a needle. Traceback frames (most of a big record) drop out,
     # and no OOM text is lost: messages, exception lines, report fields and the numbers of
     # torch's multi-line messages all start at column 0.
-    focus = [i for i, line in enumerate(lines) if line[:1] not in (" ", "\t") or has_needle(line)]
+    focus: list[int] = []
+    indented: list[int] = []
+    for i, line in enumerate(lines):
+        (indented if line[:1] in (" ", "\t") else focus).append(i)
+    # one needle test over all traceback frames together (they rarely hold one), then per line
+    if indented and has_needle("\n".join([lines[i] for i in indented])):
+        focus = sorted(focus + [i for i in indented if has_needle(lines[i])])
     flines = [lines[i] for i in focus]
     body = "\n".join(flines)
     starts = [0]
     for line in flines[:-1]:
         starts.append(starts[-1] + len(line) + 1)
 
-    rule, pool, backend, pos, recovered = _detect(body)
+    # a pasted Error Report is parsed once, for the rules and for its fields
+    report = _report(body)
+    rule, pool, backend, pos, recovered = _detect(body, report)
     if rule is None:
-        return None
+        restored = _restore_case(body)
+        if restored is None:
+            return None
+        report = _report(restored)
+        rule, pool, backend, pos, recovered = _detect(restored, report)
+        if rule is None:
+            return None
+        # case-only edits: every position and line length stays the same
+        body = restored
+        flines = body.split("\n")
+        lines = list(lines)
+        for i, line in zip(focus, flines, strict=True):
+            lines[i] = line
     fidx = _line_of(starts, pos)
     idx = focus[fidx]
     fields: dict[str, Any] = {}
@@ -361,9 +417,11 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     _numbers(rule, body, fields, extra)
 
     exc_type, exc_msg = _exception_of(flines, fidx)
-    node_type, node_id, report_type = _report_fields(body)
-    if report_type:
-        exc_type = report_type
+    if exc_type is None:
+        exc_type = _inline_exception_type(rule, body)
+    node_type = node_id = None
+    if report is not None:
+        node_type, node_id, exc_type = report.node_type, report.node_id, report.exception_type
     if node_type is None:
         node_type = _dialog_node(body) or _colon_node(lines[idx])
     if node_type is None and idx > 0:
@@ -371,9 +429,13 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         if _is_node_ident(prev):
             node_type = prev
 
-    message = _message_of(lines[idx], pos - starts[fidx], exc_msg, report_message(body))
+    report_msg = report.message if report is not None else None
+    message = _message_of(lines[idx], pos - starts[fidx], exc_msg, report_msg)
     if backend is Backend.UNKNOWN:
-        backend = _backend_from_text(body)
+        backend = _backend_from_text(body, report_msg)
+    if rule == "cuda-error-oom" and pinned_evidence("\n".join(lines)):
+        pool = Pool.RAM
+        extra.append(("host_memory", "pinned"))
     if pool is Pool.GPU and fields.get("requested_bytes") is not None:
         ru = fields.get("reserved_unallocated_bytes")
         if ru is not None and ru >= fields["requested_bytes"]:
@@ -392,6 +454,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
             extra.append(("outside_process_bytes", outside))
     if rule == "comfy-got-oom":
         extra.append(("comfy_unloaded_models", True))
+    if rule in _NODE_PACK_RULES:
+        extra.insert(0, ("node_pack", _NODE_PACK_RULES[rule]))
     event = OomEvent(
         pool=pool,
         backend=backend,
@@ -410,6 +474,53 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     return _Found(event, idx, header_only)
 
 
+#: the words of the messages, in their printed case: a paste that was lower-cased (chat apps,
+#: some forums) is matched again after these are put back; every edit changes case only
+_CASED_WORDS: tuple[str, ...] = (
+    "CUDA out of memory",
+    "HIP out of memory",
+    "XPU out of memory",
+    "MPS backend out of memory",
+    "MPS allocated",
+    "CUDA error: out of memory",
+    "Tried to allocate",
+    "Of the allocated memory",
+    "allocated by PyTorch",
+    "reserved by PyTorch",
+    "non-PyTorch",
+    "Allocation on device",
+    "Currently allocated",
+    "Requested",
+    "Device limit",
+    "Free (according to CUDA)",
+    "DefaultCPUAllocator",
+    "OutOfMemoryError",
+    "RuntimeError",
+    "Invalid buffer size",
+)
+_RX_CASED_WORDS = re.compile("|".join(re.escape(w) for w in _CASED_WORDS), re.IGNORECASE)
+_CASED = {w.lower(): w for w in _CASED_WORDS}
+_RX_LOWER_UNIT_OR_GPU = re.compile(r"(?<=\d)( ?)([kmgtp])(i?)b\b|\bgpu(?= \d)")
+#: a lower-cased record holds one of these
+_LOWER_SIGNS = ("out of memory", "allocation on device", "invalid buffer size", "outofmemory")
+
+
+def _restore_case(body: str) -> str | None:
+    """``body`` with the messages' words in their printed case, or None when it has none of
+    them in another case (see ``_CASED_WORDS``)."""
+    low = body.lower()
+    if not any(sign in low for sign in _LOWER_SIGNS):
+        return None
+    out = _RX_CASED_WORDS.sub(lambda m: _CASED[m.group(0).lower()], body)
+    out = _RX_LOWER_UNIT_OR_GPU.sub(
+        lambda m: (
+            "GPU" if m.group(0) == "gpu" else f"{m.group(1)}{m.group(2).upper()}{m.group(3)}B"
+        ),
+        out,
+    )
+    return out if out != body else None
+
+
 def _find(rx: re.Pattern[str], body: str, *gates: str) -> re.Match[str] | None:
     """``rx.search(body)``, run only when one of the literal ``gates`` is in ``body``.
 
@@ -422,9 +533,16 @@ def _find(rx: re.Pattern[str], body: str, *gates: str) -> re.Match[str] | None:
     return None
 
 
-def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
-    """(rule, pool, backend, match position, recovered) of the strongest rule, or rule None."""
+def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backend, int, bool]:
+    """(rule, pool, backend, match position, recovered) of the strongest rule, or rule None.
+
+    ``report`` is ``_report(body)``: the fields of a pasted Error Report, if ``body`` is one."""
     m = _find(_RX_KERNEL_KILL, body, "Kill") or _find(_RX_KERNEL_KILLED, body, "Killed process")
+    if m:
+        return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _find(_RX_KERNEL_OOM_KILL_TASK, body, "oom-kill:") or _find(
+        _RX_KERNEL_INVOKED, body, "invoked oom-killer"
+    )
     if m:
         return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(_RX_EARLYOOM, body, "sending SIG")
@@ -439,6 +557,9 @@ def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
     m = _find(_RX_MPS, body, "MPS backend out of memory")
     if m:
         return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
+    m = _find(_RX_MPS_BUFFER, body, "nvalid buffer")
+    if m:
+        return "mps-invalid-buffer", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
     m = _find(_RX_TORCH_DEVICE, body, " out of memory") or _find(
         _RX_TORCH_DEVICE_LINE, body, " out of memory"
     )
@@ -480,6 +601,9 @@ def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
     m = _find(_RX_MMAP, body, "unable to mmap")
     if m:
         return "mmap-enomem", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_VHS_LIMIT, body, "Memory limit hit", "can fit in memory")
+    if m:
+        return "vhs-memory-limit", Pool.RAM, Backend.CPU, m.start(), False
     exc = _oom_exception_line(body) if "MemoryError" in body else None
     if exc is not None:
         type_name, start = exc
@@ -488,9 +612,8 @@ def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
         if _find(_RX_NUMPY, body, "Unable to allocate"):
             return "numpy-alloc", Pool.RAM, Backend.CPU, start, False
         return "memory-error", Pool.RAM, Backend.CPU, start, False
-    report = _report_exception_type(body) if "Exception Type:**" in body else None
-    if report is not None:
-        type_name, start = report
+    if report is not None and report.exception_type.endswith(("OutOfMemoryError", "MemoryError")):
+        type_name, start = report.exception_type, report.position
         if type_name.endswith("OutOfMemoryError"):
             return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
         return "memory-error", Pool.RAM, Backend.CPU, start, False
@@ -500,6 +623,9 @@ def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
     m = _find(_RX_TIPS, body, "ran out of memory on your GPU")
     if m:
         return "comfy-oom-tips", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_SUPIR_HINT, body, "for SUPIR was used")
+    if m:
+        return "supir-oom-hint", Pool.GPU, Backend.UNKNOWN, m.start(), False
     m = _find(_RX_BASH_KILLED, body, "Killed") or _find(_RX_BARE_KILLED, body, "Killed")
     if m:
         return "shell-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
@@ -509,6 +635,46 @@ def _detect(body: str) -> tuple[str | None, Pool, Backend, int, bool]:
             if m:
                 return name, Pool.GPU, Backend.UNKNOWN, m.start(), True
     return None, Pool.GPU, Backend.UNKNOWN, 0, False
+
+
+#: what in a record, or just before it, shows that CUDA's ``out of memory`` came from pinning
+#: host RAM, not from VRAM: ComfyUI releasing a model's mmap to pin it, pinning APIs, the pinned
+#: staging buffer, the offload stream's async copies, an uncatchable C++ error ending the process
+_PINNED_MARKS: tuple[str, ...] = (
+    "Attempting to release mmap",
+    "pin_memory",
+    "cudaHostRegister",
+    "Unable to pin memory",
+    "hostbuf",
+    "HostBuffer",
+    "offload_stream.synchronize",
+    "non_blocking=non_blocking)",
+    "terminate called after throwing",
+)
+
+
+def pinned_evidence(text: str) -> bool:
+    """True when ``text`` shows host RAM being pinned (see ``_PINNED_MARKS``)."""
+    return any(mark in text for mark in _PINNED_MARKS)
+
+
+_RX_INLINE_OOM_TYPE = re.compile(
+    r"((?:[A-Za-z_]\w*\.)*OutOfMemoryError): (?:CUDA|HIP|XPU) out of memory"
+)
+
+
+def _inline_exception_type(rule: str, body: str) -> str | None:
+    """An exception type the text names inside a line rather than at its start."""
+    if rule == "mps-invalid-buffer":
+        m = _RX_MPS_BUFFER.search(body)
+        return m.group(1) if m and m.group(1) else None
+    if rule in ("cuda-oom", "hip-oom", "xpu-oom") and "OutOfMemoryError: " in body:
+        m = _RX_INLINE_OOM_TYPE.search(body)
+        return m.group(1) if m else None
+    if rule == "cuda-error-oom" and "instance of '" in body:
+        m = _RX_CXX_TERMINATE.search(body)
+        return m.group(1) if m else None
+    return None
 
 
 def _oom_exception_line(body: str) -> tuple[str, int] | None:
@@ -521,13 +687,46 @@ def _oom_exception_line(body: str) -> tuple[str, int] | None:
     return best
 
 
-def _report_exception_type(body: str) -> tuple[str, int] | None:
-    for m in _RX_REPORT_FIELD.finditer(body):
-        if m.group(1) == "Exception Type" and m.group(2).endswith(
-            ("OutOfMemoryError", "MemoryError")
-        ):
-            return m.group(2), m.start()
-    return None
+@dataclass(frozen=True, slots=True)
+class _Report:
+    """The error fields of a pasted ComfyUI Error Report."""
+
+    exception_type: str
+    #: where the exception type's field starts in the text
+    position: int
+    message: str | None
+    node_type: str | None
+    node_id: str | None
+
+
+def _report(body: str) -> _Report | None:
+    """The Error Report's fields read by their *structure*, in any language.
+
+    The frontend writes ``- **Node ID:** …``, ``- **Node Type:** …``, ``- **Exception Type:**
+    …``, ``- **Exception Message:** …`` in that order, and a translated page (or a browser's
+    translation of it) renames the labels but keeps the Markdown and the Python type name.
+    So the exception type is the first field whose value is a Python exception type, the
+    message is the field after it, the node type the field before it (unless that is the node
+    ID, a number) and the node ID the field before that when it is a number.
+    """
+    if ":**" not in body:
+        return None
+    fields = [(m.group(2).strip(), m.start(1)) for m in _RX_ANY_FIELD.finditer(body)]
+    k = next((i for i, (value, _) in enumerate(fields) if _RX_EXC_TYPE_VALUE.match(value)), -1)
+    if k < 0:
+        return None
+    value, pos = fields[k]
+    message = fields[k + 1][0] or None if k + 1 < len(fields) else None
+    node_type = node_id = None
+    if k >= 1 and fields[k - 1][0]:
+        before = fields[k - 1][0]
+        if _RX_NODE_ID_VALUE.match(before):
+            node_id = before
+        else:
+            node_type = before
+            if k >= 2 and _RX_NODE_ID_VALUE.match(fields[k - 2][0]):
+                node_id = fields[k - 2][0]
+    return _Report(value, pos, message, node_type, node_id)
 
 
 def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str, Any]]) -> None:
@@ -542,7 +741,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _find(_RX_ALLOCATED, body, "allocated by PyTorch", "already allocated")
         if m:
             fields["allocated_bytes"] = _size(m) if m.group(1) else _size(m, 3)
-        m = _find(_RX_RESERVED_UNALLOC, body, "but unallocated", "cached)")
+        m = _find(_RX_RESERVED_UNALLOC, body, "is reserved", "cached)")
         if m:
             fields["reserved_unallocated_bytes"] = _size(m) if m.group(1) else _size(m, 3)
         reserved = _size(_find(_RX_RESERVED, body, "reserved in total"))
@@ -584,6 +783,17 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         fields["mps_other_bytes"] = _size(_RX_MPS_OTHER.search(body))
         fields["mps_max_allowed_bytes"] = _size(_RX_MPS_MAX.search(body))
         fields["requested_bytes"] = _size(_RX_MPS_TRIED.search(body))
+    elif rule == "vhs-memory-limit":
+        m = _RX_VHS_LIMIT.search(body)
+        if m and m.group(1):
+            extra.append(("frames_loaded", int(m.group(1))))
+        elif m:
+            extra.append(("frames_per_batch", int(m.group(2))))
+            extra.append(("frames_that_fit", int(m.group(3))))
+    elif rule == "mps-invalid-buffer":
+        m = _RX_MPS_BUFFER.search(body)
+        if m:
+            fields["requested_bytes"] = parse_size(m.group(2), m.group(3))
     elif rule == "directml-oom":
         m = _RX_DIRECTML.search(body)
         if m and m.group(1):
@@ -616,6 +826,14 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
                         int(fm.group(2).replace(",", "")) * _K,
                     )
                 )
+        else:
+            tm = _RX_KERNEL_OOM_KILL_TASK.search(body)
+            im = _RX_KERNEL_INVOKED.search(body)
+            if tm is not None:
+                fields["killed_pid"] = int(tm.group(2))
+                extra.append(("process_name", tm.group(1)))
+            elif im is not None:
+                extra.append(("invoked_by", im.group(1)))
         cg = _RX_KERNEL_KILL.search(body)
         extra.append(
             ("scope", "cgroup" if cg and cg.group(1).startswith("Memory cgroup") else "system")
@@ -654,7 +872,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
 
 def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
     """(type, message) of the exception line carrying the evidence, else the last OOM-ish one."""
-    m = _RX_EXC_LINE.match(lines[idx])
+    m = _RX_EXC_LINE.match(lines[idx].lstrip())
     if m and not m.group(1).startswith(("Warning", "Compile")):
         return m.group(1), m.group(2)
     best: tuple[str | None, str | None] = (None, None)
@@ -687,21 +905,6 @@ def _shares_oom_text(msg: str, evidence: str) -> bool:
         if key in msg and key in evidence:
             return True
     return False
-
-
-def _report_fields(body: str) -> tuple[str | None, str | None, str | None]:
-    node_type = node_id = exc_type = None
-    if "**" not in body:
-        return None, None, None
-    for m in _RX_REPORT_FIELD.finditer(body):
-        key, value = m.group(1), m.group(2)
-        if key == "Node Type" and value:
-            node_type = value
-        elif key == "Node ID" and value:
-            node_id = value
-        elif key == "Exception Type" and value:
-            exc_type = value
-    return node_type, node_id, exc_type
 
 
 def _dialog_node(body: str) -> str | None:
@@ -742,22 +945,20 @@ def _message_of(line: str, col: int, exc_msg: str | None, report: str | None) ->
 
 
 def report_message(body: str) -> str | None:
-    """The ``Exception Message`` of a pasted ComfyUI Error Report, if any."""
-    if "**" not in body:
-        return None
-    for m in _RX_REPORT_FIELD.finditer(body):
-        if m.group(1) == "Exception Message" and m.group(2):
-            return m.group(2)
-    return None
+    """The ``Exception Message`` of a pasted ComfyUI Error Report (any language), if any."""
+    report = _report(body)
+    return report.message if report is not None else None
 
 
-def _backend_from_text(body: str) -> Backend:
+def _backend_from_text(body: str, report_msg: str | None) -> Backend:
     if "HIP out of memory" in body or "PYTORCH_HIP_ALLOC_CONF" in body:
         return Backend.ROCM
     if "CUDA out of memory" in body or "Allocation on device" in body:
         return Backend.CUDA
     if "XPU out of memory" in body:
         return Backend.XPU
+    if report_msg is not None and report_msg.startswith("HIP "):
+        return Backend.ROCM
     if "MPS backend" in body:
         return Backend.MPS
     return Backend.UNKNOWN
@@ -831,6 +1032,15 @@ class Finding:
 _BOUNDARIES = ("got prompt", "Prompt executed in", "Processing interrupted", "Interrupting prompt")
 
 
+#: how many lines may lie between pinning evidence and a bare CUDA OOM that is still read as
+#: pinned host RAM. No more than the scanner's lookbehind always feeds before a needle's line
+#: (``_StreamScanner.open_window``: at least three lines), so the byte scanner and the
+#: line-by-line path see the same context and find the same events.
+_PINNED_CONTEXT_LINES = 2
+#: ... and at most this many records back
+_PINNED_CONTEXT_RECORDS = 3
+
+
 class _Folder:
     """Folds consecutive events that are one failure; tracks the previous record for node hints."""
 
@@ -841,11 +1051,15 @@ class _Folder:
         self._boundary = False
         self._prev: Record | None = None
         self._prev_hint: str | None = None
+        #: the latest records without an event, (last line, text), newest last: read only when
+        #: a bare CUDA OOM follows (``_with_pinning``), so the common path pays nothing
+        self._quiet: deque[tuple[int, str]] = deque(maxlen=_PINNED_CONTEXT_RECORDS)
 
     def gap(self) -> list[Finding]:
         """The scanner skipped text here: nothing before may fold with anything after."""
         self._prev = None
         self._prev_hint = None
+        self._quiet.clear()
         return self._close()
 
     def finish(self) -> list[Finding]:
@@ -872,8 +1086,10 @@ class _Folder:
                 first = split_prefix(first_raw).message.strip()
                 if " " not in first and self._is_single_line(record) and _is_node_ident(first):
                     hint = first
+            self._quiet.append((record.line_no + record.line_count - 1, text))
         else:
             found = self._with_hint(record, found)
+            found = self._with_pinning(record, found)
             line_no = record.line_no + found.line_index
             end = record.line_no + record.line_count - 1
             finding = Finding(record, found.event, line_no, end)
@@ -903,6 +1119,22 @@ class _Folder:
         return _Found(
             replace(found.event, node_type=self._prev_hint), found.line_index, found.header_only
         )
+
+    def _with_pinning(self, record: Record, found: _Found) -> _Found:
+        """CUDA's bare ``out of memory`` a few lines after ComfyUI released an mmap or tried to
+        pin RAM is host RAM being pinned (the rule alone sees only its own record)."""
+        event = found.event
+        if event.rule != "cuda-error-oom" or event.pool is Pool.RAM:
+            return found
+        if not any(
+            0 <= record.line_no - end - 1 <= _PINNED_CONTEXT_LINES and pinned_evidence(text)
+            for end, text in self._quiet
+        ):
+            return found
+        pinned = replace(
+            event, pool=Pool.RAM, extra=_add_extra(event.extra, "host_memory", "pinned")
+        )
+        return _Found(pinned, found.line_index, found.header_only)
 
     def _fold(self, new: Finding, found: _Found) -> list[Finding]:
         cand = self._cand
@@ -941,6 +1173,12 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
             else _add_extra(a.extra, "comfy_unloaded_models", True)
         )
         return replace(cand, event=replace(a, extra=extra), end_line_no=end)
+    if (
+        a.rule == "supir-oom-hint"
+        and not b.recovered
+        and b.pool in (Pool.GPU, Pool.GPU_FRAGMENTATION)
+    ):
+        return Finding(cand.record, _combine(primary=b, secondary=a), cand.line_no, end)
     if (
         cand_header_only
         and not b.recovered

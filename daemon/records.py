@@ -307,7 +307,11 @@ class RecordAssembler:
         self._dropped = 0
         self._after_exception = False
         self._in_traceback = message.startswith(_TRACEBACK)
-        self._report = message.startswith(_REPORT)
+        # the Error Report's heading in any language: a Markdown H1 naming ComfyUI ("# ComfyUI
+        # Error Report", "# ComfyUI 错误报告", "# Relatório de Erro do ComfyUI")
+        self._report = message.startswith(_REPORT) or (
+            message.startswith("# ") and "ComfyUI" in message[:80]
+        )
         self._dialog_lines = 1 if message.startswith(_DIALOG) else 0
         self._table = "summary:" in message or "status:" in message
         self._header = message.startswith(_HEADER)

@@ -316,3 +316,62 @@ def test_advice_for_every_corpus_event_is_present_unique_and_never_harmful(
 )
 def test_human_bytes(n: int | None, text: str) -> None:
     assert human_bytes(n) == text
+
+
+def _corpus_event(name: str) -> OomEvent:
+    findings = list(scan_stream(io.BytesIO((CORPUS / name).read_bytes())))
+    assert len(findings) == 1
+    return findings[0].event
+
+
+def test_pinned_host_ram_oom_leads_with_disable_pinned_memory_not_vram_advice() -> None:
+    event = _corpus_event("pinned_mmap_release_qwen.txt")
+    keys = [a.key for a in advise(event)]
+    assert keys[0] == "disable-pinned-memory"
+    assert "--disable-pinned-memory" in advise(event)[0].text
+    assert "wsl-memory-cap" in keys
+    assert "lowvram" not in " ".join(keys) and "expandable-segments" not in keys
+
+
+def test_pinned_on_windows_skips_the_wsl_cap() -> None:
+    event = _corpus_event("pinned_mmap_release_ltxv.txt")
+    keys = [a.key for a in advise(event, AdviceContext(platform="win32"))]
+    assert keys[0] == "disable-pinned-memory" and "wsl-memory-cap" not in keys
+
+
+def test_mps_buffer_limit_names_the_size_and_says_the_watermark_does_not_help() -> None:
+    event = _corpus_event("mps_invalid_buffer_supir_title.txt")
+    advice = advise(event)
+    assert advice[0].key == "mps-buffer-limit" and "8.21 GiB" in advice[0].text
+    assert advice[-1].key == "mps-watermark-no-help"
+    assert all(a.key != "mps-watermark-caution" for a in advice)
+
+
+def test_mps_allocator_oom_still_gets_the_watermark_caution() -> None:
+    event = _corpus_event("mps_report_vae_decode.txt")
+    assert any(a.key == "mps-watermark-caution" for a in advise(event))
+
+
+def test_videohelpersuite_memory_stop_leads_with_its_frame_settings() -> None:
+    event = _corpus_event("node_hint_vhs_memory_limit_title.txt")
+    advice = advise(event)
+    assert advice[0].key == "vhs-fewer-frames" and "frame_load_cap" in advice[0].text
+
+
+def test_supir_hint_without_torch_message_is_a_gpu_oom_with_supir_advice() -> None:
+    text = "It's likely that too large of an image or batch_size for SUPIR was used, and it has devoured all of the memory it had reserved, you may need to restart ComfyUI. Make sure you are using tiled_vae,  you can also try using fp8 for reduced memory usage if your system supports it.\n"
+    event = classify_record(text)
+    assert event is not None and event.pool is Pool.GPU
+    assert dict(event.extra)["node_pack"] == "ComfyUI-SUPIR"
+    assert "supir-tiled" in [a.key for a in advise(event)]
+
+
+def test_a_kernel_kill_on_linux_mentions_the_wsl_memory_cap_but_a_cgroup_kill_does_not() -> None:
+    system = _corpus_event("killed_bare_and_kernel.txt")
+    assert "wsl-memory-cap" in [a.key for a in advise(system)]
+    findings = list(
+        scan_stream(io.BytesIO((CORPUS / "kernel_memcg_kills_journal.txt").read_bytes()))
+    )
+    cgroup = findings[0].event
+    assert dict(cgroup.extra)["scope"] == "cgroup"
+    assert "wsl-memory-cap" not in [a.key for a in advise(cgroup)]

@@ -492,3 +492,188 @@ def test_the_str_prefilter_checks_exactly_the_needles() -> None:
     for needle in NEEDLES:
         assert has_needle(f"xx {needle} yy")
     assert not has_needle("Emory OoM killed 1455 ALLOC status")
+
+
+# -- issue 12: the kinds the classifier missed on logs nobody here wrote ----------------------
+
+
+def test_kernel_oom_killer_invoked_by_pt_main_thread_is_a_kill_even_without_the_victim_line() -> (
+    None
+):
+    """torch renames the main thread; a paste cut after the first kernel line still counts."""
+    event = _event(
+        "[240334.464703] pt_main_thread invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0"
+    )
+    assert (event.pool, event.killer) == (Pool.KILLED_BY_OS, "kernel")
+    assert dict(event.extra)["invoked_by"] == "pt_main_thread"
+
+
+def test_kernel_oom_kill_summary_line_names_pt_main_thread_and_its_pid() -> None:
+    event = _event(
+        "[240333.375663] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/user.slice/user-1000.slice/session-2.scope,task=pt_main_thread,pid=2467259,uid=1000"
+    )
+    assert event.pool is Pool.KILLED_BY_OS and event.killed_pid == 2467259
+    assert dict(event.extra)["process_name"] == "pt_main_thread"
+
+
+def test_kernel_lines_of_one_kill_fold_into_one_event_naming_the_victim() -> None:
+    text = (
+        "Dec 01 10:00:00 box kernel: pt_main_thread invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0\n"
+        "Dec 01 10:00:00 box kernel: oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/,task=pt_main_thread,pid=4242,uid=1000\n"
+        "Dec 01 10:00:00 box kernel: Out of memory: Killed process 4242 (pt_main_thread) total-vm:48979828kB, anon-rss:23167252kB, file-rss:83700kB, shmem-rss:20kB, UID:1000 pgtables:46968kB oom_score_adj:0\n"
+    )
+    events = [f.event for f in scan_stream(io.BytesIO(text.encode()))]
+    assert len(events) == 1
+    assert (
+        events[0].killed_pid == 4242 and dict(events[0].extra)["anon_rss_bytes"] == 23167252 * KiB
+    )
+
+
+def test_a_core_dump_of_pt_main_thread_is_not_an_oom() -> None:
+    assert (
+        classify_record(
+            "systemd-coredump[91686]: Process 87058 (pt_main_thread) of user 0 terminated abnormally with signal 6/ABRT, processing..."
+        )
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Invalid buffer size: 64 KB",  # another program's config check: no two-decimal size
+        "console.warn(`Invalid buffer size: ${this.config.bufferSize}, using 50`);",
+        'raise ValueError(f"Invalid buffer size: {str(buf)} - must be greater than or equal to zero")',
+    ],
+)
+def test_other_programs_invalid_buffer_size_messages_stay_negative(text: str) -> None:
+    assert classify_record(text) is None
+
+
+def test_mps_invalid_buffer_size_is_unified_memory_with_the_size() -> None:
+    event = _event("RuntimeError: Invalid buffer size: 8.21 GB")
+    assert (event.pool, event.backend, event.exception_type) == (
+        Pool.UNIFIED_MPS,
+        Backend.MPS,
+        "RuntimeError",
+    )
+    assert event.requested_bytes == round(8.21 * GiB)
+    assert event.rule == "mps-invalid-buffer"
+
+
+def test_error_report_in_any_language_is_read_by_its_structure() -> None:
+    """Labels in a language no word list here knows: the Markdown layout and the type suffice."""
+    text = (
+        "# ComfyUI Hata Raporu\n"
+        "## Hata Ayrıntıları\n"
+        "- **Düğüm Kimliği:** 12\n"
+        "- **Düğüm Türü:** KSampler\n"
+        "- **İstisna Türü:** torch.OutOfMemoryError\n"
+        "- **İstisna Mesajı:** Cihazda ayırma\n"
+        "## Yığın İzi\n"
+    )
+    events = [f.event for f in scan_stream(io.BytesIO(text.encode()))]
+    assert len(events) == 1
+    event = events[0]
+    assert (event.pool, event.exception_type, event.node_type, event.node_id) == (
+        Pool.GPU,
+        "torch.OutOfMemoryError",
+        "KSampler",
+        "12",
+    )
+
+
+def test_a_localized_report_of_another_error_stays_negative() -> None:
+    text = (
+        "# ComfyUI 错误报告\n## 错误详情\n- **节点类型:** KSampler\n- **异常类型:** RuntimeError\n"
+        "- **异常信息:** CUDA error: an illegal memory access was encountered\n"
+    )
+    assert list(scan_stream(io.BytesIO(text.encode()))) == []
+
+
+def test_a_lower_cased_paste_keeps_its_numbers() -> None:
+    event = _event(
+        "torch.outofmemoryerror: cuda out of memory. tried to allocate 20.00 mib. gpu 0 has a total capacity of 8.00 gib of which 0 bytes is free."
+    )
+    assert (event.pool, event.backend, event.requested_bytes, event.total_bytes) == (
+        Pool.GPU,
+        Backend.CUDA,
+        20 * MiB,
+        8 * GiB,
+    )
+
+
+def test_lower_cased_prose_about_memory_stays_negative() -> None:
+    assert (
+        classify_record("i keep running out of memory with cuda on my 8gb card, any tips?") is None
+    )
+
+
+def test_a_cut_message_whose_reserved_figure_survives_is_fragmentation() -> None:
+    event = _event(
+        "HIP out of memory. Tried to allocate 90.00 MiB. GPU 0 has a total capacty of 512.00 MiB of which 16.00 MiB is free. Of the allocated memory 204.22 MiB is allocated by PyTorch, and 177.78 MiB is reserved"
+    )
+    assert event.pool is Pool.GPU_FRAGMENTATION and event.reserved_unallocated_bytes == round(
+        177.78 * MiB
+    )
+
+
+def test_bare_cuda_oom_after_an_mmap_release_is_pinned_host_ram() -> None:
+    text = (
+        "loaded partially; 9178.35 MB usable, 9177.97 MB loaded, 3390.29 MB offloaded, lowvram patches: 0\n"
+        "Attempting to release mmap (513)\n"
+        "!!! Exception during processing !!! CUDA error: out of memory\n"
+    )
+    events = [f.event for f in scan_stream(io.BytesIO(text.encode()))]
+    assert [(e.pool, dict(e.extra).get("host_memory")) for e in events] == [(Pool.RAM, "pinned")]
+    # the same error far from any pinning is the card's
+    far = "Attempting to release mmap (513)\n" + "filler line\n" * 20 + text.splitlines()[2] + "\n"
+    events = [f.event for f in scan_stream(io.BytesIO(far.encode()))]
+    assert [e.pool for e in events] == [Pool.GPU]
+
+
+def test_the_allocator_message_is_never_pinned_host_ram() -> None:
+    """'CUDA out of memory. Tried to allocate' is the caching allocator: always device memory."""
+    text = (
+        "Attempting to release mmap (513)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 8.00 GiB of which 0 bytes is free.\n"
+    )
+    events = [f.event for f in scan_stream(io.BytesIO(text.encode()))]
+    assert [e.pool for e in events] == [Pool.GPU]
+
+
+def test_supir_hint_then_torch_message_is_one_failure_naming_the_pack() -> None:
+    """SUPIR prints its hint and re-raises: the hint and torch's message fold into one event."""
+    text = (
+        "It's likely that too large of an image or batch_size for SUPIR was used, and it has devoured all of the memory it had reserved, you may need to restart ComfyUI. Make sure you are using tiled_vae,  you can also try using fp8 for reduced memory usage if your system supports it.\n"
+        "!!! Exception during processing !!! Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+        "Currently allocated     : 20.69 GiB\n"
+        "Requested               : 1.18 GiB\n"
+        "Device limit            : 23.99 GiB\n"
+        "Free (according to CUDA): 0 bytes\n"
+    )
+    events = [f.event for f in scan_stream(io.BytesIO(text.encode()))]
+    assert len(events) == 1
+    event = events[0]
+    assert (event.backend, event.requested_bytes) == (Backend.CUDA, round(1.18 * GiB))
+    assert dict(event.extra)["node_pack"] == "ComfyUI-SUPIR"
+
+
+def test_videohelpersuite_meta_batch_refusal_is_host_ram() -> None:
+    event = _event("RuntimeError: Meta Batch set to 512 frames but only 300 can fit in memory")
+    assert (event.pool, dict(event.extra)["frames_that_fit"]) == (Pool.RAM, 300)
+
+
+@pytest.mark.parametrize("filler", range(7))
+def test_pinned_context_is_the_same_for_the_byte_scanner_and_the_line_path(filler: int) -> None:
+    """The context reaches no further back than the scanner's lookbehind always feeds."""
+    text = (
+        "[2026-01-02 09:00:00.000] got prompt\n" * 60
+        + "[2026-01-02 10:00:00.000] Attempting to release mmap (513)\n"
+        + "".join(f"[2026-01-02 10:00:0{i}.000] filler {i}\n" for i in range(filler))
+        + "[2026-01-02 10:00:09.000] !!! Exception during processing !!! CUDA error: out of memory\n"
+    )
+    by_bytes = [(f.line_no, f.event.pool) for f in scan_stream(io.BytesIO(text.encode()))]
+    by_lines = [(f.line_no, f.event.pool) for f in iter_findings(text.splitlines())]
+    assert by_bytes == by_lines
+    assert by_bytes[0][1] is (Pool.RAM if filler <= 2 else Pool.GPU)

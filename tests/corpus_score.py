@@ -1,0 +1,124 @@
+"""Score the classifier on a part of the labelled corpus (tests/corpus/labels.toml).
+
+The corpus is split once, by a hash of each excerpt's file name (``split`` in the labels:
+``tune`` or ``held``; the 79 excerpts the classifier was first built on are ``tune``). The
+held-out part is what the issue's targets are measured on; run this file to print the figures:
+
+    python tests/corpus_score.py [tune|held|all]
+
+Figures, per labelled failure event: *detected* (a finding on its line), *pool* (the detected
+event names the labelled pool), *numbers* (every byte figure and count equal to the label);
+and, per negative excerpt, whether anything was found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oom_sentinel.daemon.classify import scan_stream
+
+CORPUS = Path(__file__).parent / "corpus"
+SIZE_FIELDS = (
+    "requested_bytes",
+    "total_bytes",
+    "free_bytes",
+    "allocated_bytes",
+    "reserved_unallocated_bytes",
+    "reserved_bytes",
+    "process_used_bytes",
+    "mps_allocated_bytes",
+    "mps_other_bytes",
+    "mps_max_allowed_bytes",
+)
+
+
+def load_cases() -> list[dict[str, Any]]:
+    cases = tomllib.loads((CORPUS / "labels.toml").read_text(encoding="utf-8"))["case"]
+    return list(cases)
+
+
+def split_of(case: dict[str, Any]) -> str:
+    """The labelled split; a case without one was in the corpus the classifier was built on."""
+    return str(case.get("split", "tune"))
+
+
+def hash_split(file: str) -> str:
+    """How the split was drawn before tuning: the first byte of sha256(file name), odd = held."""
+    return "held" if hashlib.sha256(file.encode()).digest()[0] % 2 else "tune"
+
+
+@dataclass
+class Score:
+    failures: int = 0
+    detected: int = 0
+    pool: int = 0
+    numbers: int = 0
+    negatives: int = 0
+    negatives_flagged: int = 0
+    misses: list[str] = field(default_factory=list)
+
+    def figures(self) -> dict[str, float]:
+        f = max(self.failures, 1)
+        return {
+            "detection": self.detected / f,
+            "pool": self.pool / f,
+            "numbers": self.numbers / f,
+        }
+
+
+def score(cases: list[dict[str, Any]]) -> Score:
+    out = Score()
+    for case in cases:
+        data = (CORPUS / case["file"]).read_bytes()
+        found = list(scan_stream(io.BytesIO(data)))
+        labels = case.get("event", [])
+        if not labels:
+            out.negatives += 1
+            if found:
+                out.negatives_flagged += 1
+                out.misses.append(f"{case['file']}: negative called a failure")
+            continue
+        by_line = {f.line_no: f.event for f in found}
+        for label in labels:
+            out.failures += 1
+            event = by_line.get(label["line"])
+            if event is None:
+                out.misses.append(f"{case['file']}:{label['line']}: not detected")
+                continue
+            out.detected += 1
+            if str(event.pool) == label["pool"]:
+                out.pool += 1
+            else:
+                out.misses.append(f"{case['file']}: pool {event.pool} != {label['pool']}")
+            wrong = [n for n in SIZE_FIELDS if getattr(event, n) != label.get(n)]
+            if not wrong:
+                out.numbers += 1
+            else:
+                out.misses.append(f"{case['file']}: numbers differ in {', '.join(wrong)}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    part = argv[1] if len(argv) > 1 else "held"
+    cases = [c for c in load_cases() if part == "all" or split_of(c) == part]
+    s = score(cases)
+    real = [c for c in cases if not c.get("derived_from")]
+    print(
+        f"part={part} excerpts={len(cases)} (real {len(real)}) failures={s.failures} negatives={s.negatives}"
+    )
+    for name, value in s.figures().items():
+        print(f"  {name:<10} {value:7.1%}")
+    print(f"  negatives called a failure: {s.negatives_flagged}")
+    for miss in s.misses:
+        print("  miss:", miss)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))
