@@ -4,6 +4,7 @@ $OOM_SENTINEL_REAL_COMFYUI points at a checkout."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,14 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A suite started in the background by a non-interactive shell (`pytest &`, a CI runner's job)
+# inherits SIGINT ignored, and every process it starts would too: the Ctrl-C tests would then
+# send a signal nobody hears. Python installs its KeyboardInterrupt handler only when SIGINT was
+# not ignored at start, so give this process the handler; children then get the default
+# disposition at exec, as they would from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _nvml_device_count() -> int:
