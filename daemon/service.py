@@ -926,13 +926,16 @@ class Service:
                 self._lost.append(_LostRun(run, self.clock()))
             return
         obs = done.observation
-        fresh = not done.backfill or (done.ended_s or done.seen_s) >= self._api_horizon_s
-        if obs is not None and fresh and done.prompt_id not in self._handled_prompts:
-            rid = _api_record_id(done.instance, done.prompt_id)
+        rid = _api_record_id(done.instance, done.prompt_id)
+        if obs is not None:
             counted_by = self._counted_by(rid)
-            if counted_by is not None:  # counted before a restart, its run row not saved
+            if counted_by is not None:
+                # counted before a restart (its snapshot was written, its run row was not):
+                # the row names that incident, and nothing is counted again
                 self._save_run(dataclasses.replace(run, incident_id=counted_by))
                 return
+        fresh = not done.backfill or (done.ended_s or done.seen_s) >= self._api_horizon_s
+        if obs is not None and fresh and done.prompt_id not in self._handled_prompts:
             # the workflow is part of what makes a storm "the same failure" (incidents.py)
             extra = {"record_id": rid}
             if run.fingerprint:
