@@ -1992,4 +1992,10 @@ def scan_stream(
             yield from _scan_ranges(fd, ranges, chunk_size, name, workers=want - 1)
             stream.seek(size)
             return
-    yield from _StreamScanner(stream, chunk_size, PREFILTERS[name]).run()
+    # Offsets are the stream's own, as the parallel ranges report them: a scan that starts in
+    # the middle of a file says where in the file each record is, whichever path ran it.
+    try:
+        start = stream.tell()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        start = 0
+    yield from _StreamScanner(stream, chunk_size, PREFILTERS[name], start_offset=start).run()

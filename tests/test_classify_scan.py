@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +31,6 @@ from oom_sentinel.daemon.classify import (
     iter_findings,
     scan_stream,
 )
-from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
 from oom_sentinel.daemon.logformat import split_prefix
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -240,26 +242,48 @@ def test_scan_stream_with_workers_gives_the_sequential_findings(big_log: Path) -
     assert _key(got) == _key(want)
 
 
-def test_diagnose_splits_a_big_plain_file_and_finds_the_same(
-    big_log: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+_SPLIT_PROBE = """
+import json, sys
+from oom_sentinel.daemon import classify
+from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
+
+used = []
+real = classify._scan_ranges
+
+def counting(fd, ranges, *args, **kw):
+    used.append((len(ranges), kw.get("workers")))
+    return real(fd, ranges, *args, **kw)
+
+classify._scan_ranges = counting
+classify.PARALLEL_RANGE_BYTES = 512 * 1024
+classify._cpu_count = lambda: 4
+with open_log(sys.argv[1]) as stream:
+    got = [
+        [f.line_no, f.end_line_no, f.record.line_no, f.record.start_offset, f.record.text,
+         repr(f.event)]
+        for f in scan_log(stream)
+    ]
+print(json.dumps({"used": used, "got": got}))
+"""
+
+
+def test_diagnose_splits_a_big_plain_file_and_finds_the_same(big_log: Path) -> None:
     """``diagnose``'s own path (open_log, scan_log) hands a plain file to the scanner, which
-    splits it once it is at least two ranges big."""
-    want = _sequential(big_log, classify._CHUNK)
-    used: list[tuple[int, object]] = []
-    real = classify._scan_ranges
-
-    def counting(fd: int, ranges: list[tuple[int, int]], *args: object, **kw: object) -> object:
-        used.append((len(ranges), kw.get("workers")))
-        return real(fd, ranges, *args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(classify, "_scan_ranges", counting)
-    monkeypatch.setattr(classify, "PARALLEL_RANGE_BYTES", 512 * 1024)
-    monkeypatch.setattr(classify, "_cpu_count", lambda: 4)
-    with open_log(str(big_log)) as stream:
-        got = list(scan_log(stream))
-    assert len(used) == 1 and used[0][0] > 4 and used[0][1] == 3  # this process and 3 workers
-    assert _key(got) == _key(want)
+    splits it once it is at least two ranges big. Forking needs a single-threaded process,
+    which this suite's own stops being once any test leaves a thread behind, so the split is
+    watched in a fresh interpreter: the one ``oom-sentinel diagnose`` runs in."""
+    want = [[*k[:5], repr(k[5])] for k in _key(_sequential(big_log, classify._CHUNK))]
+    proc = subprocess.run(
+        [sys.executable, "-c", _SPLIT_PROBE, str(big_log)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    (used,) = doc["used"]
+    assert used[0] > 4 and used[1] == 3  # this process and 3 workers
+    assert doc["got"] == want
 
 
 def test_a_scan_from_the_middle_of_a_file_numbers_lines_from_there(big_log: Path) -> None:
