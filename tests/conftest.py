@@ -21,6 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # disposition at exec, as they would from a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Under nohup SIGHUP is ignored, and the hang-up tests' processes would ignore it too. A
+# handler that does nothing keeps this process as deaf to a hang-up as nohup asked, while the
+# processes it starts get the default disposition back at exec.
+if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: None)
 
 
 def _nvml_device_count() -> int:
