@@ -342,6 +342,8 @@ def main(argv: list[str]) -> int:
     reporter = Reporter(opts["result"], opts["budget"], opts["history"])
     reporter.write()
     sys.meta_path.insert(0, _TorchHook(reporter.torch_imported))  # type: ignore[arg-type]
+    if "torch" in sys.modules:  # preloaded by the fork server (forkserver.py): CUDA is not up
+        reporter.torch_imported(sys.modules["torch"])
 
     def on_term(signum: int, frame: Any) -> None:
         # The harness stops the server with SIGTERM; report the final peaks and leave at once

@@ -1,0 +1,94 @@
+"""Start-to-ready of a real ComfyUI (``--cpu``), cold against forked from the preloaded
+interpreter (``--fork-server``), alternating in the same run; prints both, the ratio, and
+the RSS / VmHWM each had when it first answered ``/system_stats``.
+
+    OOM_SENTINEL_REAL_COMFYUI=/path/to/ComfyUI \\
+    OOM_SENTINEL_REAL_COMFYUI_PYTHON=/path/to/venv/bin/python \\
+    .venv/bin/python benchmarks/fork_start.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fork_start import (
+    bootstrap_argv,
+    clean_env,
+    free_port,
+    real_comfy_args,
+    start,
+    start_fork_server,
+    stop,
+)
+
+MIB = 1024 * 1024
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    checkout = os.environ.get("OOM_SENTINEL_REAL_COMFYUI")
+    if not checkout:
+        print("set OOM_SENTINEL_REAL_COMFYUI (and _PYTHON) to a ComfyUI checkout")
+        return 2
+    python = os.environ.get("OOM_SENTINEL_REAL_COMFYUI_PYTHON") or sys.executable
+    main_py = Path(checkout) / "main.py"
+    env = clean_env()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        t0 = time.monotonic()
+        server = start_fork_server(python, tmp / "harness", env)
+        preload_s = time.monotonic() - t0
+        print(
+            f"fork server: {len(server.preloaded)} modules preloaded in {preload_s:.2f} s "
+            f"(not importable: {', '.join(sorted(server.hello.get('failed') or {})) or 'none'})"
+        )
+        rows: dict[str, list[tuple[float, int, int]]] = {"cold": [], "forked": []}
+        try:
+            for i in range(args.runs):
+                for kind in ("cold", "forked"):
+                    port = free_port()
+                    run_dir = tmp / f"{kind}-{i}"
+                    argv = bootstrap_argv(
+                        python, tmp / "harness", main_py, real_comfy_args(run_dir, port)
+                    )
+                    s = start(
+                        argv,
+                        cwd=run_dir,
+                        env=env,
+                        console=run_dir / "console.log",
+                        port=port,
+                        server=server if kind == "forked" else None,
+                    )
+                    stop(s.proc)
+                    rows[kind].append((s.ready_s, s.rss_bytes, s.hwm_bytes))
+                    print(
+                        f"  run {i + 1} {kind:6}: ready in {s.ready_s:6.2f} s, "
+                        f"RSS {s.rss_bytes / MIB:7.1f} MiB, VmHWM {s.hwm_bytes / MIB:7.1f} MiB"
+                    )
+        finally:
+            server.close()
+    cold = statistics.median(r[0] for r in rows["cold"])
+    forked = statistics.median(r[0] for r in rows["forked"])
+    hwm_cold = statistics.median(r[2] for r in rows["cold"])
+    hwm_forked = statistics.median(r[2] for r in rows["forked"])
+    print(f"start-to-ready, median of {args.runs}: cold {cold:.2f} s, forked {forked:.2f} s")
+    print(f"ratio forked/cold: {forked / cold:.2f} (target <= 0.5)")
+    print(
+        f"VmHWM at ready, median: cold {hwm_cold / MIB:.1f} MiB, forked {hwm_forked / MIB:.1f} "
+        f"MiB ({(hwm_forked - hwm_cold) / MIB:+.1f} MiB)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
