@@ -107,8 +107,9 @@ class ProcessHandle(Protocol):
     def kill(self) -> None: ...
 
 
-def fork_unavailable(platform: str = sys.platform) -> str | None:
+def fork_unavailable(platform: str | None = None) -> str | None:
     """Why measurements cannot be forked here (None: they can)."""
+    platform = sys.platform if platform is None else platform
     if platform.startswith("win"):
         return "Windows has no fork()"
     if platform == "darwin":

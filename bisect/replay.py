@@ -63,7 +63,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from oom_sentinel.bisect.forkclient import ProcessHandle, fork_server_for
+from oom_sentinel.bisect.forkclient import ForkedChild, ProcessHandle, fork_server_for
 from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
 from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
 from oom_sentinel.daemon.atomic import write_json_atomic, write_text_atomic
@@ -951,6 +951,8 @@ class Replayer:
         sigkilled_by_harness = False
         exit_code: int | None = None
         notes = [f"input file not found in the user's input folder: {m}" for m in missing]
+        if isinstance(proc, ForkedChild):
+            notes.append(f"forked by the fork server (preloaded interpreter), pid {proc.pid}")
         try:
             alive = lambda: proc.poll() is None  # noqa: E731
             try:

@@ -1,0 +1,235 @@
+"""The fork server (forkserver.py + forkclient.py): a measurement forked from a preloaded
+interpreter, through the real stand-in ComfyUI, on the file-scripted fake GPU.
+
+It must measure what a cold start measures (the fake GPU's per-process figure is exact, so
+the two are compared exactly), die with ``oom-bisect`` however that dies, and fall back to
+cold starts where fork is unavailable. A real ComfyUI started through it answers and runs a
+prompt (``real_comfyui``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from standin_repos import build_core_repo
+
+from oom_sentinel.bisect import forkclient
+from oom_sentinel.bisect.replay import REPLAY_RECORD, Replayer, ReplaySettings
+from oom_sentinel.bisect.states import scan_install
+from oom_sentinel.bisect.verdict import Ok
+from oom_sentinel.bisect.workspace import Workspace
+from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
+from oom_sentinel.daemon.host_probe import PsutilHostProbe
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+CONTEXT = 312 * MIB  # the stand-in's CUDA context (standin_memory.CUDA_CONTEXT_BYTES)
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork server")
+
+
+def wait_gone(pid: int, timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    base = tmp_path_factory.mktemp("fork")
+    gpu = base / "fakegpu"
+    FakeGpuDir(gpu).create([FakeDevice(0, "Fake RTX 3060", 4 * GIB)])
+    core = build_core_repo(base / "ComfyUI", 3, bad_commit_index=2)
+    install = scan_install(core.path)
+    ws = Workspace.create(base / "ws", install)
+    ws.switch(install.current_state().with_values({"comfyui": core.commits[1]}))
+    yield {"ws": ws, "gpu": gpu}
+    forkclient.shutdown_fork_servers()
+
+
+def _replayer(bench: Any, **kw: Any) -> Replayer:
+    settings = ReplaySettings(
+        python=sys.executable, env={"OOM_SENTINEL_FAKE_GPU": str(bench["gpu"])}, **kw
+    )
+    return Replayer(bench["ws"], settings, gpu=FakeGpuProbe(bench["gpu"]), host=PsutilHostProbe())
+
+
+def _vram_prompt(mib: int) -> dict[str, Any]:
+    return {
+        "1": {"class_type": "AllocateVRAM", "inputs": {"mib": mib}},
+        "2": {"class_type": "Sleep", "inputs": {"seconds": 0.35, "value": ["1", 0]}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+    }
+
+
+@linux_only
+def test_a_measurement_through_the_fork_server_measures_what_a_cold_start_does(bench) -> None:
+    forked = _replayer(bench, fork_server=True).measure(_vram_prompt(1000))
+    cold = _replayer(bench).measure(_vram_prompt(1000))
+    assert isinstance(forked.outcome, Ok) and isinstance(cold.outcome, Ok)
+    assert any(n.startswith("forked by the fork server") for n in forked.notes)
+    assert not any(n.startswith("forked") for n in cold.notes)
+    # the fake GPU's per-process figure is exact: the forked child's is the cold start's
+    assert forked.peaks.nvml_vram_bytes == cold.peaks.nvml_vram_bytes == CONTEXT + 1000 * MIB
+    assert forked.peaks.hwm_bytes and forked.peaks.tree_rss_bytes
+    assert forked.exit_code is not None and forked.stopped_by_harness
+    # the stand-in's own third-party imports were preloaded, its own modules never
+    ((server),) = [s for s in forkclient._servers.values() if isinstance(s, forkclient.ForkServer)]
+    assert "aiohttp" in server.preloaded and "yaml" in server.preloaded
+    assert "torch" in server.hello["failed"]  # not in this venv: skipped, not fatal
+    assert server.hello["cuda_initialized"] is False
+    assert not any(m.startswith(("standin", "comfy", "nodes")) for m in server.preloaded)
+    # the next measurement reuses the same server
+    again = _replayer(bench, fork_server=True).measure(_vram_prompt(200))
+    assert isinstance(again.outcome, Ok)
+    assert again.peaks.nvml_vram_bytes == CONTEXT + 200 * MIB
+    assert [s for s in forkclient._servers.values()] == [server]
+    assert server.proc.poll() is None
+
+
+def test_fork_is_unavailable_on_windows_and_macos() -> None:
+    assert forkclient.fork_unavailable("linux") is None
+    assert "Windows" in (forkclient.fork_unavailable("win32") or "")
+    assert "macOS" in (forkclient.fork_unavailable("darwin") or "")
+
+
+def test_without_fork_measurements_start_cold_and_it_is_said_once(
+    bench, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(forkclient.sys, "platform", "win32")
+    monkeypatch.setattr(forkclient, "_said", set())
+    with caplog.at_level(logging.WARNING, logger="oom_sentinel.bisect.forkclient"):
+        first = _replayer(bench, fork_server=True).measure(_vram_prompt(100))
+        second = _replayer(bench, fork_server=True).measure(_vram_prompt(100))
+    for m in (first, second):
+        assert isinstance(m.outcome, Ok)
+        assert m.peaks.nvml_vram_bytes == CONTEXT + 100 * MIB
+        assert not any(n.startswith("forked") for n in m.notes)
+    said = [r.getMessage() for r in caplog.records if "starts cold" in r.getMessage()]
+    assert said == ["--fork-server: Windows has no fork(); every measurement starts cold"]
+
+
+DRIVER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from oom_sentinel.bisect import forkclient, replay
+    harness, sleeper = Path(sys.argv[1]), sys.argv[2]
+    server = forkclient.fork_server_for(
+        sys.executable, {"PATH": "/usr/bin:/bin"}, harness, replay._spawner.popen, 60,
+        start_new_session=True, preexec_fn=replay.pdeathsig_preexec(),
+    )
+    child = server.spawn([sys.executable, sleeper], cwd=harness, env={"PATH": "/usr/bin:/bin"},
+                         console=harness / "console.log")
+    print(server.proc.pid, child.pid, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+@linux_only
+def test_the_forked_comfyui_and_the_server_die_when_oom_bisect_is_sigkilled(
+    tmp_path: Path,
+) -> None:
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text(
+        "import os, sys, time\nprint('up', os.getpid(), flush=True)\ntime.sleep(120)\n"
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(tmp_path), str(sleeper)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert driver.stdout is not None
+        server_pid, child_pid = map(int, driver.stdout.readline().split())
+        deadline = time.monotonic() + 30
+        console = tmp_path / "console.log"
+        while not console.exists() or "up" not in console.read_text():
+            assert time.monotonic() < deadline, "the forked child never ran"
+            time.sleep(0.05)
+        child = psutil.Process(child_pid)
+        assert child.ppid() == server_pid  # the server's child, not the harness's
+        assert os.getpgid(child_pid) == child_pid  # its own process group
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=10)
+        assert wait_gone(server_pid), "the fork server outlived oom-bisect"
+        assert wait_gone(child_pid), "the forked ComfyUI outlived oom-bisect"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.wait(timeout=10)
+
+
+@linux_only
+@pytest.mark.slow
+def test_the_real_oom_bisect_with_fork_server_leaves_no_comfyui_when_killed(
+    tmp_path: Path,
+) -> None:
+    from test_bisect_e2e import make_install, vram_workflow
+
+    inst = make_install(tmp_path)
+    wf = inst.workflow(vram_workflow(hold_s=120.0))
+    proc = subprocess.Popen(
+        inst.cmd(
+            "run",
+            "--comfyui",
+            str(inst.root),
+            "--python",
+            sys.executable,
+            "--workflow",
+            wf,
+            "--good",
+            f"comfyui={inst.core.commits[0]}",
+            "--bad",
+            "comfyui=HEAD",
+            "--fork-server",
+        ),
+        env=inst.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        pid = None
+        while pid is None:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "no replay started"
+            time.sleep(0.05)
+            with contextlib.suppress(OSError, ValueError, StopIteration):  # atomic rewrites
+                record = next((tmp_path / "cache").rglob(REPLAY_RECORD))
+                pid = json.loads(record.read_text())["pid"]
+        server_pid = psutil.Process(pid).ppid()
+        assert server_pid != proc.pid  # forked by the server
+        assert "oom_bisect_forkserver" in " ".join(psutil.Process(server_pid).cmdline())
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert wait_gone(pid), f"the forked ComfyUI (pid {pid}) outlived oom-bisect"
+        assert wait_gone(server_pid), "the fork server outlived oom-bisect"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+    inst.assert_untouched()
