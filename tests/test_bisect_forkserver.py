@@ -233,3 +233,63 @@ def test_the_real_oom_bisect_with_fork_server_leaves_no_comfyui_when_killed(
             proc.kill()
         proc.wait(timeout=10)
     inst.assert_untouched()
+
+
+@linux_only
+@pytest.mark.real_comfyui
+def test_a_real_comfyui_forked_from_the_server_answers_and_runs_a_prompt(tmp_path: Path) -> None:
+    import urllib.request
+
+    from fork_start import (
+        bootstrap_argv,
+        clean_env,
+        free_port,
+        real_comfy_args,
+        start,
+        start_fork_server,
+        stop,
+    )
+
+    python = os.environ.get("OOM_SENTINEL_REAL_COMFYUI_PYTHON") or sys.executable
+    main_py = Path(os.environ["OOM_SENTINEL_REAL_COMFYUI"]) / "main.py"
+    env = clean_env()
+    server = start_fork_server(python, tmp_path / "harness", env)
+    try:
+        assert "torch" in server.preloaded and server.hello["cuda_initialized"] is False
+        port = free_port()
+        argv = bootstrap_argv(
+            python, tmp_path / "harness", main_py, real_comfy_args(tmp_path, port)
+        )
+        s = start(
+            argv, cwd=tmp_path, env=env, console=tmp_path / "console.log", port=port, server=server
+        )
+        assert isinstance(s.proc, forkclient.ForkedChild)
+        assert psutil.Process(s.proc.pid).ppid() == server.proc.pid
+        prompt = {
+            "1": {
+                "class_type": "EmptyImage",
+                "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 7},
+            },
+            "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
+        }
+        body = json.dumps({"prompt": prompt, "client_id": "fork"}).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/prompt", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            prompt_id = json.loads(resp.read())["prompt_id"]
+        deadline = time.monotonic() + 120
+        entry: dict[str, Any] = {}
+        while not entry:
+            assert time.monotonic() < deadline, "the prompt did not finish"
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/history/{prompt_id}") as r:
+                entry = json.loads(r.read()).get(prompt_id) or {}
+            time.sleep(0.1)
+        assert entry["status"]["status_str"] == "success"
+        assert entry["outputs"]["2"]["images"]
+        report = json.loads((tmp_path / "harness" / "bootstrap-report.json").read_text())
+        assert report["torch"]["imported"] is True  # the bootstrap saw the preloaded torch
+        assert stop(s.proc) is not None
+    finally:
+        server.close()
+    assert server.proc.returncode is not None
