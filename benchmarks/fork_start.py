@@ -50,7 +50,10 @@ def main() -> int:
         preload_s = time.monotonic() - t0
         print(
             f"fork server: {len(server.preloaded)} modules preloaded in {preload_s:.2f} s "
-            f"(not importable: {', '.join(sorted(server.hello.get('failed') or {})) or 'none'})"
+            f"(not importable: {', '.join(sorted(server.hello.get('failed') or {})) or 'none'}), "
+            f"{int(server.hello.get('file_pages') or 0) * os.sysconf('SC_PAGE_SIZE') // MIB} MiB of library pages "
+            "touched by each child",
+            flush=True,
         )
         rows: dict[str, list[tuple[float, int, int]]] = {"cold": [], "forked": []}
         try:
@@ -73,7 +76,9 @@ def main() -> int:
                     rows[kind].append((s.ready_s, s.rss_bytes, s.hwm_bytes))
                     print(
                         f"  run {i + 1} {kind:6}: ready in {s.ready_s:6.2f} s, "
-                        f"RSS {s.rss_bytes / MIB:7.1f} MiB, VmHWM {s.hwm_bytes / MIB:7.1f} MiB"
+                        f"RSS {s.rss_bytes / MIB:7.1f} MiB (file-backed "
+                        f"{s.rss_file_bytes / MIB:6.1f}), VmHWM {s.hwm_bytes / MIB:7.1f} MiB",
+                        flush=True,
                     )
         finally:
             server.close()

@@ -417,8 +417,7 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--fork-server",
             is_flag=True,
             help="Fork each replay from an interpreter that preloaded torch and ComfyUI's other "
-            "packages (Linux; faster starts; RSS then leaves out library pages only the "
-            "preloaded interpreter touched).",
+            "third-party packages (Linux; faster starts, the same peaks).",
         ),
         click.option("--models-dir", metavar="PATH", help="The models folder (default: found)."),
         click.option("--max-steps", type=int, default=None, hidden=True),

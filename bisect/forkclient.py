@@ -162,7 +162,7 @@ def _pid_gone(pid: int) -> bool:
     import psutil
 
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
     except psutil.Error:

@@ -32,6 +32,8 @@ class Started:
     #: /proc RSS and VmHWM of the ComfyUI process once it answered
     rss_bytes: int
     hwm_bytes: int
+    #: of which file-backed (libraries' pages)
+    rss_file_bytes: int = 0
 
 
 def real_comfy_args(tmp: Path, port: int) -> list[str]:
@@ -89,15 +91,15 @@ def start_fork_server(python: str, harness: Path, env: dict[str, str]) -> ForkSe
     return server
 
 
-def proc_memory(pid: int) -> tuple[int, int]:
-    """(VmRSS, VmHWM) in bytes from /proc."""
+def proc_memory(pid: int) -> tuple[int, int, int]:
+    """(VmRSS, VmHWM, RssFile) in bytes from /proc."""
     values = {}
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
+            if key in ("VmRSS", "VmHWM", "RssFile"):
                 values[key] = int(rest.split()[0]) * 1024
-    return values.get("VmRSS", 0), values.get("VmHWM", 0)
+    return values.get("VmRSS", 0), values.get("VmHWM", 0), values.get("RssFile", 0)
 
 
 def wait_ready(proc: ProcessHandle, port: int, timeout_s: float) -> None:
@@ -151,19 +153,19 @@ def start(
         tail = console.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{exc}\n{tail}") from None
     ready_s = time.monotonic() - t0
-    rss, hwm = proc_memory(proc.pid)
-    return Started(proc, port, console, ready_s, rss, hwm)
+    rss, hwm, rss_file = proc_memory(proc.pid)
+    return Started(proc, port, console, ready_s, rss, hwm, rss_file)
 
 
 def stop(proc: ProcessHandle) -> int | None:
     with contextlib.suppress(OSError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
-        return proc.wait(timeout=15)
+        return int(proc.wait(timeout=15))
     except subprocess.TimeoutExpired:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait(timeout=15)
+        return int(proc.wait(timeout=15))
 
 
 __all__ = [
