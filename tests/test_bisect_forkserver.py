@@ -293,3 +293,86 @@ def test_a_real_comfyui_forked_from_the_server_answers_and_runs_a_prompt(tmp_pat
     finally:
         server.close()
     assert server.proc.returncode is not None
+
+
+# ---- torch preloaded: the bootstrap still sets CUDA up; another allocator means a cold start ----
+
+GUARDED_MAIN = """
+import json, os, sys
+with open(os.environ["SEEN"], "a") as fh:
+    fh.write(json.dumps({"pid": os.getpid(), "torch_before_main": "torch" in sys.modules}) + "\\n")
+os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"  # as ComfyUI's cuda_malloc.py
+import torch
+torch.cuda.init()
+torch.cuda.alloc(1024)
+"""
+
+
+def _fake_torch_bench(tmp_path: Path, main_source: str) -> tuple[list[str], dict[str, str], Path]:
+    from test_bisect_replay import BOOTSTRAP, _fake_torch
+
+    site = _fake_torch(tmp_path)
+    app = tmp_path / "ComfyUI"
+    app.mkdir()
+    (app / "main.py").write_text(main_source)
+    (app / "helper_next_to_main.py").write_text("")
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    boot = harness / "oom_bisect_bootstrap.py"
+    boot.write_text(BOOTSTRAP.read_text())
+    seen = tmp_path / "seen.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTORCH_")}
+    env.update(PYTHONPATH=str(site), SEEN=str(seen), PYTHONUNBUFFERED="1")
+    argv = [sys.executable, str(boot), "--result", str(harness / "report.json")]
+    return argv, env, app
+
+
+@linux_only
+def test_with_torch_preloaded_the_bootstrap_still_caps_vram_and_records_the_peaks(
+    tmp_path: Path,
+) -> None:
+    from fork_start import start_fork_server
+    from test_bisect_replay import MAIN
+
+    argv, env, app = _fake_torch_bench(tmp_path, MAIN)
+    argv += ["--vram-budget-bytes", str(4 * GIB), "--", str(app / "main.py"), "--port", "1"]
+    server = start_fork_server(sys.executable, tmp_path / "harness", env)
+    try:
+        assert "torch" in server.preloaded and server.hello["cuda_initialized"] is False
+        child = server.spawn(argv, cwd=app, env=env, console=tmp_path / "console.log")
+        assert child.wait(timeout=60) == 0, (tmp_path / "console.log").read_text()
+    finally:
+        server.close()
+    s = json.loads((tmp_path / "seen.json").read_text())
+    assert s["torch_before_main"] is True  # preloaded
+    assert s["path0"] == str(app) and s["argv"] == ["--port", "1"]
+    assert "Tried to allocate" in s["oom"]
+    r = json.loads((tmp_path / "harness" / "report.json").read_text())
+    t = r["torch"]
+    assert t["imported"] and t["cuda"] and t["history"]
+    assert t["fractions"] == {"0": 0.5}
+    assert t["devices"][0]["max_reserved_bytes"] == 3 * GIB
+    assert r["oom"]["requested_bytes"] == 2 * GIB
+
+
+@linux_only
+def test_a_child_whose_allocator_settings_changed_restarts_cold_in_place(tmp_path: Path) -> None:
+    from fork_start import start_fork_server
+
+    argv, env, app = _fake_torch_bench(tmp_path, GUARDED_MAIN)
+    argv += ["--", str(app / "main.py")]
+    server = start_fork_server(sys.executable, tmp_path / "harness", env)
+    console = tmp_path / "console.log"
+    try:
+        assert server.hello["alloc_conf"]["PYTORCH_CUDA_ALLOC_CONF"] is None
+        child = server.spawn(argv, cwd=app, env=env, console=console)
+        assert child.wait(timeout=60) == 0, console.read_text()
+    finally:
+        server.close()
+    runs = [json.loads(line) for line in (tmp_path / "seen.json").read_text().splitlines()]
+    # the forked run got as far as CUDA's start, then the same pid started cold
+    assert [r["torch_before_main"] for r in runs] == [True, False]
+    assert {r["pid"] for r in runs} == {child.pid}
+    assert "restarting cold" in console.read_text()
+    report = json.loads((tmp_path / "harness" / "report.json").read_text())
+    assert report["torch"]["cuda"] is True and report["exit_code"] == 0
