@@ -129,6 +129,9 @@ class ForkedChild:
         self._done = threading.Event()
         #: the server went away before reporting this child's exit
         self.lost = False
+        #: ComfyUI chose other allocator settings than torch was preloaded with: the child
+        #: replaced itself by a cold start (same pid)
+        self.restarted_cold = False
 
     @property
     def pid(self) -> int:
@@ -180,6 +183,8 @@ class ForkServer:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._closed = False
+        #: called with the allocator settings a child restarted cold for
+        self.on_restart: Callable[[dict[str, str | None]], None] | None = None
         self._reader = threading.Thread(target=self._read, name="fork-server-reader", daemon=True)
         self._reader.start()
 
@@ -269,6 +274,14 @@ class ForkServer:
                     if child is not None:
                         child._exited(int(message["code"]))
                     continue
+                if "restart" in message:
+                    child = self._children.get(int(message["restart"]))
+                    if child is not None:
+                        child.restarted_cold = True
+                    conf = message.get("alloc_conf")
+                    if self.on_restart is not None and isinstance(conf, dict):
+                        self.on_restart({str(k): v for k, v in conf.items()})
+                    continue
                 rid = message.get("id")
                 waiting = self._waiting.pop(rid, None) if isinstance(rid, int) else None
                 if waiting is None:
@@ -349,6 +362,9 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 _servers: dict[tuple[Any, ...], ForkServer | str] = {}
 _servers_lock = threading.Lock()
+#: per environment: the allocator settings ComfyUI last chose (learnt from a cold restart);
+#: the next server preloads torch with them, so its children match
+_learned_alloc: dict[tuple[Any, ...], dict[str, str | None]] = {}
 _said: set[str] = set()
 
 
@@ -378,8 +394,16 @@ def fork_server_for(
     if why is not None:
         _say_once(f"--fork-server: {why}; every measurement starts cold")
         return None
-    key = env_key(python, env)
+    base = env_key(python, env)
     with _servers_lock:
+        learned = _learned_alloc.get(base)
+        server_env = dict(env)
+        for var, value in (learned or {}).items():
+            if value is None:
+                server_env.pop(var, None)
+            else:
+                server_env[var] = value
+        key = (base, tuple(sorted((learned or {}).items(), key=lambda kv: kv[0])))
         server = _servers.get(key)
         if isinstance(server, ForkServer) and server.proc.poll() is not None:
             server = None  # it died: start another
@@ -394,13 +418,14 @@ def fork_server_for(
             server = ForkServer.start(
                 popen,
                 [python, str(script), *PRELOAD],
-                env,
+                server_env,
                 harness_dir / "forkserver.log",
                 timeout_s,
                 **popen_kwargs,
             )
             _servers[key] = server
             if isinstance(server, ForkServer):
+                server.on_restart = lambda conf: _learn(base, conf)
                 failed = server.hello.get("failed") or {}
                 log.info(
                     "fork server %d preloaded %d modules in %.1f s (not importable: %s)",
@@ -415,10 +440,18 @@ def fork_server_for(
     return server
 
 
+def _learn(base: tuple[Any, ...], conf: dict[str, str | None]) -> None:
+    with _servers_lock:
+        if _learned_alloc.get(base) != conf:
+            _learned_alloc[base] = conf
+            log.info("ComfyUI chose allocator settings %s: the next fork server preloads so", conf)
+
+
 def shutdown_fork_servers() -> None:
     """Stop every server (their children with them)."""
     with _servers_lock:
         servers = [s for s in _servers.values() if isinstance(s, ForkServer)]
         _servers.clear()
+        _learned_alloc.clear()
     for server in servers:
         server.close()

@@ -34,6 +34,7 @@ that prints while importing cannot corrupt the answers)::
     <- {"id": K, "argv": [python, bootstrap, ...], "cwd": d, "env": {..}, "console": path}
     -> {"id": K, "pid": N} | {"id": K, "error": why}
     -> {"exit": N, "code": C}          (C as subprocess.Popen.returncode: -signal or status)
+    -> {"restart": N, "alloc_conf": {var: value|null}}   (child N went cold for these)
 
 Usage: ``python oom_bisect_forkserver.py [MODULE...]`` (the modules to preload, in order).
 """
@@ -208,9 +209,10 @@ class Server:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM):  # ours; the rest is as Python set it
             signal.signal(sig, signal.SIG_DFL)
-        for fd in (self.answers, self.requests, self.wake_r, self.wake_w):
+        for fd in (self.requests, self.wake_r, self.wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        os.set_inheritable(self.answers, False)  # kept to say a restart; gone at any exec
         argv = [str(a) for a in request["argv"]]
         env = {str(k): str(v) for k, v in dict(request["env"]).items()}
         console = os.open(str(request["console"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -261,6 +263,11 @@ class Server:
                 f"{now} but torch was preloaded with {loaded}; restarting cold\n"
             )
             sys.stderr.flush()
+            with contextlib.suppress(OSError):  # one short write: atomic on a pipe
+                os.write(
+                    self.answers,
+                    (json.dumps({"restart": os.getpid(), "alloc_conf": now}) + "\n").encode(),
+                )
             os.execve(argv[0], argv, env)
 
         try:

@@ -1009,6 +1009,8 @@ class Replayer:
         history = ((report or {}).get("oom") or {}).get("history_file") if report else None
         if torch_info and torch_info.get("errors"):
             notes.extend(f"bootstrap: {e}" for e in torch_info["errors"])
+        if isinstance(proc, ForkedChild) and proc.restarted_cold:
+            notes.append("ComfyUI chose other allocator settings than the fork server had: cold")
         return Measurement(
             outcome=outcome,
             peaks=peaks,

@@ -356,23 +356,49 @@ def test_with_torch_preloaded_the_bootstrap_still_caps_vram_and_records_the_peak
 
 
 @linux_only
-def test_a_child_whose_allocator_settings_changed_restarts_cold_in_place(tmp_path: Path) -> None:
-    from fork_start import start_fork_server
+def test_a_child_whose_allocator_settings_changed_restarts_cold_and_the_next_server_learns(
+    tmp_path: Path,
+) -> None:
+    from oom_sentinel.bisect.replay import pdeathsig_preexec
 
     argv, env, app = _fake_torch_bench(tmp_path, GUARDED_MAIN)
     argv += ["--", str(app / "main.py")]
-    server = start_fork_server(sys.executable, tmp_path / "harness", env)
     console = tmp_path / "console.log"
+
+    def server_for() -> forkclient.ForkServer:
+        server = forkclient.fork_server_for(
+            sys.executable,
+            env,
+            tmp_path / "harness",
+            subprocess.Popen,
+            120,
+            start_new_session=True,
+            preexec_fn=pdeathsig_preexec(),
+        )
+        assert server is not None
+        return server
+
     try:
-        assert server.hello["alloc_conf"]["PYTORCH_CUDA_ALLOC_CONF"] is None
-        child = server.spawn(argv, cwd=app, env=env, console=console)
+        first = server_for()
+        assert first.hello["alloc_conf"]["PYTORCH_CUDA_ALLOC_CONF"] is None
+        child = first.spawn(argv, cwd=app, env=env, console=console)
         assert child.wait(timeout=60) == 0, console.read_text()
+        assert child.restarted_cold
+        assert "restarting cold" in console.read_text()
+        report = json.loads((tmp_path / "harness" / "report.json").read_text())
+        assert report["torch"]["cuda"] is True and report["exit_code"] == 0
+        # the next server preloads torch with what ComfyUI chose: its child stays forked
+        second = server_for()
+        assert second is not first
+        assert second.hello["alloc_conf"]["PYTORCH_CUDA_ALLOC_CONF"] == "backend:cudaMallocAsync"
+        again = second.spawn(argv, cwd=app, env=env, console=console)
+        assert again.wait(timeout=60) == 0, console.read_text()
+        assert not again.restarted_cold
+        assert server_for() is second
     finally:
-        server.close()
+        forkclient.shutdown_fork_servers()
     runs = [json.loads(line) for line in (tmp_path / "seen.json").read_text().splitlines()]
-    # the forked run got as far as CUDA's start, then the same pid started cold
-    assert [r["torch_before_main"] for r in runs] == [True, False]
-    assert {r["pid"] for r in runs} == {child.pid}
-    assert "restarting cold" in console.read_text()
-    report = json.loads((tmp_path / "harness" / "report.json").read_text())
-    assert report["torch"]["cuda"] is True and report["exit_code"] == 0
+    # the first forked run got as far as CUDA's start, then the same pid started cold
+    assert [r["torch_before_main"] for r in runs] == [True, False, True]
+    assert runs[0]["pid"] == runs[1]["pid"] == child.pid
+    assert runs[2]["pid"] == again.pid
