@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fork_start import (
@@ -56,6 +58,7 @@ def main() -> int:
             flush=True,
         )
         rows: dict[str, list[tuple[float, int, int]]] = {"cold": [], "forked": []}
+        pss_rows: dict[str, list[int]] = {"cold": [], "forked": []}
         try:
             for i in range(args.runs):
                 for kind in ("cold", "forked"):
@@ -72,8 +75,13 @@ def main() -> int:
                         port=port,
                         server=server if kind == "forked" else None,
                     )
+                    # physical memory, each page once: PSS of the process (and of the server)
+                    pss = psutil.Process(s.proc.pid).memory_full_info().pss
+                    if kind == "forked":
+                        pss += psutil.Process(server.proc.pid).memory_full_info().pss
                     stop(s.proc)
                     rows[kind].append((s.ready_s, s.rss_bytes, s.hwm_bytes))
+                    pss_rows[kind].append(pss)
                     print(
                         f"  run {i + 1} {kind:6}: ready in {s.ready_s:6.2f} s, "
                         f"RSS {s.rss_bytes / MIB:7.1f} MiB (file-backed "
@@ -91,6 +99,12 @@ def main() -> int:
     print(
         f"VmHWM at ready, median: cold {hwm_cold / MIB:.1f} MiB, forked {hwm_forked / MIB:.1f} "
         f"MiB ({(hwm_forked - hwm_cold) / MIB:+.1f} MiB)"
+    )
+    pss_cold = statistics.median(pss_rows["cold"])
+    pss_forked = statistics.median(pss_rows["forked"])
+    print(
+        f"box memory at ready (PSS), median: cold {pss_cold / MIB:.1f} MiB, forked child + "
+        f"server {pss_forked / MIB:.1f} MiB ({(pss_forked - pss_cold) / MIB:+.1f} MiB)"
     )
     return 0
 
