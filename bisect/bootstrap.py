@@ -32,7 +32,7 @@ an out-of-memory error, on SIGTERM (the harness's stop signal) and at exit. Its 
                "errors": [str]},
      "oom": {"device": i, "requested_bytes": n, "device_free_bytes": n,
              "allocated_bytes": n, "history_file": path|null} | null,
-     "exit_code": int|null}
+     "exit_code": int|null, "modules": [every module imported, at the end]}
 
 Usage (the harness builds this line)::
 
@@ -255,6 +255,8 @@ class Reporter:
         with self.lock:
             self.data["phase"] = phase
             self.data["exit_code"] = exit_code
+            # what this run imported: the fork server preloads only those (forkclient.py)
+            self.data["modules"] = sorted(name for name in list(sys.modules) if name)
         self.write()
 
 

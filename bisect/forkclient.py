@@ -40,6 +40,8 @@ __all__ = [
     "ProcessHandle",
     "fork_server_for",
     "fork_unavailable",
+    "learn_imports",
+    "learned_imports",
     "shutdown_fork_servers",
 ]
 
@@ -365,6 +367,8 @@ _servers_lock = threading.Lock()
 #: per environment: the allocator settings ComfyUI last chose (learnt from a cold restart);
 #: the next server preloads torch with them, so its children match
 _learned_alloc: dict[tuple[Any, ...], dict[str, str | None]] = {}
+#: per environment: the PRELOAD modules a cold start imported (``learn_imports``)
+_learned_imports: dict[tuple[Any, ...], tuple[str, ...]] = {}
 _said: set[str] = set()
 
 
@@ -380,19 +384,38 @@ def env_key(python: str, env: Mapping[str, str]) -> tuple[Any, ...]:
     return (python, tuple(sorted((k, v) for k, v in env.items() if k not in PER_CHILD_ENV)))
 
 
+def learn_imports(python: str, env: Mapping[str, str], modules: Sequence[str]) -> None:
+    """What a cold start of ComfyUI in this environment imported (its bootstrap's report):
+    the server preloads only those of ``PRELOAD``, so a forked child holds no package a
+    cold start would not have (each would add its memory to the child's RSS)."""
+    imported = set(modules)
+    chosen = tuple(name for name in PRELOAD if name in imported)
+    with _servers_lock:
+        _learned_imports.setdefault(env_key(python, env), chosen)
+
+
+def learned_imports(python: str, env: Mapping[str, str]) -> tuple[str, ...] | None:
+    with _servers_lock:
+        return _learned_imports.get(env_key(python, env))
+
+
 def fork_server_for(
     python: str,
     env: Mapping[str, str],
     harness_dir: Path,
     popen: Callable[..., subprocess.Popen[bytes]],
     timeout_s: float,
+    preload: Sequence[str] | None = PRELOAD,
     **popen_kwargs: Any,
 ) -> ForkServer | None:
-    """The server for this interpreter and environment, started on first use; None (said
-    once) where measurements must start cold."""
+    """The server for this interpreter, environment and preload list, started on first
+    use; None (said once) where measurements must start cold, and None while ``preload``
+    is (nothing learnt yet)."""
     why = fork_unavailable()
     if why is not None:
         _say_once(f"--fork-server: {why}; every measurement starts cold")
+        return None
+    if preload is None:
         return None
     base = env_key(python, env)
     with _servers_lock:
@@ -403,7 +426,11 @@ def fork_server_for(
                 server_env.pop(var, None)
             else:
                 server_env[var] = value
-        key = (base, tuple(sorted((learned or {}).items(), key=lambda kv: kv[0])))
+        key = (
+            base,
+            tuple(sorted((learned or {}).items(), key=lambda kv: kv[0])),
+            tuple(preload),
+        )
         server = _servers.get(key)
         if isinstance(server, ForkServer) and server.proc.poll() is not None:
             server = None  # it died: start another
@@ -417,7 +444,7 @@ def fork_server_for(
                 write_text_atomic(script, source, mode=0o644)
             server = ForkServer.start(
                 popen,
-                [python, str(script), *PRELOAD],
+                [python, str(script), *preload],
                 server_env,
                 harness_dir / "forkserver.log",
                 timeout_s,
@@ -453,5 +480,6 @@ def shutdown_fork_servers() -> None:
         servers = [s for s in _servers.values() if isinstance(s, ForkServer)]
         _servers.clear()
         _learned_alloc.clear()
+        _learned_imports.clear()
     for server in servers:
         server.close()

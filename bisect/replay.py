@@ -63,7 +63,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from oom_sentinel.bisect.forkclient import ForkedChild, ProcessHandle, fork_server_for
+from oom_sentinel.bisect.forkclient import (
+    ForkedChild,
+    ProcessHandle,
+    fork_server_for,
+    learn_imports,
+    learned_imports,
+)
 from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
 from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
 from oom_sentinel.daemon.atomic import write_json_atomic, write_text_atomic
@@ -868,14 +874,17 @@ class Replayer:
         return proc
 
     def _fork(self, argv: list[str], spec: LaunchSpec) -> ProcessHandle | None:
-        """The same command, forked by the preloaded server; None: start it cold."""
+        """The same command, forked by the preloaded server; None: start it cold (also the
+        first time in an environment: that cold start says what ComfyUI imports)."""
         env = self._env()
+        preload = learned_imports(self.settings.python, env)
         server = fork_server_for(
             self.settings.python,
             env,
             self.harness_dir,
             _spawner.popen,
             self.settings.start_timeout_s,
+            preload,
             start_new_session=True,
             preexec_fn=pdeathsig_preexec(),
         )
@@ -985,6 +994,9 @@ class Replayer:
         if exit_code in _KILLED and not sigkilled_by_harness:
             killed_by_harness = False  # it was dying of someone else's SIGKILL at teardown
         report = _read_report(self.report_path)
+        modules = (report or {}).get("modules")
+        if self.settings.fork_server and not isinstance(proc, ForkedChild) and modules:
+            learn_imports(self.settings.python, self._env(), [str(m) for m in modules])
         reserved, allocated = _torch_peaks(report)
         peaks = sampler.peaks()
         peaks = replace(
