@@ -10,6 +10,7 @@ the RSS / VmHWM each had when it first answered ``/system_stats``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -22,6 +23,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fork_start import (
+    PRELOAD,
     bootstrap_argv,
     clean_env,
     free_port,
@@ -47,8 +49,17 @@ def main() -> int:
     env = clean_env()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        # as the harness does: a first cold start says what ComfyUI imports (its bootstrap's
+        # final report), and the server preloads those of PRELOAD
+        port = free_port()
+        argv = bootstrap_argv(python, tmp / "harness", main_py, real_comfy_args(tmp / "l", port))
+        first = start(argv, cwd=tmp, env=env, console=tmp / "l.log", port=port, server=None)
+        stop(first.proc)
+        report = json.loads((tmp / "harness" / "bootstrap-report.json").read_text())
+        imported = set(report.get("modules") or [])
+        preload = [m for m in PRELOAD if m in imported]
         t0 = time.monotonic()
-        server = start_fork_server(python, tmp / "harness", env)
+        server = start_fork_server(python, tmp / "harness", env, preload)
         preload_s = time.monotonic() - t0
         print(
             f"fork server: {len(server.preloaded)} modules preloaded in {preload_s:.2f} s "

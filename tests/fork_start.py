@@ -73,13 +73,18 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def start_fork_server(python: str, harness: Path, env: dict[str, str]) -> ForkServer:
+def start_fork_server(
+    python: str,
+    harness: Path,
+    env: dict[str, str],
+    preload: Sequence[str] = forkclient.PRELOAD,
+) -> ForkServer:
     harness.mkdir(parents=True, exist_ok=True)
     script = harness / forkclient.FORKSERVER_NAME
     shutil.copyfile(forkclient.FORKSERVER_SOURCE, script)
     server = ForkServer.start(
         subprocess.Popen,
-        [python, str(script), *forkclient.PRELOAD],
+        [python, str(script), *preload],
         env,
         harness / "forkserver.log",
         600.0,
@@ -168,7 +173,10 @@ def stop(proc: ProcessHandle) -> int | None:
         return int(proc.wait(timeout=15))
 
 
+PRELOAD = forkclient.PRELOAD
+
 __all__ = [
+    "PRELOAD",
     "ForkedChild",
     "Started",
     "bootstrap_argv",
