@@ -11,9 +11,10 @@ Rules this file lives by (it runs in ComfyUI's interpreter, like ``bootstrap.py`
 * **Standard library only, Python 3.8+**; copied next to the bootstrap and run by path.
 * **Third-party modules only, never ComfyUI's own** (``comfy``, ``nodes``, ``folder_paths``,
   custom nodes): those change from one commit to the next, which is what is measured.
-* **Never initialise CUDA before the fork**: a CUDA context does not survive ``fork()``.
-  The server checks ``torch.cuda.is_initialized()`` after preloading and refuses to serve
-  if anything did.
+* **Never initialise CUDA before the fork**: CUDA does not survive ``fork()`` (not even a
+  driver that was only asked for its device count). Packages are imported with
+  ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (``torch.cuda.is_available()`` then asks NVML), and
+  the server refuses to serve when ``torch.cuda.is_initialized()`` or ``libcuda`` is loaded.
 * **torch fixed its allocator backend when it loaded** (``PYTORCH_CUDA_ALLOC_CONF``, which
   ComfyUI's ``cuda_malloc.py`` sets per commit and per flag before importing torch). A
   child whose allocator settings differ, by the time CUDA initialises, from those torch
@@ -64,6 +65,10 @@ ALLOC_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 #: set before preloading, as ComfyUI's main.py sets them before importing anything
 #: (huggingface_hub reads them at import; they only turn telemetry off)
 COMFY_ENV = {"HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1"}
+#: while preloading only: a package that asks ``torch.cuda.is_available()`` at import gets
+#: NVML's answer instead of the CUDA driver's (which would make CUDA unusable after a fork);
+#: the children get the harness's environment, without it
+PRELOAD_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 PR_SET_PDEATHSIG = 1
 
 
@@ -142,12 +147,24 @@ def touch_pages(runs: list[tuple[int, int]]) -> None:
 
 
 def cuda_initialized() -> bool:
+    """torch initialised CUDA, or anything called the CUDA driver (``libcuda`` is loaded
+    only then: torch's libraries link the runtime, which opens the driver on first use).
+    Either makes CUDA unusable in a forked child."""
     torch = sys.modules.get("torch")
-    if torch is None:
-        return False
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                return True
+        except Exception:
+            pass
     try:
-        return bool(torch.cuda.is_initialized())
-    except Exception:
+        with open("/proc/self/maps") as maps:
+            return any(
+                os.path.basename(line.split()[-1]).startswith("libcuda.so")
+                for line in maps
+                if "/" in line
+            )
+    except OSError:
         return False
 
 
@@ -346,6 +363,8 @@ def main(names: list[str]) -> int:
     os.dup2(null, 0)
     os.close(null)
     for key, value in COMFY_ENV.items():
+        os.environ.setdefault(key, value)
+    for key, value in PRELOAD_ENV.items():
         os.environ.setdefault(key, value)
     done, failed = preload(names)
     server = Server(answers, requests)

@@ -462,3 +462,51 @@ def test_a_ram_bisect_with_the_fork_server_names_the_same_culprit_with_the_same_
         c, f = cold[state], forked[state]
         print(f"\n[fork] ram peak cold {c / MIB:.1f} MiB, forked {f / MIB:.1f} MiB")
         assert abs(f - c) <= 0.03 * c
+
+
+@linux_only
+def test_a_server_whose_preload_touched_the_cuda_driver_is_refused_and_replays_start_cold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A package that calls the CUDA driver while importing (``libcuda`` gets loaded) would
+    leave every forked child without CUDA: the server says so and is not used."""
+    import _ctypes
+    import shutil
+
+    from oom_sentinel.bisect.replay import pdeathsig_preexec
+
+    shutil.copyfile(_ctypes.__file__, tmp_path / "libcuda.so.1")  # any shared object will do
+    (tmp_path / "touches_cuda.py").write_text(
+        f"import ctypes\nctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    monkeypatch.setattr(forkclient, "_said", set())
+    try:
+        with caplog.at_level(logging.WARNING, logger="oom_sentinel.bisect.forkclient"):
+            server = forkclient.fork_server_for(
+                sys.executable,
+                env,
+                tmp_path / "harness",
+                subprocess.Popen,
+                60,
+                ["json", "touches_cuda"],
+                start_new_session=True,
+                preexec_fn=pdeathsig_preexec(),
+            )
+        assert server is None
+        said = [r.getMessage() for r in caplog.records]
+        assert any("initialised CUDA" in m and "starting cold" in m for m in said), said
+        # without that package the same environment gets its server
+        ok = forkclient.fork_server_for(
+            sys.executable,
+            env,
+            tmp_path / "harness",
+            subprocess.Popen,
+            60,
+            ["json"],
+            start_new_session=True,
+            preexec_fn=pdeathsig_preexec(),
+        )
+        assert ok is not None and ok.hello["cuda_initialized"] is False
+    finally:
+        forkclient.shutdown_fork_servers()
