@@ -510,3 +510,48 @@ def test_a_server_whose_preload_touched_the_cuda_driver_is_refused_and_replays_s
         assert ok is not None and ok.hello["cuda_initialized"] is False
     finally:
         forkclient.shutdown_fork_servers()
+
+
+@linux_only
+@pytest.mark.real_comfyui
+def test_real_comfyui_replays_cold_then_forked_measure_the_same_ram_peak(tmp_path: Path) -> None:
+    """Two replays of a real ComfyUI v0.8.0 (``--cpu``) with ``--fork-server``: the first
+    starts cold and says what ComfyUI imports, the second is forked; the same RAM peak."""
+    from bisect_git import git
+
+    real = Path(os.environ["OOM_SENTINEL_REAL_COMFYUI"])
+    python = os.environ.get("OOM_SENTINEL_REAL_COMFYUI_PYTHON") or sys.executable
+    user = tmp_path / "ComfyUI"
+    git(tmp_path, "clone", "-q", "--shared", "--no-checkout", str(real), str(user))
+    patterns = git(real, "sparse-checkout", "list", check=False).split()
+    if patterns:
+        git(user, "sparse-checkout", "set", "--no-cone", *patterns)
+    git(user, "checkout", "-q", "-f", "HEAD")
+    install = scan_install(user)
+    ws = Workspace.create(tmp_path / "ws", install)
+    ws.switch(install.current_state())
+    settings = ReplaySettings(python=python, user_flags=("--cpu",), fork_server=True)
+    replayer = Replayer(ws, settings, gpu=None, host=PsutilHostProbe())
+    prompt = {
+        "1": {
+            "class_type": "EmptyImage",
+            "inputs": {"width": 1024, "height": 1024, "batch_size": 4, "color": 0},
+        },
+        "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
+    }
+    try:
+        cold = replayer.measure(prompt)
+        forked = replayer.measure(prompt)
+    finally:
+        forkclient.shutdown_fork_servers()
+    assert isinstance(cold.outcome, Ok), cold.outcome
+    assert isinstance(forked.outcome, Ok), (forked.outcome, forked.console_tail)
+    assert not any(n.startswith("forked") for n in cold.notes)
+    assert any(n.startswith("forked by the fork server") for n in forked.notes)
+    c, f = cold.peaks.ram_bytes, forked.peaks.ram_bytes
+    assert c and f
+    print(
+        f"\n[fork] real ComfyUI: ready cold {cold.timings['ready_s']:.2f} s, forked "
+        f"{forked.timings['ready_s']:.2f} s; RAM peak cold {c / MIB:.1f} MiB, forked {f / MIB:.1f}"
+    )
+    assert abs(f - c) <= 0.03 * c
