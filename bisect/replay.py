@@ -991,6 +991,10 @@ class Replayer:
             sampler.finish()
             timings["teardown_s"] = time.monotonic() - t_stop
         exit_code = proc.returncode
+        if isinstance(proc, ForkedChild) and proc.lost:
+            # its parent-death signal, not the OOM killer: say unknown, never a false OOM
+            exit_code = None
+            notes.append("the fork server died during the run: ComfyUI's exit status is unknown")
         if exit_code in _KILLED and not sigkilled_by_harness:
             killed_by_harness = False  # it was dying of someone else's SIGKILL at teardown
         report = _read_report(self.report_path)

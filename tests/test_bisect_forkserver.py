@@ -28,7 +28,7 @@ from standin_repos import build_core_repo
 from oom_sentinel.bisect import forkclient
 from oom_sentinel.bisect.replay import REPLAY_RECORD, Replayer, ReplaySettings
 from oom_sentinel.bisect.states import scan_install
-from oom_sentinel.bisect.verdict import Ok
+from oom_sentinel.bisect.verdict import Ok, Oom
 from oom_sentinel.bisect.workspace import Workspace
 from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
 from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
@@ -555,3 +555,43 @@ def test_real_comfyui_replays_cold_then_forked_measure_the_same_ram_peak(tmp_pat
         f"{forked.timings['ready_s']:.2f} s; RAM peak cold {c / MIB:.1f} MiB, forked {f / MIB:.1f}"
     )
     assert abs(f - c) <= 0.03 * c
+
+
+@linux_only
+def test_a_replay_whose_fork_server_dies_is_not_taken_for_an_oom_kill(bench) -> None:
+    """The child dies of its parent-death signal (SIGKILL) when the server goes: that is no
+    kernel OOM kill, and its exit status is unknown."""
+    import threading
+
+    forkclient.shutdown_fork_servers()
+    _replayer(bench, fork_server=True).measure(_vram_prompt(10))  # cold: learns the imports
+    prompt = {
+        "1": {"class_type": "AllocateVRAM", "inputs": {"mib": 100}},
+        "2": {"class_type": "Sleep", "inputs": {"seconds": 60.0, "value": ["1", 0]}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+    }
+    out: dict[str, Any] = {}
+    worker = threading.Thread(
+        target=lambda: out.setdefault("m", _replayer(bench, fork_server=True).measure(prompt))
+    )
+    worker.start()
+    record = bench["ws"].root / "harness" / REPLAY_RECORD
+    deadline = time.monotonic() + 60
+    server_pid = None
+    while server_pid is None:
+        assert time.monotonic() < deadline, "no forked replay started"
+        time.sleep(0.05)
+        with contextlib.suppress(OSError, ValueError, psutil.Error):
+            pid = json.loads(record.read_text())["pid"]
+            parent = psutil.Process(pid).ppid()
+            if parent != os.getpid():
+                server_pid = parent
+    time.sleep(1.0)  # it is running the prompt
+    os.kill(server_pid, signal.SIGKILL)
+    worker.join(timeout=90)
+    assert not worker.is_alive()
+    m = out["m"]
+    assert not isinstance(m.outcome, Oom), m.outcome
+    assert m.exit_code is None
+    assert any("fork server died" in n for n in m.notes)
+    assert wait_gone(pid)
