@@ -32,7 +32,7 @@ an out-of-memory error, on SIGTERM (the harness's stop signal) and at exit. Its 
                "errors": [str]},
      "oom": {"device": i, "requested_bytes": n, "device_free_bytes": n,
              "allocated_bytes": n, "history_file": path|null} | null,
-     "exit_code": int|null}
+     "exit_code": int|null, "modules": [every module imported, at the end]}
 
 Usage (the harness builds this line)::
 
@@ -255,6 +255,8 @@ class Reporter:
         with self.lock:
             self.data["phase"] = phase
             self.data["exit_code"] = exit_code
+            # what this run imported: the fork server preloads only those (forkclient.py)
+            self.data["modules"] = sorted(name for name in list(sys.modules) if name)
         self.write()
 
 
@@ -342,6 +344,8 @@ def main(argv: list[str]) -> int:
     reporter = Reporter(opts["result"], opts["budget"], opts["history"])
     reporter.write()
     sys.meta_path.insert(0, _TorchHook(reporter.torch_imported))  # type: ignore[arg-type]
+    if "torch" in sys.modules:  # preloaded by the fork server (forkserver.py): CUDA is not up
+        reporter.torch_imported(sys.modules["torch"])
 
     def on_term(signum: int, frame: Any) -> None:
         # The harness stops the server with SIGTERM; report the final peaks and leave at once

@@ -63,6 +63,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from oom_sentinel.bisect.forkclient import (
+    ForkedChild,
+    ProcessHandle,
+    fork_server_for,
+    learn_imports,
+    learned_imports,
+)
 from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
 from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
 from oom_sentinel.daemon.atomic import write_json_atomic, write_text_atomic
@@ -211,6 +218,8 @@ class ReplaySettings:
     #: extra environment for ComfyUI (on top of ours)
     env: Mapping[str, str] = field(default_factory=dict)
     stop_grace_s: float = STOP_GRACE_S
+    #: fork each ComfyUI from a preloaded interpreter (``forkclient``); cold where unsafe
+    fork_server: bool = False
 
 
 # --------------------------------------------------------------------------- pure mapping
@@ -335,7 +344,7 @@ def outcome_from_run(
 # --------------------------------------------------------------------------- processes
 
 
-_live: dict[int, subprocess.Popen[bytes]] = {}
+_live: dict[int, ProcessHandle] = {}
 _live_lock = threading.Lock()
 
 PR_SET_PDEATHSIG = 1
@@ -521,7 +530,7 @@ def _record_path(workspace_root: Path) -> Path:
     return workspace_root / "harness" / REPLAY_RECORD
 
 
-def _write_record(workspace_root: Path, proc: subprocess.Popen[bytes]) -> None:
+def _write_record(workspace_root: Path, proc: ProcessHandle) -> None:
     record = {
         "pid": proc.pid,
         "start_time_s": _start_time(proc.pid),
@@ -574,7 +583,7 @@ def kill_leftover_replay(workspace_root: Path) -> int | None:
     return killed
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+def _signal_group(proc: ProcessHandle, sig: int) -> None:
     if os.name == "nt":  # pragma: no cover - no process groups; the tree goes with the root
         with contextlib.suppress(OSError):
             proc.kill()
@@ -583,7 +592,7 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> bool:
+def _stop(proc: ProcessHandle, grace_s: float) -> bool:
     """SIGTERM the group, SIGKILL what is left after ``grace_s``, reap; always kills the group.
 
     True when the root needed our SIGKILL. Only then is a -9 exit ours: a server that the
@@ -606,7 +615,7 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> bool:
     return escalated
 
 
-def _stop_recorded(workspace_root: Path, proc: subprocess.Popen[bytes], grace_s: float) -> bool:
+def _stop_recorded(workspace_root: Path, proc: ProcessHandle, grace_s: float) -> bool:
     """``_stop``, then forget the record of the server (it is gone)."""
     try:
         return _stop(proc, grace_s)
@@ -824,13 +833,17 @@ class Replayer:
         env.pop("PYTHONSTARTUP", None)
         return env
 
-    def _spawn(self, spec: LaunchSpec) -> subprocess.Popen[bytes]:
+    def _spawn(self, spec: LaunchSpec) -> ProcessHandle:
         self.harness_dir.mkdir(parents=True, exist_ok=True)
         self.workspace.run_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.report_path.unlink()
         argv = self._argv(spec)
         kill_leftover_replay(self.workspace.root)  # its port and memory would skew this run
+        if self.settings.fork_server:
+            forked = self._fork(argv, spec)
+            if forked is not None:
+                return forked
         kwargs: dict[str, Any] = {}
         if os.name == "nt":  # pragma: no cover
             kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
@@ -859,6 +872,35 @@ class Replayer:
                 log.warning("the replay ComfyUI may outlive oom-bisect: %s", exc)
         _write_record(self.workspace.root, proc)
         return proc
+
+    def _fork(self, argv: list[str], spec: LaunchSpec) -> ProcessHandle | None:
+        """The same command, forked by the preloaded server; None: start it cold (also the
+        first time in an environment: that cold start says what ComfyUI imports)."""
+        env = self._env()
+        preload = learned_imports(self.settings.python, env)
+        server = fork_server_for(
+            self.settings.python,
+            env,
+            self.harness_dir,
+            _spawner.popen,
+            self.settings.start_timeout_s,
+            preload,
+            start_new_session=True,
+            preexec_fn=pdeathsig_preexec(),
+        )
+        if server is None:
+            return None
+        self.console_path.write_bytes(b"")  # the child appends, as a cold start's console
+        try:
+            child = server.spawn(argv, cwd=spec.cwd, env=env, console=self.console_path)
+        except OSError as exc:
+            log.warning("the fork server could not start ComfyUI (%s); starting cold", exc)
+            return None
+        child.args = list(argv)
+        with _live_lock:
+            _live[child.pid] = child
+        _write_record(self.workspace.root, child)
+        return child
 
     # -- one measurement
     def measure(self, prompt: Mapping[str, Any], threshold: Threshold | None = None) -> Measurement:
@@ -918,6 +960,8 @@ class Replayer:
         sigkilled_by_harness = False
         exit_code: int | None = None
         notes = [f"input file not found in the user's input folder: {m}" for m in missing]
+        if isinstance(proc, ForkedChild):
+            notes.append(f"forked by the fork server (preloaded interpreter), pid {proc.pid}")
         try:
             alive = lambda: proc.poll() is None  # noqa: E731
             try:
@@ -947,9 +991,16 @@ class Replayer:
             sampler.finish()
             timings["teardown_s"] = time.monotonic() - t_stop
         exit_code = proc.returncode
+        if isinstance(proc, ForkedChild) and proc.lost:
+            # its parent-death signal, not the OOM killer: say unknown, never a false OOM
+            exit_code = None
+            notes.append("the fork server died during the run: ComfyUI's exit status is unknown")
         if exit_code in _KILLED and not sigkilled_by_harness:
             killed_by_harness = False  # it was dying of someone else's SIGKILL at teardown
         report = _read_report(self.report_path)
+        modules = (report or {}).get("modules")
+        if self.settings.fork_server and not isinstance(proc, ForkedChild) and modules:
+            learn_imports(self.settings.python, self._env(), [str(m) for m in modules])
         reserved, allocated = _torch_peaks(report)
         peaks = sampler.peaks()
         peaks = replace(
@@ -974,6 +1025,8 @@ class Replayer:
         history = ((report or {}).get("oom") or {}).get("history_file") if report else None
         if torch_info and torch_info.get("errors"):
             notes.extend(f"bootstrap: {e}" for e in torch_info["errors"])
+        if isinstance(proc, ForkedChild) and proc.restarted_cold:
+            notes.append("ComfyUI chose other allocator settings than the fork server had: cold")
         return Measurement(
             outcome=outcome,
             peaks=peaks,
