@@ -268,10 +268,12 @@ class _Progress:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self.adaptive = False
 
     def step(self, number: int, test: Test, session: Session) -> None:
         from oom_sentinel.bisect.runner import describe_test
 
+        self.adaptive = session.setup.adaptive
         p = session.progress()
         left = f"~{p.steps_left} left" if p.steps_left else "last"
         tokens = " ".join(test.state.tokens(session.setup.repos()))
@@ -282,7 +284,8 @@ class _Progress:
 
     def run_start(self, test: Test, index: int, repeat: int) -> None:
         if repeat > 1:
-            self.console.print(f"  run {index} of {repeat} …", highlight=False)
+            at_most = "at most " if self.adaptive else ""
+            self.console.print(f"  run {index} of {at_most}{repeat} …", highlight=False)
 
     def run_done(self, test: Test, m: Any) -> None:
         o = m.outcome
@@ -302,6 +305,11 @@ class _Progress:
             f"{' (stopped early)' if m.stopped_early else ''} in {secs:.1f} s{extra}",
             highlight=False,
         )
+
+    def judged(self, test: Test, judgement: Any) -> None:
+        from oom_sentinel.bisect.confidence import describe
+
+        self.console.print(f"  {describe(judgement)}", highlight=False)
 
     def verdict(self, test: Test, record: LogRecord, cached: bool) -> None:
         word = record.verdict.value
@@ -324,7 +332,9 @@ class _RunArgs:
     bad: str | None = None
     comfyui: str | None = None
     python: str | None = None
-    repeat: int | None = None
+    #: "auto" or a count (parsed in _start)
+    repeat: str | None = None
+    max_repeat: int | None = None
     budget: tuple[str, ...] = ()
     vram_budget: str | None = None
     timeout: float | None = None
@@ -357,10 +367,19 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--python", metavar="PATH", help="ComfyUI's Python (default: found)."),
         click.option(
             "--repeat",
+            default=None,
+            metavar="N|auto",
+            help="Run each state N times and take the median (default 1); auto: measure the "
+            "noise on the good state and repeat a state only while it is within that band of "
+            "the threshold (SAME / DIFFERENT / UNKNOWN), then re-check each culprit and its "
+            "parent.",
+        ),
+        click.option(
+            "--max-repeat",
             type=int,
             default=None,
             metavar="N",
-            help="Run each state N times and take the median (default 1).",
+            help="With --repeat auto: at most N runs per state before it is UNKNOWN (default 5).",
         ),
         click.option(
             "--budget",
@@ -704,9 +723,7 @@ def _start(
         return snap_words[word] if word in snap_words else file_resolver(word)
 
     terms = Terms.checked(args.term_old, args.term_new)
-    repeat = 1 if args.repeat is None else args.repeat
-    if repeat < 1:
-        raise ConfigError(f"--repeat must be at least 1, got {repeat}")
+    repeat, adaptive, max_repeat = parse_repeat(args.repeat, args.max_repeat)
     budget = parse_budget(args.budget) or args.snapshot_budget
     cap = parse_size(args.vram_budget, "--vram-budget") if args.vram_budget else args.snapshot_cap
     python = _find_python(args.python, install.comfyui, discovered)
@@ -756,6 +773,8 @@ def _start(
         budget=budget,
         margin=DEFAULT_MARGIN if args.margin is None else args.margin,
         repeat=repeat,
+        adaptive=adaptive,
+        max_repeat=max_repeat,
         timeout_s=args.timeout,
         timeout_is_bad=args.timeout_is_bad,
         source=source,
@@ -769,6 +788,28 @@ def _start(
         err.print(line, highlight=False, markup=False)
     err.print("(* differs between the two states: the repos the bisect searches)", markup=False)
     return sess
+
+
+def parse_repeat(repeat: str | None, max_repeat: int | None) -> tuple[int, bool, int]:
+    """``--repeat N|auto`` and ``--max-repeat N`` as (repeat, adaptive, max_repeat)."""
+    from oom_sentinel.bisect.confidence import DEFAULT_MAX_REPEAT
+
+    adaptive = repeat is not None and repeat.strip().lower() == "auto"
+    if max_repeat is not None and not adaptive:
+        raise ConfigError(
+            "--max-repeat needs --repeat auto (with --repeat N every state runs N times)"
+        )
+    if max_repeat is not None and max_repeat < 1:
+        raise ConfigError(f"--max-repeat must be at least 1, got {max_repeat}")
+    count = 1
+    if repeat is not None and not adaptive:
+        try:
+            count = int(repeat)
+        except ValueError:
+            raise ConfigError(f"--repeat: {repeat!r} is not a number or 'auto'") from None
+        if count < 1:
+            raise ConfigError(f"--repeat must be at least 1, got {count}")
+    return count, adaptive, DEFAULT_MAX_REPEAT if max_repeat is None else max_repeat
 
 
 def _running_flags(discovered: Any) -> tuple[str, ...] | None:

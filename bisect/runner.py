@@ -35,6 +35,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from oom_sentinel.bisect import gitrepo
+from oom_sentinel.bisect.confidence import (
+    BAND_RUNS,
+    Band,
+    Judgement,
+    counted_runs,
+    judge,
+    measure_band,
+    stop_limit,
+)
 from oom_sentinel.bisect.device import DeviceFailure, device_failure, is_harness_failure
 from oom_sentinel.bisect.fsutil import append_line
 from oom_sentinel.bisect.plan import Found, OnlySkippedLeft, Step, Test
@@ -48,6 +57,7 @@ __all__ = [
     "DELTA_PHASE",
     "MEASUREMENTS_FILE",
     "POOLS",
+    "SANDWICH_PHASE",
     "Events",
     "MeasurementRecord",
     "Runner",
@@ -59,6 +69,8 @@ __all__ = [
 MEASUREMENTS_FILE = "measurements.jsonl"
 #: the phase of a culprit's run to the end, for its Δ (after the answer is known)
 DELTA_PHASE = "delta"
+#: a culprit and its parent measured once more before the culprit is named (``--repeat auto``)
+SANDWICH_PHASE = "sandwich"
 #: which peaks a verdict looks at (``--pool``; kept in ``session.json``'s ``extra.pool``)
 POOLS = ("any", "vram", "ram")
 
@@ -89,6 +101,8 @@ class Events(Protocol):
 
     def verdict(self, test: Test, record: LogRecord, cached: bool) -> None: ...
 
+    def judged(self, test: Test, judgement: Judgement) -> None: ...
+
 
 class _Quiet:
     def step(self, number: int, test: Test, session: Session) -> None:
@@ -101,6 +115,9 @@ class _Quiet:
         return None
 
     def verdict(self, test: Test, record: LogRecord, cached: bool) -> None:
+        return None
+
+    def judged(self, test: Test, judgement: Judgement) -> None:
         return None
 
 
@@ -154,6 +171,9 @@ def describe_test(test: Test, session: Session) -> str:
     if test.phase == DELTA_PHASE:
         assert test.repo is not None
         return f"{repo_label(test.repo)}'s culprit run to the end, for its own Δ peak"
+    if test.phase == SANDWICH_PHASE:
+        assert test.repo is not None
+        return f"{repo_label(test.repo)}'s culprit re-checked: {test.state.value(test.repo)[:12]}"
     if test.phase == "alone":
         (repo,) = test.switched
         return f"{repo_label(repo)} alone on the {session.setup.terms.old} state"
@@ -185,6 +205,9 @@ class Runner:
         self.launched = 0
         self.finished = 0
         self._completed: set[State] = set()
+        self._sandwiched: set[State] = set()
+        #: the culprit states of the sandwich now due (run to the end; their parents are not)
+        self._culprit_states: set[State] = set()
 
     # -- comments for the log
     def default_subject(self, test: Test) -> str:
@@ -219,6 +242,8 @@ class Runner:
             self.events.step(number, test, self.session)
             if test.phase == DELTA_PHASE:
                 self._complete(test)
+            elif self.session.setup.adaptive:
+                self._judge(test)
             else:
                 self._decide(test)
 
@@ -235,11 +260,24 @@ class Runner:
         """
         if not isinstance(step, Found | OnlySkippedLeft):
             return None
+        events = read_measurements(self.session.paths.session)
+        if self.session.setup.adaptive:
+            sandwich = self._sandwich(step, events)
+            if sandwich is not None:
+                return sandwich
         latest = {r.state: r for r in self.session.records()}
         done = {
             m.state
-            for m in read_measurements(self.session.paths.session)
-            if m.event == "done" and m.phase == DELTA_PHASE
+            for m in events
+            if m.event == "done"
+            and (
+                m.phase == DELTA_PHASE
+                or (
+                    m.phase == SANDWICH_PHASE
+                    and m.data.get("to_end")
+                    and not m.data.get("stopped_early")
+                )
+            )
         }
         for c in step.culprits:
             rec = latest.get(c.state) if c.state is not None else None
@@ -248,6 +286,110 @@ class Runner:
             if rec.peak_lower_bound and rec.outcome != "oom" and rec.verdict is Verdict.NEW:
                 return Test(c.state, DELTA_PHASE, repo=c.repo)
         return None
+
+    # -- the sandwich and the verdict with confidence (``--repeat auto``)
+    def _sandwich(
+        self, step: Found | OnlySkippedLeft, events: Sequence[MeasurementRecord]
+    ) -> Test | None:
+        """The next culprit or parent to re-check before the culprit is named, or None.
+
+        Pinpoint re-runs a culprit and its parent once more before it reports the culprit: a
+        verdict that one lucky or unlucky run made would otherwise stand. Each of the two
+        states gets one fresh run, judged with its earlier runs (allowed one run past
+        ``max_repeat`` for it). Where the re-check changes a verdict, the new verdict is
+        logged (the latest verdict on a state wins) and the search moves on from it. The
+        culprit's run goes to the end, so it is also the run its Δ is read from.
+        """
+        checked = self._sandwiched | {
+            m.state for m in events if m.event == "verdict" and m.phase == SANDWICH_PHASE
+        }
+        for c in step.culprits:
+            for st in (c.parent, c.state):
+                if st is not None and st not in checked:
+                    if st == c.state:
+                        self._culprit_states.add(st)
+                    return Test(st, SANDWICH_PHASE, repo=c.repo)
+        return None
+
+    def band(self) -> Band:
+        """The noise band, from every run of the good endpoint (confidence.measure_band)."""
+        good = self.session.setup.good
+        runs = self.session.cached_runs(good, self.environment)
+        return measure_band([r for r in runs if not is_harness_failure(r)])
+
+    def _judge(self, test: Test) -> None:
+        s = self.session.setup
+        state = test.state
+        self.session.set_expected(state)
+        threshold = effective_threshold(self.session)
+        limits = threshold or Threshold.oom_only()
+        sandwich = test.phase == SANDWICH_PHASE
+        cap = s.max_repeat + (1 if sandwich else 0)
+        # the good endpoint runs BAND_RUNS times, to the end: its spread is the noise band
+        measuring_band = test.phase == "verify-good"
+        min_runs = BAND_RUNS if measuring_band else 1
+        runs: list[Outcome] = [
+            r
+            for r in self.session.cached_runs(state, self.environment)
+            if not is_harness_failure(r)
+        ]
+        band = Band() if measuring_band else self.band()
+
+        def verdict_of(rs: Sequence[Outcome]) -> Judgement:
+            return judge(rs, limits, band, cap, timeout_is_bad=s.timeout_is_bad, min_runs=min_runs)
+
+        j = verdict_of(runs)
+        cached = j.verdict is not None and not sandwich
+        to_end = measuring_band or (sandwich and state in self._culprit_states)
+        stop = None if to_end or threshold is None else stop_limit(threshold, band)
+        budget = 2 * cap + 2  # void leftovers from older thresholds must not loop forever
+        fresh = 0
+        while j.verdict is None or (sandwich and fresh == 0):
+            if fresh >= budget:
+                j = Judgement(Verdict.SKIP, None, j.repeats)
+                break
+            fresh += 1
+            self.events.run_start(test, fresh, cap)
+            self._log("launch", test, {})
+            self.launched += 1
+            m = self.measure(state, stop)
+            self.finished += 1
+            self._log("done", test, {**m.to_json(), "to_end": stop is None})
+            self.events.run_done(test, m)
+            fix = device_failure(m.outcome, m.console_tail, s.flags)
+            if fix is not None:
+                raise DeviceFailure(fix)
+            runs.append(m.outcome)
+            self.session.store_runs(
+                state, [r for r in runs if not is_harness_failure(r)], self.environment
+            )
+            j = verdict_of(runs)
+        assert j.verdict is not None
+        self._log(
+            "verdict",
+            test,
+            {
+                "verdict": j.verdict.value,
+                **j.to_json(),
+                "band_bytes": band.to_json(),
+                "threshold": None
+                if threshold is None
+                else {"vram_bytes": threshold.vram_bytes, "ram_bytes": threshold.ram_bytes},
+            },
+        )
+        self.events.judged(test, j)
+        kept = counted_runs(runs, limits, band, timeout_is_bad=s.timeout_is_bad)
+        if sandwich:
+            self._sandwiched.add(state)
+            latest = [r for r in self.session.records() if r.state == state]
+            if latest and latest[-1].verdict is j.verdict:
+                self.session.clear_expected()
+                return
+            comment = f"re-checked before naming the culprit: {j.verdict.value} now"
+            rec = self.session.record(state, j.verdict, kept, comment)
+        else:
+            rec = self.session.record(state, j.verdict, kept, self.subject(test))
+        self.events.verdict(test, rec, cached)
 
     def _complete(self, test: Test) -> None:
         self.session.set_expected(test.state)

@@ -54,6 +54,7 @@ from typing import Any
 import platformdirs
 
 from oom_sentinel.bisect import gitrepo
+from oom_sentinel.bisect.confidence import DEFAULT_MAX_REPEAT
 from oom_sentinel.bisect.fsutil import FileLock, append_line, remove_tree
 from oom_sentinel.bisect.plan import (
     Observation,
@@ -229,6 +230,9 @@ class SessionSetup:
     budget: Threshold | None = None
     margin: float = DEFAULT_MARGIN
     repeat: int = 1
+    #: ``--repeat auto``: a verdict with confidence (confidence.py), up to ``max_repeat`` runs
+    adaptive: bool = False
+    max_repeat: int = DEFAULT_MAX_REPEAT
     timeout_s: float | None = None
     timeout_is_bad: bool = False
     verify_endpoints: bool = True
@@ -259,6 +263,8 @@ class SessionSetup:
             "budget": _threshold_json(self.budget),
             "margin": self.margin,
             "repeat": self.repeat,
+            "adaptive": self.adaptive,
+            "max_repeat": self.max_repeat,
             "timeout_s": self.timeout_s,
             "timeout_is_bad": self.timeout_is_bad,
             "verify_endpoints": self.verify_endpoints,
@@ -288,6 +294,8 @@ class SessionSetup:
                 budget=_threshold_from(d.get("budget")),
                 margin=float(d.get("margin", DEFAULT_MARGIN)),
                 repeat=int(d.get("repeat", 1)),
+                adaptive=bool(d.get("adaptive", False)),
+                max_repeat=int(d.get("max_repeat", DEFAULT_MAX_REPEAT)),
                 timeout_s=d.get("timeout_s"),
                 timeout_is_bad=bool(d.get("timeout_is_bad", False)),
                 verify_endpoints=bool(d.get("verify_endpoints", True)),
@@ -883,6 +891,8 @@ def begin(
     budget: Threshold | None = None,
     margin: float = DEFAULT_MARGIN,
     repeat: int = 1,
+    adaptive: bool = False,
+    max_repeat: int = DEFAULT_MAX_REPEAT,
     timeout_s: float | None = None,
     timeout_is_bad: bool = False,
     verify_endpoints: bool = True,
@@ -896,6 +906,8 @@ def begin(
     """
     if repeat < 1:
         raise ConfigError(f"--repeat must be at least 1, got {repeat}")
+    if max_repeat < 1:
+        raise ConfigError(f"--max-repeat must be at least 1, got {max_repeat}")
     if Session.exists(paths):
         raise BisectError(
             f"a bisect is already in progress for {install.comfyui} "
@@ -930,6 +942,8 @@ def begin(
         budget=budget,
         margin=margin,
         repeat=repeat,
+        adaptive=adaptive,
+        max_repeat=max_repeat,
         timeout_s=timeout_s,
         timeout_is_bad=timeout_is_bad,
         verify_endpoints=verify_endpoints,
