@@ -1018,6 +1018,9 @@ def _finish(
                 "search": report["search"],
                 "measurements": report["measurements"],
                 "steps": report["steps"],
+                "repeat": report["repeat"],
+                "max_repeat": report["max_repeat"],
+                "rechecks": report["rechecks"],
                 "candidates": [
                     {"repo": c["repo"], "commit": c["commit"], "subject": c["subject"]}
                     for c in report["candidates"]
