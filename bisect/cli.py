@@ -348,6 +348,7 @@ class _RunArgs:
     models_dir: str | None = None
     as_json: bool = False
     max_steps: int | None = None
+    parallel: int | None = None
     #: set by the snapshot front end
     snapshot: Any = None
     good_state: State | None = None
@@ -432,6 +433,15 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--no-history", is_flag=True, help="Don't record torch's allocator history."),
         click.option("--models-dir", metavar="PATH", help="The models folder (default: found)."),
+        click.option(
+            "--parallel",
+            type=int,
+            default=None,
+            metavar="N",
+            help="Measure N states of a culprit's range at once, one per GPU "
+            "(CUDA_VISIBLE_DEVICES per replay): ⌈log_{N+1} M⌉ rounds instead of ⌈log2 M⌉ "
+            "(default: the GPUs NVML sees; 1 on CPU).",
+        ),
         click.option("--max-steps", type=int, default=None, hidden=True),
         click.option("--json", "as_json", is_flag=True, help="End with one JSON object."),
     ]
@@ -863,11 +873,63 @@ def _convert_ui(
     return dict(result.prompt)
 
 
-def _workspace(paths: BisectPaths, install: Install, extra: Mapping[str, Any]) -> Any:
+def _workspace(
+    paths: BisectPaths, install: Install, extra: Mapping[str, Any], lane: int = 0
+) -> Any:
     from oom_sentinel.bisect.workspace import Workspace
 
     models = extra.get("models_dir")
-    return Workspace.create(paths.workspace, install, models_dir=Path(models) if models else None)
+    return Workspace.create(
+        paths.lane_workspace(lane), install, models_dir=Path(models) if models else None
+    )
+
+
+def _lane(ws: Any, replayer: Any, prompt: Mapping[str, Any]) -> Callable[..., Any]:
+    def measure(state: State, threshold: Threshold | None) -> Any:
+        ws.switch(state)
+        return replayer.measure(prompt, threshold)
+
+    return measure
+
+
+def parallel_devices(
+    parallel: int | None, flags: Sequence[str], environ: Mapping[str, str] | None = None
+) -> list[str | None]:
+    """The GPU of each ``--parallel`` lane (None: leave CUDA_VISIBLE_DEVICES alone).
+
+    The GPUs are those the user's ``CUDA_VISIBLE_DEVICES`` lists, else those the GPU probe
+    (NVML, or the fake GPU) sees. Default: one lane per GPU; on CPU (``--cpu``, or no GPU
+    seen) one lane. More lanes than GPUs is an error: two replays on one GPU would measure
+    each other's memory.
+    """
+    env = os.environ if environ is None else environ
+    if parallel is not None and parallel < 1:
+        raise ConfigError(f"--parallel must be at least 1, got {parallel}")
+    if "--cpu" in flags:
+        if parallel not in (None, 1):
+            raise ConfigError(f"--parallel {parallel}: the replays run on the CPU (--cpu)")
+        return [None]
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        gpus = [d.strip() for d in visible.split(",") if d.strip()]
+    else:
+        from oom_sentinel.daemon.gpu_select import select_gpu_probe
+
+        probe = select_gpu_probe(environ=env).probe
+        try:
+            gpus = [str(d.index) for d in probe.devices()]
+        finally:
+            probe.close()
+    if parallel is None:
+        parallel = max(1, len(gpus))
+    if parallel == 1:
+        return [None]
+    if parallel > len(gpus):
+        raise ConfigError(
+            f"--parallel {parallel}: only {len(gpus)} GPU(s) visible "
+            "(one replay per GPU, so that no replay measures another's memory)"
+        )
+    return list(gpus[:parallel])
 
 
 def _replayer(
@@ -876,6 +938,7 @@ def _replayer(
     flags: Sequence[str],
     extra: Mapping[str, Any],
     timeout_s: float | None,
+    env: Mapping[str, str] | None = None,
 ) -> Any:
     from oom_sentinel.bisect.replay import (
         DEFAULT_START_TIMEOUT_S,
@@ -893,6 +956,7 @@ def _replayer(
         start_timeout_s=extra.get("start_timeout_s") or DEFAULT_START_TIMEOUT_S,
         vram_budget_bytes=extra.get("vram_budget_bytes"),
         record_history=bool(extra.get("record_history", True)),
+        env=dict(env or {}),
     )
     gpu = select_gpu_probe().probe
     return Replayer(ws, settings, gpu=gpu, host=PsutilHostProbe())
@@ -945,20 +1009,30 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
     if prompt is None:
         raise InputError(f"{sess.paths.session}: the session has no prompt.json; reset it")
     python = s.python or _find_python(args.python, install.comfyui, None)
-    ws = _workspace(sess.paths, install, extra)
-    replayer = _replayer(ws, python, s.flags, extra, s.timeout_s)
+    devices = parallel_devices(args.parallel, s.flags)
+    lanes = []
+    for lane, device in enumerate(devices):
+        ws = _workspace(sess.paths, install, extra, lane)
+        env = {} if device is None else {"CUDA_VISIBLE_DEVICES": device}
+        replayer = _replayer(ws, python, s.flags, extra, s.timeout_s, env)
+        lanes.append(_lane(ws, replayer, prompt))
     if replayer.gpu is not None and getattr(replayer.gpu, "backend", "none") == "none":
         err.print("note: no GPU probe (NVML unavailable): VRAM is measured through torch only")
-
-    def measure(state: State, threshold: Threshold | None) -> Any:
-        ws.switch(state)
-        return replayer.measure(prompt, threshold)
+    if len(lanes) > 1:
+        err.print(
+            f"parallel: {len(lanes)} replays at once in a culprit's range, one per GPU "
+            f"(CUDA_VISIBLE_DEVICES={', '.join(d for d in devices if d is not None)})",
+            highlight=False,
+        )
+    measure = lanes[0]
 
     environment = {
         "python": python,
         "vram_budget_bytes": extra.get("vram_budget_bytes"),
     }
-    runner = Runner(sess, measure, prompt, environment=environment, events=_Progress(err))
+    runner = Runner(
+        sess, measure, prompt, environment=environment, events=_Progress(err), lanes=lanes
+    )
     stats = _Stats()
     try:
         step = runner.run(max_steps=args.max_steps)

@@ -28,6 +28,8 @@ and console tail, and the tests can count launches across an interruption.
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,17 +48,25 @@ from oom_sentinel.bisect.confidence import (
 )
 from oom_sentinel.bisect.device import DeviceFailure, device_failure, is_harness_failure
 from oom_sentinel.bisect.fsutil import append_line
-from oom_sentinel.bisect.plan import Found, OnlySkippedLeft, Step, Test
-from oom_sentinel.bisect.replay import Measurement
+from oom_sentinel.bisect.plan import Found, OnlySkippedLeft, Step, Test, next_batch
+from oom_sentinel.bisect.replay import Measurement, kill_all_children
 from oom_sentinel.bisect.session import LogRecord, Session
 from oom_sentinel.bisect.states import State, repo_label
-from oom_sentinel.bisect.verdict import Outcome, Threshold, Verdict, classify_run, decide
+from oom_sentinel.bisect.verdict import (
+    Outcome,
+    Skip,
+    Threshold,
+    Verdict,
+    classify_run,
+    decide,
+)
 from oom_sentinel.daemon.errors import SentinelError
 
 __all__ = [
     "DELTA_PHASE",
     "MEASUREMENTS_FILE",
     "POOLS",
+    "ROUND_EVENT",
     "SANDWICH_PHASE",
     "Events",
     "MeasurementRecord",
@@ -69,6 +79,8 @@ __all__ = [
 MEASUREMENTS_FILE = "measurements.jsonl"
 #: the phase of a culprit's run to the end, for its Δ (after the answer is known)
 DELTA_PHASE = "delta"
+#: the ``measurements.jsonl`` line that opens a ``--parallel`` round (its states, its width)
+ROUND_EVENT = "round"
 #: a culprit and its parent measured once more before the culprit is named (``--repeat auto``)
 SANDWICH_PHASE = "sandwich"
 #: which peaks a verdict looks at (``--pool``; kept in ``session.json``'s ``extra.pool``)
@@ -194,10 +206,18 @@ class Runner:
         environment: Mapping[str, Any] | None = None,
         events: Events | None = None,
         subject: Callable[[Test], str] | None = None,
+        lanes: Sequence[Callable[[State, Threshold | None], Measurement]] = (),
     ) -> None:
-        """``measure(state, stop_threshold)`` switches the workspace and runs one replay."""
+        """``measure(state, stop_threshold)`` switches the workspace and runs one replay.
+
+        ``lanes`` (``--parallel N``): N such functions, each with its own workspace and GPU,
+        that may run at the same time on different threads; lane 0 is usually ``measure``.
+        """
         self.session = session
         self.measure = measure
+        self.lanes = list(lanes) or [measure]
+        #: rounds of measurements this runner made (a --parallel batch is one round)
+        self.rounds = 0
         self.prompt = prompt
         self.environment = dict(environment or {})
         self.events: Events = events or _Quiet()
@@ -238,7 +258,15 @@ class Runner:
                 return step
             if max_steps is not None and number >= max_steps:
                 return step
+            if len(self.lanes) > 1 and test.phase == "bisect":
+                batch = next_batch(self.session.plan(), len(self.lanes))
+                for t in batch:
+                    number += 1
+                    self.events.step(number, t, self.session)
+                self._round(batch)
+                continue
             number += 1
+            self.rounds += 1
             self.events.step(number, test, self.session)
             if test.phase == DELTA_PHASE:
                 self._complete(test)
@@ -365,6 +393,135 @@ class Runner:
             )
             j = verdict_of(runs)
         assert j.verdict is not None
+        self._log_judgement(test, j, band, threshold)
+        kept = counted_runs(runs, limits, band, timeout_is_bad=s.timeout_is_bad)
+        if sandwich:
+            self._sandwiched.add(state)
+            latest = [r for r in self.session.records() if r.state == state]
+            if latest and latest[-1].verdict is j.verdict:
+                self.session.clear_expected()
+                return
+            comment = f"re-checked before naming the culprit: {j.verdict.value} now"
+            rec = self.session.record(state, j.verdict, kept, comment)
+        else:
+            rec = self.session.record(state, j.verdict, kept, self.subject(test))
+        self.events.verdict(test, rec, cached)
+
+    # -- a --parallel round: N states of a culprit repo's range at once, one per lane
+    def _round(self, batch: Sequence[Test]) -> None:
+        """Measure ``batch`` concurrently, one replay per lane, then log every verdict.
+
+        Only the measuring runs on the lanes' threads; every file of the session (the
+        cache, ``measurements.jsonl``, the log) is written here, on the calling thread, so
+        the session's one-writer rules hold. A replay's server is forked by replay.py's
+        spawner thread (``PR_SET_PDEATHSIG`` follows the forking *thread*), never by a lane
+        thread, so it still dies with ``oom-bisect``. Each finished run is cached at once,
+        and the verdicts are logged in the batch's order once all are known: Ctrl-C costs at
+        most the runs in flight (one per lane), and the same log gives the same next round.
+        A state that needs another run (``--repeat``) takes the next free lane.
+        """
+        s = self.session.setup
+        self.rounds += 1
+        threshold = effective_threshold(self.session)
+        limits = threshold or Threshold.oom_only()
+        band = self.band() if s.adaptive else Band()
+        cap = s.max_repeat if s.adaptive else s.repeat
+        stop = threshold if not s.adaptive or threshold is None else stop_limit(threshold, band)
+
+        def verdict_of(rs: Sequence[Outcome]) -> Verdict | None:
+            if s.adaptive:
+                return judge(rs, limits, band, cap, timeout_is_bad=s.timeout_is_bad).verdict
+            return decide(rs, limits, s.repeat, timeout_is_bad=s.timeout_is_bad)
+
+        self.session.set_expected(batch[0].state)
+        self._log(
+            ROUND_EVENT,
+            batch[0],
+            {"width": len(self.lanes), "states": [t.state.to_json() for t in batch]},
+        )
+        runs: dict[Test, list[Outcome]] = {}
+        cached: dict[Test, bool] = {}
+        todo: list[Test] = []
+        for t in batch:
+            runs[t] = [
+                r
+                for r in self.session.cached_runs(t.state, self.environment)
+                if not is_harness_failure(r)
+            ]
+            cached[t] = verdict_of(runs[t]) is not None
+            if not cached[t]:
+                todo.append(t)
+        fresh: dict[Test, int] = dict.fromkeys(batch, 0)
+        done: queue.Queue[tuple[int, Test, Measurement | BaseException]] = queue.Queue()
+        free = list(range(len(self.lanes)))
+        busy: dict[int, threading.Thread] = {}
+
+        def work(lane: int, t: Test) -> None:
+            try:
+                done.put((lane, t, self.lanes[lane](t.state, stop)))
+            except BaseException as exc:  # handed to the calling thread
+                done.put((lane, t, exc))
+
+        try:
+            while todo or busy:
+                while todo and free:
+                    t = todo.pop(0)
+                    lane = free.pop(0)
+                    fresh[t] += 1
+                    self.events.run_start(t, fresh[t], cap)
+                    self._log("launch", t, {"lane": lane})
+                    self.launched += 1
+                    th = threading.Thread(
+                        target=work, args=(lane, t), name=f"oom-bisect-lane-{lane}", daemon=True
+                    )
+                    busy[lane] = th
+                    th.start()
+                lane, t, result = done.get()
+                busy.pop(lane).join()
+                free.append(lane)
+                if isinstance(result, BaseException):
+                    raise result
+                m = result
+                self.finished += 1
+                self._log("done", t, {**m.to_json(), "lane": lane})
+                self.events.run_done(t, m)
+                fix = device_failure(m.outcome, m.console_tail, s.flags)
+                if fix is not None:
+                    raise DeviceFailure(fix)
+                runs[t].append(m.outcome)
+                self.session.store_runs(
+                    t.state, [r for r in runs[t] if not is_harness_failure(r)], self.environment
+                )
+                if verdict_of(runs[t]) is None:
+                    if fresh[t] >= 2 * cap + 2:  # void leftovers must not loop forever
+                        runs[t].append(Skip("no run of this state proved anything"))
+                    else:
+                        todo.append(t)
+        except BaseException:
+            # Ctrl-C, a device failure, a lane's error: stop the other lanes' replays now
+            # (their runs are not cached: nothing half-measured is kept)
+            kill_all_children()
+            for th in busy.values():
+                th.join(timeout=30)
+            raise
+        for t in batch:
+            if s.adaptive:
+                j = judge(runs[t], limits, band, cap, timeout_is_bad=s.timeout_is_bad)
+                self._log_judgement(t, j, band, threshold)
+                kept = counted_runs(runs[t], limits, band, timeout_is_bad=s.timeout_is_bad)
+                verdict = j.verdict
+            else:
+                verdict = decide(runs[t], limits, s.repeat, timeout_is_bad=s.timeout_is_bad)
+                kept = _counted(runs[t], limits, s.timeout_is_bad)
+            assert verdict is not None
+            rec = self.session.record(t.state, verdict, kept, self.subject(t))
+            self.events.verdict(t, rec, cached[t])
+        self.session.clear_expected()
+
+    def _log_judgement(
+        self, test: Test, j: Judgement, band: Band, threshold: Threshold | None
+    ) -> None:
+        assert j.verdict is not None
         self._log(
             "verdict",
             test,
@@ -378,18 +535,6 @@ class Runner:
             },
         )
         self.events.judged(test, j)
-        kept = counted_runs(runs, limits, band, timeout_is_bad=s.timeout_is_bad)
-        if sandwich:
-            self._sandwiched.add(state)
-            latest = [r for r in self.session.records() if r.state == state]
-            if latest and latest[-1].verdict is j.verdict:
-                self.session.clear_expected()
-                return
-            comment = f"re-checked before naming the culprit: {j.verdict.value} now"
-            rec = self.session.record(state, j.verdict, kept, comment)
-        else:
-            rec = self.session.record(state, j.verdict, kept, self.subject(test))
-        self.events.verdict(test, rec, cached)
 
     def _complete(self, test: Test) -> None:
         self.session.set_expected(test.state)

@@ -157,6 +157,15 @@ class BisectPaths:
     def workspace(self) -> Path:
         return self.root / "workspace"
 
+    def lane_workspace(self, lane: int) -> Path:
+        """The workspace of ``--parallel`` lane ``lane`` (lane 0 is the one workspace)."""
+        return self.workspace if lane == 0 else self.root / f"workspace-{lane}"
+
+    def workspaces(self) -> list[Path]:
+        """Every workspace on disk, lane 0 first (reset removes them all)."""
+        lanes = sorted(self.root.glob("workspace-*"), key=lambda p: p.name)
+        return [self.workspace, *lanes]
+
     @property
     def lock(self) -> Path:
         return self.root / ".lock"
@@ -977,8 +986,9 @@ def reset_paths(paths: BisectPaths) -> None:
         had = paths.session.exists() or paths.workspace.exists()
         from oom_sentinel.bisect.replay import kill_leftover_replay
 
-        kill_leftover_replay(paths.workspace)  # before its files go from under it
-        remove_workspace(paths.workspace)
+        for ws in reversed(paths.workspaces()):  # the --parallel lanes' too, lane 0 last
+            kill_leftover_replay(ws)  # before its files go from under it
+            remove_workspace(ws)
         if paths.session.exists():
             for child in sorted(paths.session.iterdir()):
                 if child.name != "started":
