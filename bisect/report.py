@@ -36,9 +36,18 @@ from rich.text import Text
 
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.fsutil import remove_tree
-from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
+from oom_sentinel.bisect.plan import (
+    Culprit,
+    Error,
+    Found,
+    OnlySkippedLeft,
+    Step,
+    Test,
+    rounds_bound,
+)
 from oom_sentinel.bisect.runner import (
     DELTA_PHASE,
+    ROUND_EVENT,
     SANDWICH_PHASE,
     effective_threshold,
     read_measurements,
@@ -161,6 +170,28 @@ def _step_json(n: int, rec: LogRecord, session: Session) -> dict[str, Any]:
         "reason": rec.reason,
         "comment": rec.comment,
         "peak_is_lower_bound": rec.peak_lower_bound,
+    }
+
+
+def parallel_figures(session: Session, groups: Sequence[Sequence[str]]) -> dict[str, Any] | None:
+    """``--parallel``: the rounds the culprit ranges took against ⌈log_{N+1} M⌉ per culprit
+    repo (and ⌈log2 M⌉, one at a time); None when no round ran."""
+    rounds = [m for m in read_measurements(session.paths.session) if m.event == ROUND_EVENT]
+    if not rounds:
+        return None
+    width = max(int(m.data.get("width") or 1) for m in rounds)
+    spans = {sp.repo: sp for sp in session.setup.spans}
+    sizes = [len(spans[r].commits) for g in groups for r in g]
+    round_bound = sum(rounds_bound(n, width) for n in sizes)
+    return {
+        "width": width,
+        "rounds": len(rounds),
+        "measurements": sum(len(m.data.get("states") or ()) for m in rounds),
+        "round_bound": round_bound,
+        "serial_bound": sum(rounds_bound(n, 1) for n in sizes),
+        # each round measures up to width states; the repo-level steps and the +2 as before
+        "measurement_bound": session.progress().repo_level
+        + sum(width * rounds_bound(n, width) + 2 for n in sizes),
     }
 
 
@@ -377,13 +408,16 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         )
     prog = status.progress
     reruns = sum(1 for r in runs if r["phase"] == DELTA_PHASE)
+    parallel = parallel_figures(session, prog.groups)
+    ceiling = prog.bound if parallel is None else parallel["measurement_bound"]
     search = {
         "measured_states": prog.tested,
         "culprit_reruns": reruns,
         "repo_level_steps": prog.repo_level,
         "bound": prog.bound,
         "groups": [list(g) for g in prog.groups],
-        "within_bound": prog.tested + reruns <= prog.bound,
+        "within_bound": prog.tested + reruns <= ceiling,
+        "parallel": parallel,
     }
     return {
         "format": REPORT_FORMAT,
@@ -530,6 +564,15 @@ def search_line(report: Mapping[str, Any]) -> str | None:
     counted = f"{sr['measured_states']} state(s) measured"
     if reruns:
         counted += f" + {reruns} culprit run(s) to the end"
+    par = sr.get("parallel")
+    if par:
+        k = par["width"] + 1
+        return (
+            f"{counted}; --parallel {par['width']}: {par['rounds']} round(s) of up to "
+            f"{par['width']} in the culprit range(s), {par['measurements']} measurement(s) "
+            f"(bound Σ⌈log{k} M⌉ = {par['round_bound']} round(s); one at a time "
+            f"Σ⌈log2 M⌉ = {par['serial_bound']}){over}"
+        )
     return (
         f"{counted}; bound {sr['repo_level_steps']} repo-level step(s) + "
         f"{' + '.join(terms) or '0'} = {sr['bound']}{over}"

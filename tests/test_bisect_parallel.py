@@ -14,6 +14,7 @@ from bisect_oracle import Oracle
 
 from oom_sentinel.bisect.cli import parallel_devices
 from oom_sentinel.bisect.plan import Culprit, Found, rounds_bound
+from oom_sentinel.bisect.report import build_report, search_line
 from oom_sentinel.bisect.runner import ROUND_EVENT, Runner, read_measurements
 from oom_sentinel.bisect.session import BisectPaths, Session, begin, reset_paths
 from oom_sentinel.bisect.states import State, scan_install
@@ -117,6 +118,19 @@ def test_a_round_measures_its_states_at_once_and_finds_the_same_culprit(paths, i
     # one measurement per state, each state once: k-ary costs measurements, not repeats
     recs = Session.open(paths).records()
     assert len({r.state for r in recs}) == len(recs) == len(oracle.calls)
+    report = build_report(Session.open(paths), step)
+    par = report["search"]["parallel"]
+    assert par == {
+        "width": 3,
+        "rounds": len(rounds),
+        "measurements": len(bisect_done),
+        "round_bound": rounds_bound(m, 3),
+        "serial_bound": rounds_bound(m, 1),
+        "measurement_bound": par["measurement_bound"],
+    }
+    assert report["search"]["within_bound"]
+    line = search_line(report)
+    assert line is not None and f"--parallel 3: {len(rounds)} round(s)" in line, line
     print(
         f"\n[parallel] M={m} candidates, 3 lanes: {len(rounds)} round(s) "
         f"(bound ⌈log4 {m}⌉ = {rounds_bound(m, 3)}; one at a time ⌈log2 {m}⌉ = "
