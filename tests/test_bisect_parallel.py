@@ -173,3 +173,25 @@ def test_the_lanes_gpus(tmp_path: Path) -> None:
         parallel_devices(0, (), env)
     with pytest.raises(ConfigError, match="on the CPU"):
         parallel_devices(2, ("--cpu",), env)
+
+
+def test_parallel_rounds_with_confidence_and_the_sandwich(paths, inst) -> None:
+    # --parallel with --repeat auto: each state of a round judged with the band, every
+    # verdict line written, then the culprit and its parent re-checked one at a time
+    oracle = core_oracle(inst)
+    lanes = Lanes(oracle, 3, paths)
+    step = Runner(start(paths, inst, adaptive=True), lanes.fns[0], PROMPT, lanes=lanes.fns).run()
+    assert step == Found((Culprit("comfyui", inst.core[FIRST_BAD], inst.core[FIRST_BAD - 1]),))
+    events = read_measurements(paths.session)
+    bisect = [e for e in events if e.event == "verdict" and e.phase == "bisect"]
+    in_rounds = {
+        State.from_json(s) for r in events if r.event == ROUND_EVENT for s in r.data["states"]
+    }
+    assert {e.state for e in bisect} == in_rounds
+    assert all(
+        e.data["repeats"] == 1 and e.data["confidence"] in ("same", "different") for e in bisect
+    )
+    assert [e.phase for e in events if e.event == "verdict"][-2:] == ["sandwich", "sandwich"]
+    assert all(
+        e.data.get("lane") is None for e in events if e.event == "done" and e.phase == "sandwich"
+    )
