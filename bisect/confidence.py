@@ -7,13 +7,14 @@ time, so the test here is small and readable instead of a Mann-Whitney U:
 
 * **The noise band** (``measure_band``) is the spread of the good endpoint, measured at the
   start by running it ``BAND_RUNS`` times: per pool, the range (max − min) of its peaks, and
-  at least ``MIN_BAND_FRACTION`` of its median. The range of three runs is about 1.7 σ of
-  normal noise, so one run farther than the band from the threshold is ~2 σ clear of it;
-  the floor keeps three identical runs from claiming there is no noise at all (allocator
+  at least ``MIN_BAND_FRACTION`` of its median. The range of three runs is on average
+  1.7 σ of normal noise, so one run farther than the band from the threshold is ~1.7 σ
+  clear of it (wrong less than ~5 % of the time, one-sided, for normal noise); the floor keeps three identical runs from claiming there is no noise at all (allocator
   state, cudaMallocAsync and other processes move a peak by a fraction of a percent).
 * **The decision rule** (``judge``), on the n runs of a state that measured something: take
   the median peak of each pool the threshold checks, and the margin band/√n (the spread of a
-  median of n shrinks like 1/√n). DIFFERENT when a pool's median is above threshold +
+  median of n shrinks like 1/√n; on an even n the low median, so a tie leans good as with
+  ``--repeat N``). DIFFERENT when a pool's median is above threshold +
   margin; SAME when every pool's median is at or below threshold − margin; otherwise run
   again, up to ``max_repeat`` runs, then UNKNOWN. With n = 1 this is "the first run decides
   unless it lies within the band of the threshold", so a clear state costs one run.
