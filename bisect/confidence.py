@@ -199,7 +199,7 @@ def judge(
         if sample == "void":
             continue
         repeats += 1
-        if sample == "skip":
+        if isinstance(sample, str):  # "skip"
             continue
         measured += 1
         for p, values in samples.items():

@@ -40,6 +40,7 @@ from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.confidence import (
     BAND_RUNS,
     Band,
+    Confidence,
     Judgement,
     counted_runs,
     judge,
@@ -404,8 +405,15 @@ class Runner:
             comment = f"re-checked before naming the culprit: {j.verdict.value} now"
             rec = self.session.record(state, j.verdict, kept, comment)
         else:
-            rec = self.session.record(state, j.verdict, kept, self.subject(test))
+            rec = self.session.record(state, j.verdict, kept, self._comment(test, j))
         self.events.verdict(test, rec, cached)
+
+    def _comment(self, test: Test, j: Judgement | None) -> str:
+        """The log comment: the subject, and for UNKNOWN why the state counts as a skip."""
+        subject = self.subject(test)
+        if j is None or j.confidence is not Confidence.UNKNOWN:
+            return subject
+        return f"{subject} (unknown after {j.repeats} runs: median within the noise band)"
 
     # -- a --parallel round: N states of a culprit repo's range at once, one per lane
     def _round(self, batch: Sequence[Test]) -> None:
@@ -505,16 +513,17 @@ class Runner:
                 th.join(timeout=30)
             raise
         for t in batch:
+            j: Judgement | None = None
             if s.adaptive:
                 j = judge(runs[t], limits, band, cap, timeout_is_bad=s.timeout_is_bad)
                 self._log_judgement(t, j, band, threshold)
                 kept = counted_runs(runs[t], limits, band, timeout_is_bad=s.timeout_is_bad)
-                verdict = j.verdict
+                verdict: Verdict | None = j.verdict
             else:
                 verdict = decide(runs[t], limits, s.repeat, timeout_is_bad=s.timeout_is_bad)
                 kept = _counted(runs[t], limits, s.timeout_is_bad)
             assert verdict is not None
-            rec = self.session.record(t.state, verdict, kept, self.subject(t))
+            rec = self.session.record(t.state, verdict, kept, self._comment(t, j))
             self.events.verdict(t, rec, cached[t])
         self.session.clear_expected()
 

@@ -308,6 +308,7 @@ def test_unknown_is_reported_as_a_skip_and_the_answer_stays_honest(paths, inst) 
     assert line.data["confidence"] == "unknown" and line.data["verdict"] == "skip"
     rec = [r for r in Session.open(paths).records() if r.state.comfyui == inst.core[FIRST_BAD]]
     assert rec[-1].verdict is Verdict.SKIP and rec[-1].runs == 4
+    assert rec[-1].comment.endswith("(unknown after 4 runs: median within the noise band)")
 
 
 def test_the_sandwich_overturns_a_fluke_and_the_search_moves_on(paths, inst) -> None:
