@@ -85,6 +85,9 @@ class Timer:
     def verdict(self, test: Test, record: Any, cached: bool) -> None:
         self.ends.append(time.perf_counter())
 
+    def judged(self, test: Test, judgement: Any) -> None:
+        return None
+
 
 def fresh_clone(base: Path, install: Path, state: State, n: int) -> float:
     """What a harness without a workspace does per step: clone everything, check it out."""

@@ -268,10 +268,12 @@ class _Progress:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self.adaptive = False
 
     def step(self, number: int, test: Test, session: Session) -> None:
         from oom_sentinel.bisect.runner import describe_test
 
+        self.adaptive = session.setup.adaptive
         p = session.progress()
         left = f"~{p.steps_left} left" if p.steps_left else "last"
         tokens = " ".join(test.state.tokens(session.setup.repos()))
@@ -282,7 +284,8 @@ class _Progress:
 
     def run_start(self, test: Test, index: int, repeat: int) -> None:
         if repeat > 1:
-            self.console.print(f"  run {index} of {repeat} …", highlight=False)
+            at_most = "at most " if self.adaptive else ""
+            self.console.print(f"  run {index} of {at_most}{repeat} …", highlight=False)
 
     def run_done(self, test: Test, m: Any) -> None:
         o = m.outcome
@@ -302,6 +305,11 @@ class _Progress:
             f"{' (stopped early)' if m.stopped_early else ''} in {secs:.1f} s{extra}",
             highlight=False,
         )
+
+    def judged(self, test: Test, judgement: Any) -> None:
+        from oom_sentinel.bisect.confidence import describe
+
+        self.console.print(f"  {describe(judgement)}", highlight=False)
 
     def verdict(self, test: Test, record: LogRecord, cached: bool) -> None:
         word = record.verdict.value
@@ -324,7 +332,9 @@ class _RunArgs:
     bad: str | None = None
     comfyui: str | None = None
     python: str | None = None
-    repeat: int | None = None
+    #: "auto" or a count (parsed in _start)
+    repeat: str | None = None
+    max_repeat: int | None = None
     budget: tuple[str, ...] = ()
     vram_budget: str | None = None
     timeout: float | None = None
@@ -339,6 +349,7 @@ class _RunArgs:
     models_dir: str | None = None
     as_json: bool = False
     max_steps: int | None = None
+    parallel: int | None = None
     #: set by the snapshot front end
     snapshot: Any = None
     good_state: State | None = None
@@ -358,10 +369,19 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--python", metavar="PATH", help="ComfyUI's Python (default: found)."),
         click.option(
             "--repeat",
+            default=None,
+            metavar="N|auto",
+            help="Run each state N times and take the median (default 1); auto: measure the "
+            "noise on the good state and repeat a state only while it is within that band of "
+            "the threshold (SAME / DIFFERENT / UNKNOWN), then re-check each culprit and its "
+            "parent.",
+        ),
+        click.option(
+            "--max-repeat",
             type=int,
             default=None,
             metavar="N",
-            help="Run each state N times and take the median (default 1).",
+            help="With --repeat auto: at most N runs per state before it is UNKNOWN (default 5).",
         ),
         click.option(
             "--budget",
@@ -420,6 +440,15 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "third-party packages (Linux; faster starts, the same peaks).",
         ),
         click.option("--models-dir", metavar="PATH", help="The models folder (default: found)."),
+        click.option(
+            "--parallel",
+            type=int,
+            default=None,
+            metavar="N",
+            help="Measure N states of a culprit's range at once, one per GPU "
+            "(CUDA_VISIBLE_DEVICES per replay): ⌈log_{N+1} M⌉ rounds instead of ⌈log2 M⌉ "
+            "(default: the GPUs NVML sees; 1 on CPU).",
+        ),
         click.option("--max-steps", type=int, default=None, hidden=True),
         click.option("--json", "as_json", is_flag=True, help="End with one JSON object."),
     ]
@@ -711,9 +740,7 @@ def _start(
         return snap_words[word] if word in snap_words else file_resolver(word)
 
     terms = Terms.checked(args.term_old, args.term_new)
-    repeat = 1 if args.repeat is None else args.repeat
-    if repeat < 1:
-        raise ConfigError(f"--repeat must be at least 1, got {repeat}")
+    repeat, adaptive, max_repeat = parse_repeat(args.repeat, args.max_repeat)
     budget = parse_budget(args.budget) or args.snapshot_budget
     cap = parse_size(args.vram_budget, "--vram-budget") if args.vram_budget else args.snapshot_cap
     python = _find_python(args.python, install.comfyui, discovered)
@@ -764,6 +791,8 @@ def _start(
         budget=budget,
         margin=DEFAULT_MARGIN if args.margin is None else args.margin,
         repeat=repeat,
+        adaptive=adaptive,
+        max_repeat=max_repeat,
         timeout_s=args.timeout,
         timeout_is_bad=args.timeout_is_bad,
         source=source,
@@ -777,6 +806,28 @@ def _start(
         err.print(line, highlight=False, markup=False)
     err.print("(* differs between the two states: the repos the bisect searches)", markup=False)
     return sess
+
+
+def parse_repeat(repeat: str | None, max_repeat: int | None) -> tuple[int, bool, int]:
+    """``--repeat N|auto`` and ``--max-repeat N`` as (repeat, adaptive, max_repeat)."""
+    from oom_sentinel.bisect.confidence import DEFAULT_MAX_REPEAT
+
+    adaptive = repeat is not None and repeat.strip().lower() == "auto"
+    if max_repeat is not None and not adaptive:
+        raise ConfigError(
+            "--max-repeat needs --repeat auto (with --repeat N every state runs N times)"
+        )
+    if max_repeat is not None and max_repeat < 1:
+        raise ConfigError(f"--max-repeat must be at least 1, got {max_repeat}")
+    count = 1
+    if repeat is not None and not adaptive:
+        try:
+            count = int(repeat)
+        except ValueError:
+            raise ConfigError(f"--repeat: {repeat!r} is not a number or 'auto'") from None
+        if count < 1:
+            raise ConfigError(f"--repeat must be at least 1, got {count}")
+    return count, adaptive, DEFAULT_MAX_REPEAT if max_repeat is None else max_repeat
 
 
 def _running_flags(discovered: Any) -> tuple[str, ...] | None:
@@ -830,11 +881,63 @@ def _convert_ui(
     return dict(result.prompt)
 
 
-def _workspace(paths: BisectPaths, install: Install, extra: Mapping[str, Any]) -> Any:
+def _workspace(
+    paths: BisectPaths, install: Install, extra: Mapping[str, Any], lane: int = 0
+) -> Any:
     from oom_sentinel.bisect.workspace import Workspace
 
     models = extra.get("models_dir")
-    return Workspace.create(paths.workspace, install, models_dir=Path(models) if models else None)
+    return Workspace.create(
+        paths.lane_workspace(lane), install, models_dir=Path(models) if models else None
+    )
+
+
+def _lane(ws: Any, replayer: Any, prompt: Mapping[str, Any]) -> Callable[..., Any]:
+    def measure(state: State, threshold: Threshold | None) -> Any:
+        ws.switch(state)
+        return replayer.measure(prompt, threshold)
+
+    return measure
+
+
+def parallel_devices(
+    parallel: int | None, flags: Sequence[str], environ: Mapping[str, str] | None = None
+) -> list[str | None]:
+    """The GPU of each ``--parallel`` lane (None: leave CUDA_VISIBLE_DEVICES alone).
+
+    The GPUs are those the user's ``CUDA_VISIBLE_DEVICES`` lists, else those the GPU probe
+    (NVML, or the fake GPU) sees. Default: one lane per GPU; on CPU (``--cpu``, or no GPU
+    seen) one lane. More lanes than GPUs is an error: two replays on one GPU would measure
+    each other's memory.
+    """
+    env = os.environ if environ is None else environ
+    if parallel is not None and parallel < 1:
+        raise ConfigError(f"--parallel must be at least 1, got {parallel}")
+    if "--cpu" in flags:
+        if parallel not in (None, 1):
+            raise ConfigError(f"--parallel {parallel}: the replays run on the CPU (--cpu)")
+        return [None]
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        gpus = [d.strip() for d in visible.split(",") if d.strip()]
+    else:
+        from oom_sentinel.daemon.gpu_select import select_gpu_probe
+
+        probe = select_gpu_probe(environ=env).probe
+        try:
+            gpus = [str(d.index) for d in probe.devices()]
+        finally:
+            probe.close()
+    if parallel is None:
+        parallel = max(1, len(gpus))
+    if parallel == 1:
+        return [None]
+    if parallel > len(gpus):
+        raise ConfigError(
+            f"--parallel {parallel}: only {len(gpus)} GPU(s) visible "
+            "(one replay per GPU, so that no replay measures another's memory)"
+        )
+    return list(gpus[:parallel])
 
 
 def _replayer(
@@ -843,6 +946,7 @@ def _replayer(
     flags: Sequence[str],
     extra: Mapping[str, Any],
     timeout_s: float | None,
+    env: Mapping[str, str] | None = None,
 ) -> Any:
     from oom_sentinel.bisect.replay import (
         DEFAULT_START_TIMEOUT_S,
@@ -861,6 +965,7 @@ def _replayer(
         vram_budget_bytes=extra.get("vram_budget_bytes"),
         record_history=bool(extra.get("record_history", True)),
         fork_server=bool(extra.get("fork_server", False)),
+        env=dict(env or {}),
     )
     gpu = select_gpu_probe().probe
     return Replayer(ws, settings, gpu=gpu, host=PsutilHostProbe())
@@ -913,20 +1018,30 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
     if prompt is None:
         raise InputError(f"{sess.paths.session}: the session has no prompt.json; reset it")
     python = s.python or _find_python(args.python, install.comfyui, None)
-    ws = _workspace(sess.paths, install, extra)
-    replayer = _replayer(ws, python, s.flags, extra, s.timeout_s)
+    devices = parallel_devices(args.parallel, s.flags)
+    lanes = []
+    for lane, device in enumerate(devices):
+        ws = _workspace(sess.paths, install, extra, lane)
+        env = {} if device is None else {"CUDA_VISIBLE_DEVICES": device}
+        replayer = _replayer(ws, python, s.flags, extra, s.timeout_s, env)
+        lanes.append(_lane(ws, replayer, prompt))
     if replayer.gpu is not None and getattr(replayer.gpu, "backend", "none") == "none":
         err.print("note: no GPU probe (NVML unavailable): VRAM is measured through torch only")
-
-    def measure(state: State, threshold: Threshold | None) -> Any:
-        ws.switch(state)
-        return replayer.measure(prompt, threshold)
+    if len(lanes) > 1:
+        err.print(
+            f"parallel: {len(lanes)} replays at once in a culprit's range, one per GPU "
+            f"(CUDA_VISIBLE_DEVICES={', '.join(d for d in devices if d is not None)})",
+            highlight=False,
+        )
+    measure = lanes[0]
 
     environment = {
         "python": python,
         "vram_budget_bytes": extra.get("vram_budget_bytes"),
     }
-    runner = Runner(sess, measure, prompt, environment=environment, events=_Progress(err))
+    runner = Runner(
+        sess, measure, prompt, environment=environment, events=_Progress(err), lanes=lanes
+    )
     stats = _Stats()
     try:
         step = runner.run(max_steps=args.max_steps)
@@ -986,6 +1101,9 @@ def _finish(
                 "search": report["search"],
                 "measurements": report["measurements"],
                 "steps": report["steps"],
+                "repeat": report["repeat"],
+                "max_repeat": report["max_repeat"],
+                "rechecks": report["rechecks"],
                 "candidates": [
                     {"repo": c["repo"], "commit": c["commit"], "subject": c["subject"]}
                     for c in report["candidates"]

@@ -83,8 +83,10 @@ __all__ = [
     "RepoSpan",
     "Step",
     "Test",
+    "next_batch",
     "next_step",
     "progress",
+    "rounds_bound",
 ]
 
 
@@ -254,6 +256,38 @@ def next_step(plan: Plan) -> Step:
     return _walk(plan)[0]
 
 
+def next_batch(plan: Plan, width: int) -> tuple[Test, ...]:
+    """Up to ``width`` states to measure at once (``--parallel``); () once there is an answer.
+
+    Inside a culprit repo's range the search is k-ary: with M possible first bad commits
+    (lo, hi] and k = width + 1, the candidates lo + ⌊j·M/k⌋ (j = 1 … width) split the range
+    into k parts of at most ⌈M/k⌉ (⌊jM/k⌋ − ⌊(j−1)M/k⌋ ≤ ⌈M/k⌉), so after every round of
+    measurements the range is ⌈M/k⌉ and ⌈log_k M⌉ rounds (``rounds_bound``) find the answer
+    instead of ⌈log2 M⌉; with width 1 it is ``next_step``'s middle. A point that is skipped
+    moves to the nearest testable candidate, as in ``next_step``. Every other phase measures
+    one state at a time: each of its tests depends on the verdict before it (the bad
+    endpoint on the good one's threshold, ddmin on the last split).
+    """
+    if width < 1:
+        raise ValueError("width must be >= 1")
+    batch: list[Test] = []
+    step = _walk(plan, width, batch)[0]
+    if not isinstance(step, Test):
+        return ()
+    if step.phase != "bisect" or width == 1 or not batch:
+        return (step,)
+    return tuple(batch)
+
+
+def rounds_bound(candidates: int, width: int) -> int:
+    """⌈log_{width+1} M⌉: the rounds a k-ary search of M possible answers needs (no skips)."""
+    rounds, left = 0, candidates
+    while left > 1:
+        left = -(-left // (width + 1))  # ⌈left / k⌉ without floating point
+        rounds += 1
+    return rounds
+
+
 def progress(plan: Plan) -> Progress:
     return _walk(plan)[1]
 
@@ -270,7 +304,9 @@ def _log2(n: int) -> int:
     return math.ceil(math.log2(n)) if n > 1 else 0
 
 
-def _walk(plan: Plan) -> tuple[Step, Progress]:
+def _walk(plan: Plan, width: int = 1, batch: list[Test] | None = None) -> tuple[Step, Progress]:
+    """The next step and the progress; in a culprit repo's range, ``batch`` (when given)
+    receives the ``width`` states of a k-ary round (``next_batch``)."""
     known: dict[State, Verdict] = {}
     for obs in plan.observations:
         known[obs.state] = obs.verdict  # the latest verdict on a state wins (a re-mark)
@@ -374,8 +410,10 @@ def _walk(plan: Plan) -> tuple[Step, Progress]:
             span = spans[repo]
             together = tuple(r for r in group if r != repo)
             base = switched(together)
-            result = _bisect_repo(span, base, known, together)
+            result = _bisect_repo(span, base, known, together, width)
             if isinstance(result, _Probe):
+                if batch is not None:
+                    batch.extend(result.batch)
                 later = sum(_log2(len(spans[r].commits)) for r in group[i + 1 :]) + sum(
                     _log2(len(spans[r].commits)) for g in groups[gi + 1 :] for r in g
                 )
@@ -457,10 +495,16 @@ def _ddmin(
 class _Probe:
     test: Test
     left: int
+    #: the states of a k-ary round (width > 1), oldest first; ``test`` is one of them
+    batch: tuple[Test, ...] = ()
 
 
 def _bisect_repo(
-    span: RepoSpan, base: State, known: Mapping[State, Verdict], together: tuple[str, ...] = ()
+    span: RepoSpan,
+    base: State,
+    known: Mapping[State, Verdict],
+    together: tuple[str, ...] = (),
+    width: int = 1,
 ) -> _Probe | list[Culprit]:
     values = span.commits
     states = [base.with_values({span.repo: v}) for v in values]
@@ -480,4 +524,16 @@ def _bisect_repo(
         return [culprit(i) for i in range(lo + 1, hi + 1)]
     middle2 = lo + hi  # twice the exact middle, to compare without fractions
     m = min(testable, key=lambda i: (abs(2 * i - middle2), i))
-    return _Probe(Test(states[m], "bisect", repo=span.repo), hi - lo)
+    probe = Test(states[m], "bisect", repo=span.repo)
+    if width == 1:
+        return _Probe(probe, hi - lo)
+    chosen: list[int] = []
+    k, size = width + 1, hi - lo
+    for j in range(1, k):
+        target = lo + (j * size) // k  # the k-ary split points (next_batch)
+        free = [i for i in testable if i not in chosen]
+        if not free:
+            break
+        chosen.append(min(free, key=lambda i: (abs(i - target), i)))
+    batch = tuple(Test(states[i], "bisect", repo=span.repo) for i in sorted(chosen))
+    return _Probe(probe, size, batch)

@@ -36,8 +36,22 @@ from rich.text import Text
 
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.fsutil import remove_tree
-from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
-from oom_sentinel.bisect.runner import DELTA_PHASE, effective_threshold, read_measurements
+from oom_sentinel.bisect.plan import (
+    Culprit,
+    Error,
+    Found,
+    OnlySkippedLeft,
+    Step,
+    Test,
+    rounds_bound,
+)
+from oom_sentinel.bisect.runner import (
+    DELTA_PHASE,
+    ROUND_EVENT,
+    SANDWICH_PHASE,
+    effective_threshold,
+    read_measurements,
+)
 from oom_sentinel.bisect.session import LogRecord, Session, outcome_from_json
 from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, State, repo_label
 from oom_sentinel.bisect.verdict import Oom, Skip, Timeout, Verdict
@@ -159,6 +173,80 @@ def _step_json(n: int, rec: LogRecord, session: Session) -> dict[str, Any]:
     }
 
 
+def parallel_figures(session: Session, groups: Sequence[Sequence[str]]) -> dict[str, Any] | None:
+    """``--parallel``: the rounds the culprit ranges took against ⌈log_{N+1} M⌉ per culprit
+    repo (and ⌈log2 M⌉, one at a time); None when no round ran."""
+    rounds = [m for m in read_measurements(session.paths.session) if m.event == ROUND_EVENT]
+    if not rounds:
+        return None
+    width = max(int(m.data.get("width") or 1) for m in rounds)
+    spans = {sp.repo: sp for sp in session.setup.spans}
+    sizes = [len(spans[r].commits) for g in groups for r in g]
+    round_bound = sum(rounds_bound(n, width) for n in sizes)
+    return {
+        "width": width,
+        "rounds": len(rounds),
+        "measurements": sum(len(m.data.get("states") or ()) for m in rounds),
+        "round_bound": round_bound,
+        "serial_bound": sum(rounds_bound(n, 1) for n in sizes),
+        # each round measures up to width states; the repo-level steps and the +2 as before
+        "measurement_bound": session.progress().repo_level
+        + sum(width * rounds_bound(n, width) + 2 for n in sizes),
+    }
+
+
+def _confidence(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "word": d.get("confidence"),
+        "repeats": d.get("repeats"),
+        "spread_bytes": d.get("spread_bytes") or {},
+        "margin_bytes": d.get("margin_bytes") or {},
+    }
+
+
+def _attach_confidence(
+    steps: list[dict[str, Any]], records: Sequence[LogRecord], session: Session
+) -> list[dict[str, Any]]:
+    """Each step's ``confidence`` (``--repeat auto``: SAME/DIFFERENT/UNKNOWN, the repeats and
+    the spread behind it; None for a manual mark or a fixed ``--repeat``), and the sandwich
+    re-checks as a list. A verdict line of ``measurements.jsonl`` belongs to the first
+    record of its state and verdict not yet matched, in order."""
+    lines = [m for m in read_measurements(session.paths.session) if m.event == "verdict"]
+    used: set[int] = set()
+    for st, rec in zip(steps, records, strict=True):
+        st["confidence"] = None
+        for i, m in enumerate(lines):
+            if i in used or m.state != rec.state or m.data.get("verdict") != rec.verdict.value:
+                continue
+            used.add(i)
+            st["confidence"] = _confidence(m.data)
+            break
+    repos = session.setup.repos()
+    return [
+        {
+            "state": {r: m.state.value(r) for r in repos},
+            "repo": m.data.get("repo"),
+            "verdict": m.data.get("verdict"),
+            **_confidence(m.data),
+        }
+        for m in lines
+        if m.phase == SANDWICH_PHASE
+    ]
+
+
+def confidence_text(c: Mapping[str, Any] | None) -> str:
+    """ "same ×3 ±6.0 MiB": the word, the runs and the widest spread behind a verdict."""
+    if not c or not c.get("word"):
+        return ""
+    spreads = [v for v in (c.get("spread_bytes") or {}).values()]
+    if "inf" in spreads:
+        spread = " (an OOM among them)"
+    else:
+        widest = max((int(v) for v in spreads), default=0)
+        spread = f" ±{format_bytes(widest)}" if widest else ""
+    return f"{c['word']} ×{c['repeats']}{spread}"
+
+
 def peak_text(value: int | None, lower_bound: bool, unknown: str = "—") -> str:
     """A peak as the table and the chart print it: ``≥ 3.94 GiB`` when the run stopped before
     the prompt finished (an OOM, an early stop at the threshold), so it is what the run had
@@ -241,8 +329,10 @@ def _complete_runs(session: Session) -> dict[State, LogRecord]:
     """Each culprit's run to the end (the runner's "delta" phase), as a record of its peaks."""
     out: dict[State, LogRecord] = {}
     for m in read_measurements(session.paths.session):
-        if m.event != "done" or m.phase != DELTA_PHASE:
+        if m.event != "done" or m.phase not in (DELTA_PHASE, SANDWICH_PHASE):
             continue
+        if m.phase == SANDWICH_PHASE and not m.data.get("to_end"):
+            continue  # a parent's re-check, which may stop at the threshold
         try:
             outcome = outcome_from_json(m.data.get("outcome") or {})
         except ValueError:
@@ -266,6 +356,7 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
     status = session.status()
     records = list(status.records)
     steps = [_step_json(i, r, session) for i, r in enumerate(records, 1)]
+    rechecks = _attach_confidence(steps, records, session)
     culprits: list[dict[str, Any]] = []
     candidates: list[dict[str, Any]] = []
     thr = effective_threshold(session)
@@ -317,13 +408,16 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         )
     prog = status.progress
     reruns = sum(1 for r in runs if r["phase"] == DELTA_PHASE)
+    parallel = parallel_figures(session, prog.groups)
+    ceiling = prog.bound if parallel is None else parallel["measurement_bound"]
     search = {
         "measured_states": prog.tested,
         "culprit_reruns": reruns,
         "repo_level_steps": prog.repo_level,
         "bound": prog.bound,
         "groups": [list(g) for g in prog.groups],
-        "within_bound": prog.tested + reruns <= prog.bound,
+        "within_bound": prog.tested + reruns <= ceiling,
+        "parallel": parallel,
     }
     return {
         "format": REPORT_FORMAT,
@@ -337,7 +431,9 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "threshold": thr_json,
         "explicit_budget": s.budget is not None,
         "pool": s.extra.get("pool") or "any",
-        "repeat": s.repeat,
+        "repeat": "auto" if s.adaptive else s.repeat,
+        "max_repeat": s.max_repeat if s.adaptive else None,
+        "rechecks": rechecks,
         "workflow_sha256": s.workflow_sha256,
         "flags": list(s.flags),
         "repos": [
@@ -379,6 +475,19 @@ def _state_text(state: Mapping[str, str]) -> str:
 _STYLE = {"old": "green", "new": "red", "skip": "yellow"}
 
 
+def _runs_cell(st: Mapping[str, Any]) -> str:
+    return confidence_text(st.get("confidence")) or ("" if st["runs"] is None else str(st["runs"]))
+
+
+def recheck_lines(report: Mapping[str, Any]) -> list[str]:
+    """The sandwich: each culprit and its parent measured once more before it was named."""
+    out = []
+    for r in report.get("rechecks") or []:
+        state = _state_text(r["state"])
+        out.append(f"re-checked before naming the culprit: {state}: {confidence_text(r)}")
+    return out
+
+
 def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     """The steps table and the answer, drawn with rich."""
     table = Table(title="Tested states", show_lines=False, expand=False)
@@ -400,10 +509,12 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
             _state_text(st["state"]),
             peak_text(st["peak_vram_bytes"], st["peak_is_lower_bound"]),
             peak_text(st["peak_ram_bytes"], st["peak_is_lower_bound"]),
-            "" if st["runs"] is None else str(st["runs"]),
+            _runs_cell(st),
             note[:90],
         )
     console.print(table)
+    for line in recheck_lines(report):
+        console.print(line, highlight=False)
     thr = report.get("threshold")
     if thr:
         parts = [
@@ -453,6 +564,15 @@ def search_line(report: Mapping[str, Any]) -> str | None:
     counted = f"{sr['measured_states']} state(s) measured"
     if reruns:
         counted += f" + {reruns} culprit run(s) to the end"
+    par = sr.get("parallel")
+    if par:
+        k = par["width"] + 1
+        return (
+            f"{counted}; --parallel {par['width']}: {par['rounds']} round(s) of up to "
+            f"{par['width']} in the culprit range(s), {par['measurements']} measurement(s) "
+            f"(bound Σ⌈log{k} M⌉ = {par['round_bound']} round(s); one at a time "
+            f"Σ⌈log2 M⌉ = {par['serial_bound']}){over}"
+        )
     return (
         f"{counted}; bound {sr['repo_level_steps']} repo-level step(s) + "
         f"{' + '.join(terms) or '0'} = {sr['bound']}{over}"
@@ -781,9 +901,17 @@ def render_html(report: Mapping[str, Any]) -> str:
     out.append(
         f"<p><b>{e(report['terms']['new'])}</b> = ran out of memory"
         + (" or " + " or ".join(parts) if parts else "")
-        + f". {report['measurements']} measurement(s); each state run "
-        f"{report['repeat']} time(s), median taken.</p>"
+        + f". {report['measurements']} measurement(s); "
+        + (
+            "each state run until its median is clear of the threshold by the noise band "
+            f"(SAME / DIFFERENT; at most {report['max_repeat']} runs, then UNKNOWN, "
+            "treated as a skip), each culprit and its parent re-checked once more.</p>"
+            if report["repeat"] == "auto"
+            else f"each state run {report['repeat']} time(s), median taken.</p>"
+        )
     )
+    for line in recheck_lines(report):
+        out.append(f"<p>{e(line)}</p>")
     line = search_line(report)
     if line:
         out.append(f"<p>{e(line)}</p>")
@@ -803,7 +931,7 @@ def render_html(report: Mapping[str, Any]) -> str:
             f"<td><code>{e(_state_text(st['state']))}</code></td>"
             f"<td>{e(peak_text(st['peak_vram_bytes'], st['peak_is_lower_bound']))}</td>"
             f"<td>{e(peak_text(st['peak_ram_bytes'], st['peak_is_lower_bound']))}</td>"
-            f"<td>{'' if st['runs'] is None else st['runs']}</td><td>{e(st['outcome'])}</td>"
+            f"<td>{e(_runs_cell(st))}</td><td>{e(st['outcome'])}</td>"
             f"<td>{e(st['reason'] or st['comment'] or '')}</td></tr>"
         )
     out.append("</table>")

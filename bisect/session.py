@@ -54,6 +54,7 @@ from typing import Any
 import platformdirs
 
 from oom_sentinel.bisect import gitrepo
+from oom_sentinel.bisect.confidence import DEFAULT_MAX_REPEAT
 from oom_sentinel.bisect.fsutil import FileLock, append_line, remove_tree
 from oom_sentinel.bisect.plan import (
     Observation,
@@ -156,6 +157,15 @@ class BisectPaths:
     def workspace(self) -> Path:
         return self.root / "workspace"
 
+    def lane_workspace(self, lane: int) -> Path:
+        """The workspace of ``--parallel`` lane ``lane`` (lane 0 is the one workspace)."""
+        return self.workspace if lane == 0 else self.root / f"workspace-{lane}"
+
+    def workspaces(self) -> list[Path]:
+        """Every workspace on disk, lane 0 first (reset removes them all)."""
+        lanes = sorted(self.root.glob("workspace-*"), key=lambda p: p.name)
+        return [self.workspace, *lanes]
+
     @property
     def lock(self) -> Path:
         return self.root / ".lock"
@@ -229,6 +239,9 @@ class SessionSetup:
     budget: Threshold | None = None
     margin: float = DEFAULT_MARGIN
     repeat: int = 1
+    #: ``--repeat auto``: a verdict with confidence (confidence.py), up to ``max_repeat`` runs
+    adaptive: bool = False
+    max_repeat: int = DEFAULT_MAX_REPEAT
     timeout_s: float | None = None
     timeout_is_bad: bool = False
     verify_endpoints: bool = True
@@ -259,6 +272,8 @@ class SessionSetup:
             "budget": _threshold_json(self.budget),
             "margin": self.margin,
             "repeat": self.repeat,
+            "adaptive": self.adaptive,
+            "max_repeat": self.max_repeat,
             "timeout_s": self.timeout_s,
             "timeout_is_bad": self.timeout_is_bad,
             "verify_endpoints": self.verify_endpoints,
@@ -288,6 +303,8 @@ class SessionSetup:
                 budget=_threshold_from(d.get("budget")),
                 margin=float(d.get("margin", DEFAULT_MARGIN)),
                 repeat=int(d.get("repeat", 1)),
+                adaptive=bool(d.get("adaptive", False)),
+                max_repeat=int(d.get("max_repeat", DEFAULT_MAX_REPEAT)),
                 timeout_s=d.get("timeout_s"),
                 timeout_is_bad=bool(d.get("timeout_is_bad", False)),
                 verify_endpoints=bool(d.get("verify_endpoints", True)),
@@ -883,6 +900,8 @@ def begin(
     budget: Threshold | None = None,
     margin: float = DEFAULT_MARGIN,
     repeat: int = 1,
+    adaptive: bool = False,
+    max_repeat: int = DEFAULT_MAX_REPEAT,
     timeout_s: float | None = None,
     timeout_is_bad: bool = False,
     verify_endpoints: bool = True,
@@ -896,6 +915,8 @@ def begin(
     """
     if repeat < 1:
         raise ConfigError(f"--repeat must be at least 1, got {repeat}")
+    if max_repeat < 1:
+        raise ConfigError(f"--max-repeat must be at least 1, got {max_repeat}")
     if Session.exists(paths):
         raise BisectError(
             f"a bisect is already in progress for {install.comfyui} "
@@ -930,6 +951,8 @@ def begin(
         budget=budget,
         margin=margin,
         repeat=repeat,
+        adaptive=adaptive,
+        max_repeat=max_repeat,
         timeout_s=timeout_s,
         timeout_is_bad=timeout_is_bad,
         verify_endpoints=verify_endpoints,
@@ -963,8 +986,9 @@ def reset_paths(paths: BisectPaths) -> None:
         had = paths.session.exists() or paths.workspace.exists()
         from oom_sentinel.bisect.replay import kill_leftover_replay
 
-        kill_leftover_replay(paths.workspace)  # before its files go from under it
-        remove_workspace(paths.workspace)
+        for ws in reversed(paths.workspaces()):  # the --parallel lanes' too, lane 0 last
+            kill_leftover_replay(ws)  # before its files go from under it
+            remove_workspace(ws)
         if paths.session.exists():
             for child in sorted(paths.session.iterdir()):
                 if child.name != "started":

@@ -182,6 +182,36 @@ def _wf(tmp_path: Path) -> str:
             EXIT_CONFIG,
             "--repeat must be at least 1",
         ),
+        (
+            [
+                "--good",
+                "comfyui=v-first",
+                "--bad",
+                "comfyui=HEAD",
+                "--repeat",
+                "often",
+                "--workflow",
+                "{wf}",
+            ],
+            EXIT_CONFIG,
+            "--repeat: 'often' is not a number or 'auto'",
+        ),
+        (
+            [
+                "--good",
+                "comfyui=v-first",
+                "--bad",
+                "comfyui=HEAD",
+                "--repeat",
+                "3",
+                "--max-repeat",
+                "4",
+                "--workflow",
+                "{wf}",
+            ],
+            EXIT_CONFIG,
+            "--max-repeat needs --repeat auto",
+        ),
     ],
     ids=[
         "nothing-to-resume",
@@ -192,6 +222,8 @@ def _wf(tmp_path: Path) -> str:
         "term-clash",
         "bad-size",
         "bad-repeat",
+        "repeat-not-a-number",
+        "max-repeat-without-auto",
     ],
 )
 def test_misuse_exits_with_its_status_and_leaves_no_session(

@@ -331,6 +331,98 @@ def test_memory_noise_with_repeat_takes_the_median(tmp_path: Path) -> None:
     inst.assert_untouched()
 
 
+def test_repeat_auto_measures_the_noise_and_rechecks_the_culprit(tmp_path: Path) -> None:
+    # the same ±5 % noise, --repeat auto: the good endpoint runs 3 times to measure the band;
+    # a state is repeated only while its median is within the band of the threshold, and the
+    # culprit and its parent are measured once more before the culprit is named
+    inst = make_install(tmp_path, core_kw={"bad_commit_index": 200, "noise_fraction": 0.05})
+    core = inst.core
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow()),
+        "--good",
+        f"comfyui={core.commits[150]}",
+        "--bad",
+        f"comfyui={core.commits[260]}",
+        "--repeat",
+        "auto",
+        "--max-repeat",
+        "4",
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    assert (doc["repeat"], doc["max_repeat"]) == ("auto", 4)
+    steps = doc["steps"]
+    assert steps[0]["confidence"]["repeats"] == 3  # the band's runs
+    assert all(s["confidence"]["word"] in ("same", "different") for s in steps), steps
+    assert all(1 <= s["confidence"]["repeats"] <= 4 for s in steps)
+    rechecks = doc["rechecks"]
+    parent = core.commits[core.commits.index(core.bad_commit) - 1]
+    assert [(r["state"]["comfyui"], r["verdict"]) for r in rechecks] == [
+        (parent, "old"),
+        (core.bad_commit, "new"),
+    ]
+    # every run is accounted for: each verdict's repeats, plus the re-checks' fresh runs; the
+    # culprit's re-check ran to the end, so no separate run for its Δ
+    by_state = {s["state"]["comfyui"]: s["confidence"]["repeats"] for s in steps}
+    fresh = sum(r["repeats"] - by_state[r["state"]["comfyui"]] for r in rechecks)
+    assert fresh >= 2
+    assert doc["search"]["culprit_reruns"] == 0
+    assert doc["measurements"] == sum(by_state.values()) + fresh
+    assert "re-checked before naming the culprit" in err
+    repeated = sum(1 for s in steps[1:] if s["confidence"]["repeats"] > 1)
+    say(
+        f"repeat_auto ({len(steps)} states, {repeated} repeated within the band, "
+        f"band {steps[1]['confidence']['margin_bytes']})",
+        doc,
+    )
+    inst.assert_untouched()
+
+
+def test_parallel_on_three_fake_gpus_takes_log4_rounds(tmp_path: Path) -> None:
+    # the scripted fake GPU with three devices: by default one lane per GPU, each replay
+    # with its own CUDA_VISIBLE_DEVICES and workspace, three replays at once per round
+    inst = make_install(tmp_path)
+    FakeGpuDir(tmp_path / "gpu").create([FakeDevice(i, f"Fake GPU {i}", 4 * GIB) for i in range(3)])
+    core = inst.core
+    good, bad = 150, 260
+    code, doc, err = inst.bisect(
+        "--workflow",
+        inst.workflow(vram_workflow()),
+        "--good",
+        f"comfyui={core.commits[good]}",
+        "--bad",
+        f"comfyui={core.commits[bad]}",
+        timeout=600,
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert culprit(doc) == [("comfyui", core.bad_commit)]
+    assert "parallel: 3 replays at once" in err
+    par = doc["search"]["parallel"]
+    m = bad - good
+    assert par["width"] == 3
+    assert par["round_bound"] == math.ceil(math.log(m, 4)) == 4  # one at a time: 7
+    assert par["serial_bound"] == log2(m) == 7
+    assert 1 <= par["rounds"] <= par["round_bound"]
+    assert doc["search"]["within_bound"]
+    lanes = {
+        m["lane"] for m in inst.measurements() if m["event"] == "done" and m["phase"] == "bisect"
+    }
+    assert lanes == {0, 1, 2}
+    # each lane's last replay ran on its own GPU (the stand-in prints the device it chose)
+    (root,) = (inst.base / "cache" / "bisect").glob("ComfyUI-*")
+    for lane, ws in enumerate(["workspace", "workspace-1", "workspace-2"]):
+        console = (root / ws / "run" / "console.log").read_text(errors="replace")
+        assert f"Device: cuda:0 Fake GPU {lane} " in console, console[-2000:]
+    say(
+        f"parallel_three_gpus ({par['rounds']} round(s), {par['measurements']} measurement(s) "
+        f"in the range; bound ⌈log4 {m}⌉ = {par['round_bound']}, one at a time ⌈log2 {m}⌉ = "
+        f"{par['serial_bound']})",
+        doc,
+    )
+    inst.assert_untouched()
+
+
 def test_a_bad_state_that_is_not_bad_is_not_reproduced(tmp_path: Path) -> None:
     inst = make_install(tmp_path, core_kw={"bad_commit_index": None})
     code, doc, err = inst.bisect(

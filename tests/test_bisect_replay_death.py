@@ -119,6 +119,65 @@ def test_the_replay_comfyui_dies_with_oom_bisect(tmp_path: Path, sig: int) -> No
     inst.assert_untouched()
 
 
+@linux_only
+@pytest.mark.slow
+def test_every_replay_of_a_parallel_round_dies_with_oom_bisect(tmp_path: Path) -> None:
+    # --parallel: three replays at once, asked for by three lane threads; SIGKILL of
+    # oom-bisect mid-round must take all three down (they are forked by the spawner thread)
+    from test_bisect_e2e import GIB, make_install, vram_workflow
+
+    from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+
+    inst = make_install(tmp_path)
+    FakeGpuDir(tmp_path / "gpu").create([FakeDevice(i, f"GPU {i}", 4 * GIB) for i in range(3)])
+    wf = inst.workflow(vram_workflow(hold_s=120.0))
+    where = ("--comfyui", str(inst.root))
+    start = inst.run(
+        "run",
+        *where,
+        "--python",
+        sys.executable,
+        "--workflow",
+        wf,
+        "--good",
+        f"comfyui={inst.core.commits[0]}",
+        "--bad",
+        "comfyui=HEAD",
+        "--max-steps",
+        "0",
+    )
+    assert start.returncode == 130, start.stderr[-2000:]  # stopped before the answer
+    for word in ("good", "bad"):  # the endpoints by hand: the next replays are the round's
+        marked = inst.run("mark", word, *where)
+        assert marked.returncode == 0, marked.stderr[-2000:]
+    proc = subprocess.Popen(
+        inst.cmd("run", *where, "--python", sys.executable, "--parallel", "3"),
+        env=inst.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        servers: list[psutil.Process] = []
+        while len(servers) < 3:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, f"{len(servers)} of 3 replay servers started"
+            servers = replay_servers(tmp_path / "cache")
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        for server in servers:
+            assert wait_gone(server.pid), f"a replay (pid {server.pid}) outlived oom-bisect"
+    finally:
+        reap_quietly(proc)
+        for left in replay_servers(tmp_path / "cache"):
+            left.kill()
+    inst.assert_untouched()
+
+
 # ---- the parent-death signal follows the forking thread: one spawner thread forks ------------
 
 SPAWN_FROM_A_THREAD = textwrap.dedent(
