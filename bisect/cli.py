@@ -32,7 +32,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,12 @@ from oom_sentinel.bisect.session import (
     workflow_sha256,
 )
 from oom_sentinel.bisect.states import (
+    ABSENT,
     CORE,
     Install,
     State,
+    differing_repos,
+    is_package,
     node_key,
     node_name,
     parse_state_tokens,
@@ -338,6 +341,7 @@ class _RunArgs:
     models_dir: str | None = None
     as_json: bool = False
     max_steps: int | None = None
+    env_cache_max: str | None = None
     #: set by the snapshot front end
     snapshot: Any = None
     good_state: State | None = None
@@ -413,6 +417,12 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--no-history", is_flag=True, help="Don't record torch's allocator history."),
         click.option("--models-dir", metavar="PATH", help="The models folder (default: found)."),
+        click.option(
+            "--env-cache-max",
+            metavar="SIZE",
+            help="Size budget of the per-state Python environments, least recently used "
+            "removed first (default 50GiB).",
+        ),
         click.option("--max-steps", type=int, default=None, hidden=True),
         click.option("--json", "as_json", is_flag=True, help="End with one JSON object."),
     ]
@@ -501,7 +511,9 @@ def state_lines(
             else:
                 base = word
     names = sorted({n for n, _ in good.nodes} | {n for n, _ in bad.nodes})
-    repos = [CORE, *map(node_key, names)]
+    # of a package set (hundreds of pins) only the packages that differ are listed
+    pkgs = [r for r in differing_repos(good, bad) if is_package(r)]
+    repos = [CORE, *map(node_key, names), *pkgs]
     width = max(len(repo_label(r)) for r in repos)
     where = origin or option
     lines = [f"{term} state ({where}):"]
@@ -509,6 +521,9 @@ def state_lines(
         ref = asked.get(repo, base)
         mark = "" if good.value(repo) == bad.value(repo) else "  *"
         lines.append(f"  {repo_label(repo):<{width}}  {ref} → {state.value(repo)}{mark}")
+    if state.packages:
+        same = len(state.packages) - sum(state.value(p) != ABSENT for p in pkgs)
+        lines.append(f"  (and {same} more package(s), the same in both states)")
     return lines
 
 
@@ -655,6 +670,8 @@ def _run_inner(args: _RunArgs) -> int:
         with session_lock(paths):
             if Session.exists(paths):
                 sess = Session.open(paths)
+                if (sess.setup.good.packages or sess.setup.bad.packages) and sess.setup.python:
+                    install = _with_packages(install, sess.setup.python)
                 _check_resume(sess, args, install)
                 err.print(f"resuming the bisect of {sess.setup.install}", highlight=False)
             else:
@@ -721,6 +738,11 @@ def _start(
     # resolve both ends first: a junk ref must not leave a workspace behind
     good = resolve_state(good_arg, install, snapshot_resolver=resolver)
     bad = resolve_state(bad_arg, install, snapshot_resolver=resolver)
+    if good.packages or bad.packages:
+        # a state names packages: they are a dimension, against the interpreter's own set
+        install = _with_packages(install, python)
+        good = resolve_state(good_arg, install, snapshot_resolver=resolver)
+        bad = resolve_state(bad_arg, install, snapshot_resolver=resolver)
     if good == bad:
         raise BisectError("the good and bad states are the same: there is nothing to bisect")
     prompt = args.prompt
@@ -732,7 +754,14 @@ def _start(
         "models_dir": args.models_dir,
         "snapshot_dir": str(args.snapshot.path) if args.snapshot is not None else None,
         "pool": args.pool or args.snapshot_pool or "any",
+        "env_cache_max_bytes": (
+            parse_size(args.env_cache_max, "--env-cache-max") if args.env_cache_max else None
+        ),
     }
+    if install.packages:
+        from oom_sentinel.bisect.envs import lock_for
+
+        extra["interpreter_lock"] = lock_for(install.packages).digest()
     if prompt is None:
         from oom_sentinel.bisect.workflow import load_workflow
 
@@ -909,8 +938,14 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
     if replayer.gpu is not None and getattr(replayer.gpu, "backend", "none") == "none":
         err.print("note: no GPU probe (NVML unavailable): VRAM is measured through torch only")
 
+    interpreter = _state_python(sess, python, err)
+
     def measure(state: State, threshold: Threshold | None) -> Any:
         ws.switch(state)
+        chosen = interpreter(state)
+        if not isinstance(chosen, str):
+            return chosen  # the state's packages cannot be installed: a skip, with uv's reason
+        replayer.settings = replace(replayer.settings, python=chosen)
         return replayer.measure(prompt, threshold)
 
     environment = {
@@ -924,6 +959,63 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
     finally:
         stats.launched, stats.finished = runner.launched, runner.finished
     return step, stats
+
+
+def _with_packages(install: Install, python: str) -> Install:
+    """``install`` with its interpreter's package set, read as the daemon records it."""
+    from oom_sentinel.bisect.states import packages_from_freeze
+    from oom_sentinel.daemon.interpreter import probe_interpreter
+
+    _, lines = probe_interpreter(python, pip=True)
+    if lines is None:
+        raise InputError(f"{python}: cannot list its installed packages (pip freeze failed)")
+    return replace(install, packages=tuple(sorted(packages_from_freeze(lines).items())))
+
+
+def _state_python(sess: Session, python: str, err: Console) -> Callable[[State], str | Any]:
+    """Which interpreter measures a state: the user's when the state's package set is the
+    interpreter's own (or it names none), else its own env (envs.py), built on first use. A
+    set uv cannot install is a skip measurement; a set the search mixed from the endpoints
+    is refused when it breaks a requirement neither endpoint broke."""
+    s = sess.setup
+    own = s.extra.get("interpreter_lock")
+    if not (s.good.packages or s.bad.packages):
+        return lambda state: python
+    from oom_sentinel.bisect.envs import DEFAULT_MAX_BYTES, EnvCache, EnvUnavailable, lock_for
+    from oom_sentinel.bisect.replay import Measurement, Peaks
+    from oom_sentinel.bisect.verdict import Skip
+
+    cache = EnvCache(
+        sess.paths.envs, python, max_bytes=s.extra.get("env_cache_max_bytes") or DEFAULT_MAX_BYTES
+    )
+    endpoints = {lock_for(s.good.packages), lock_for(s.bad.packages)}
+
+    def problems(lock: Any) -> frozenset[str]:
+        if lock.digest() == own:
+            return frozenset()
+        try:
+            cache.python_for(lock)
+        except EnvUnavailable:
+            return frozenset()
+        return frozenset(cache.problems(lock))
+
+    def choose(state: State) -> str | Any:
+        lock = lock_for(state.packages)
+        if lock.digest() == own:
+            return python
+        tolerated = None
+        if lock not in endpoints:
+            tolerated = frozenset().union(*(problems(e) for e in endpoints))
+        try:
+            py = cache.python_for(lock, tolerated)
+        except EnvUnavailable as exc:
+            err.print(f"  packages: {exc}", highlight=False, markup=False)
+            return Measurement(outcome=Skip(f"packages: {exc}"), peaks=Peaks())
+        if cache.last == "built":
+            err.print(f"  packages: built the env {py.parent.parent}", highlight=False)
+        return str(py)
+
+    return choose
 
 
 def _finish(

@@ -672,6 +672,8 @@ class ManagerSnapshot:
     git_custom_nodes: Mapping[str, tuple[str | None, bool]]
     cnr_custom_nodes: Mapping[str, str] = field(default_factory=dict)
     file_custom_nodes: Mapping[str, bool] = field(default_factory=dict)
+    #: the ``pips`` keys (``pip freeze`` lines); empty: the snapshot recorded no packages
+    pips: tuple[str, ...] = ()
 
 
 def parse_manager_snapshot(data: Any, origin: str) -> ManagerSnapshot:
@@ -700,7 +702,10 @@ def parse_manager_snapshot(data: Any, origin: str) -> ManagerSnapshot:
     for item in data.get("file_custom_nodes") or []:
         if isinstance(item, dict) and item.get("filename"):
             files[str(item["filename"])] = bool(item.get("disabled", False))
-    return ManagerSnapshot(core, nodes, cnr, files)
+    pips = data.get("pips") or {}
+    if not isinstance(pips, dict | list):
+        raise InputError(f"{origin}: pips must be an object of pip freeze lines")
+    return ManagerSnapshot(core, nodes, cnr, files, tuple(str(p) for p in pips))
 
 
 def read_manager_snapshot(path: Path) -> ManagerSnapshot:
@@ -763,4 +768,10 @@ def state_from_manager_snapshot(
             changes[node_key(node.name)] = (
                 DISABLED if snap.file_custom_nodes[node.name] else INSTALLED
             )
-    return current.with_values(changes)
+    state = current.with_values(changes)
+    if snap.pips:  # Manager's "pips": the package set as it recorded it
+        try:
+            state = state.with_packages(packages_from_freeze(snap.pips))
+        except ValueError as exc:
+            raise InputError(f"{origin}: pips: {exc}") from None
+    return state

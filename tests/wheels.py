@@ -6,8 +6,8 @@ Two sources, both ending as ordinary ``.whl`` files in a folder that uv reads wi
 * ``write_wheel``: a pure-Python wheel written by hand (a zip with ``*.dist-info/METADATA``,
   ``WHEEL`` and ``RECORD``, as PEP 427 describes): ``sentinel-ballast``, whose versions make
   the stand-in's allocations bigger, and anything else a case needs.
-* ``repack_installed``: a distribution this interpreter already has (``aiohttp``, ``psutil``
-  and their dependencies, which the stand-in ComfyUI imports) packed back into a wheel from
+* ``repack_installed``: a distribution this interpreter already has (``aiohttp``, ``psutil``,
+  ``PyYAML`` and their dependencies, which the stand-in ComfyUI imports) packed back into a wheel from
   its installed files and its own ``WHEEL`` tag, so a per-state venv can hold the stand-in's
   runtime without downloading anything.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 __all__ = ["STANDIN_RUNTIME", "ballast_source", "repack_closure", "repack_installed", "write_wheel"]
 
 #: what the stand-in ComfyUI imports beyond the standard library
-STANDIN_RUNTIME = ("aiohttp", "psutil")
+STANDIN_RUNTIME = ("aiohttp", "psutil", "PyYAML")
 
 
 def _record_hash(data: bytes) -> str:
@@ -95,7 +95,7 @@ def repack_installed(name: str, out_dir: Path) -> Path:
         rel = str(f).replace("\\", "/")
         if rel.startswith("..") or "__pycache__" in rel or rel.endswith(".pyc"):
             continue
-        if rel.startswith(dist_info.split("-")[0]) and ".dist-info/" in rel:
+        if rel.split("/", 1)[0].endswith(".dist-info"):  # any spelling of the name
             base = rel.rsplit("/", 1)[-1]
             if base in ("RECORD", "WHEEL", "METADATA", "INSTALLER", "REQUESTED", "direct_url.json"):
                 continue
