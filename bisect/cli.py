@@ -938,7 +938,7 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
     if replayer.gpu is not None and getattr(replayer.gpu, "backend", "none") == "none":
         err.print("note: no GPU probe (NVML unavailable): VRAM is measured through torch only")
 
-    interpreter = _state_python(sess, python, err)
+    interpreter = _state_python(sess, python, err, ws)
 
     def measure(state: State, threshold: Threshold | None) -> Any:
         ws.switch(state)
@@ -972,15 +972,20 @@ def _with_packages(install: Install, python: str) -> Install:
     return replace(install, packages=tuple(sorted(packages_from_freeze(lines).items())))
 
 
-def _state_python(sess: Session, python: str, err: Console) -> Callable[[State], str | Any]:
-    """Which interpreter measures a state: the user's when the state's package set is the
-    interpreter's own (or it names none), else its own env (envs.py), built on first use. A
-    set uv cannot install is a skip measurement; a set the search mixed from the endpoints
-    is refused when it breaks a requirement neither endpoint broke."""
+def _state_python(
+    sess: Session, python: str, err: Console, ws: Any
+) -> Callable[[State], str | Any]:
+    """Which interpreter measures a state (the workspace already shows it): the user's when
+    the state's package set is the interpreter's own (or it names none), else its own env
+    (envs.py), built on first use. A set uv cannot install is a skip measurement. A state the
+    search made (not an endpoint) is refused when its set breaks a requirement neither
+    endpoint broke, and gets the ``requirements.txt`` of the repos it moved installed on top,
+    as Manager does when it checks out a commit."""
     s = sess.setup
     own = s.extra.get("interpreter_lock")
     if not (s.good.packages or s.bad.packages):
         return lambda state: python
+    from oom_sentinel.bisect import gitrepo
     from oom_sentinel.bisect.envs import DEFAULT_MAX_BYTES, EnvCache, EnvUnavailable, lock_for
     from oom_sentinel.bisect.replay import Measurement, Peaks
     from oom_sentinel.bisect.verdict import Skip
@@ -999,20 +1004,40 @@ def _state_python(sess: Session, python: str, err: Console) -> Callable[[State],
             return frozenset()
         return frozenset(cache.problems(lock))
 
+    def requirements(state: State) -> str:
+        """The moved repos' requirements.txt files, as the workspace shows them now."""
+        texts = []
+        for span in s.spans:
+            value = state.value(span.repo)
+            if is_package(span.repo) or not gitrepo.is_commit_id(value):
+                continue
+            folder = ws.comfyui if span.repo == CORE else ws.custom_nodes / node_name(span.repo)
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                texts.append((folder / "requirements.txt").read_text("utf-8"))
+        return "\n".join(texts)
+
     def choose(state: State) -> str | Any:
         lock = lock_for(state.packages)
-        if lock.digest() == own:
+        endpoint = state in (s.good, s.bad)
+        if endpoint and lock.digest() == own:
             return python
         tolerated = None
         if lock not in endpoints:
             tolerated = frozenset().union(*(problems(e) for e in endpoints))
         try:
-            py = cache.python_for(lock, tolerated)
+            if endpoint:
+                py = cache.python_for(lock, tolerated)
+            else:
+                mine = python if lock.digest() == own else None
+                py = cache.python_with_requirements(
+                    lock, requirements(state), tolerated, base_python=mine
+                )
         except EnvUnavailable as exc:
             err.print(f"  packages: {exc}", highlight=False, markup=False)
             return Measurement(outcome=Skip(f"packages: {exc}"), peaks=Peaks())
         if cache.last == "built":
             err.print(f"  packages: built the env {py.parent.parent}", highlight=False)
+        cache.last = None
         return str(py)
 
     return choose

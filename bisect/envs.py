@@ -28,6 +28,13 @@ own index for it (``https://download.pytorch.org/whl/<tag>``) as an extra index,
 those builds are published. Any other index comes from uv's own settings (``UV_INDEX_URL``,
 ``UV_FIND_LINKS``, ``uv.toml``), as the user has them.
 
+A commit between two recorded states has no recorded package set. When the search measures
+one (a repo's bisect, or a mix of the endpoints), the ``requirements.txt`` of the repos it
+moved are installed on top of the state's set (``python_with_requirements``), as
+ComfyUI-Manager does after it checks out a node: ``uv pip install --dry-run`` first, and only
+when that would change something, an env of its own (the lock plus those requirements,
+cached by both hashes). The recorded endpoints run exactly as recorded.
+
 uv is the ``uv`` distribution from PyPI (a dependency of oom-sentinel), run through its CLI:
 ``uv.find_uv_bin()`` locates the binary the wheel ships.
 """
@@ -186,6 +193,51 @@ class EnvCache:
                 raise EnvUnavailable("this mix of packages breaks a requirement: " + new[0])
         return _venv_python(env)
 
+    def python_with_requirements(
+        self,
+        lock: Lock,
+        requirements: str,
+        tolerated: frozenset[str] | None = None,
+        *,
+        base_python: str | None = None,
+    ) -> Path:
+        """``lock``'s env with ``requirements`` (requirements.txt text) installed on top:
+        ``lock``'s own env when it satisfies them already, else a derived env. Raises
+        EnvUnavailable when uv cannot install them (the reason is uv's). ``base_python``: an
+        interpreter that already has ``lock``'s set (the user's own), checked instead of
+        building a copy of it; it is only read (a dry run), never installed into."""
+        base = Path(base_python) if base_python else self.python_for(lock, tolerated)
+        if not requirements.strip():
+            return base
+        key = hashlib.sha256((lock.text() + "\0" + requirements).encode()).hexdigest()[:16]
+        env = self.root / key
+        same = env / "same-as"
+        if same.is_file():
+            return base
+        if (env / _LAST_USED).is_file() and _venv_python(env).exists():
+            (env / _LAST_USED).write_text(f"{time.time():.3f}\n")
+            self.last = "cached"
+            return _venv_python(env)
+        self.root.mkdir(parents=True, exist_ok=True)
+        reqs = self.root / f".{key}.requirements-{os.getpid()}.txt"
+        reqs.write_text(requirements)
+        try:
+            dry = self._uv("pip", "install", "--dry-run", "--python", str(base), "-r", str(reqs))
+            if dry.returncode != 0:
+                raise EnvUnavailable(
+                    f"the requirements of this state's repos cannot be installed: {_tail(dry.stderr)}"
+                )
+            if "Would make no changes" in dry.stderr + dry.stdout:
+                env.mkdir(exist_ok=True)
+                same.write_text(lock.digest() + "\n")
+                return base
+            self._build(lock, env, requirements=reqs)
+        finally:
+            reqs.unlink(missing_ok=True)
+        self.last = "built"
+        self.prune(keep=env)
+        return _venv_python(env)
+
     def problems(self, lock: Lock) -> list[str]:
         """What ``uv pip check`` found wrong with the built env of ``lock`` (empty: none)."""
         try:
@@ -213,7 +265,7 @@ class EnvCache:
         except OSError as exc:
             raise SentinelError(f"cannot run uv: {exc.strerror or exc}") from None
 
-    def _build(self, lock: Lock, env: Path) -> None:
+    def _build(self, lock: Lock, env: Path, requirements: Path | None = None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".{env.name}.build-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -233,6 +285,16 @@ class EnvCache:
                 raise EnvUnavailable(
                     f"the state's packages cannot be installed: {_tail(synced.stderr)}"
                 )
+            if requirements is not None:
+                added = self._uv(
+                    "pip", "install", "--link-mode", "hardlink", "--python",
+                    str(_venv_python(tmp)), "-r", str(requirements),
+                )  # fmt: skip
+                if added.returncode != 0:
+                    raise EnvUnavailable(
+                        "the requirements of this state's repos cannot be installed: "
+                        + _tail(added.stderr)
+                    )
             checked = self._uv("pip", "check", "--python", str(_venv_python(tmp)))
             found = [
                 ln.strip()

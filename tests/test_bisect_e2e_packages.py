@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from standin_repos import repo_fingerprint
 from test_bisect_e2e import CONTEXT_MIB, MIB, UserInstall, make_install, say, vram_workflow
 from wheels import STANDIN_RUNTIME, ballast_source, repack_closure, write_wheel
 
@@ -54,28 +56,34 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     return d, runtime
 
 
-def _install(tmp_path: Path, wheels: Path, **kw: Any) -> UserInstall:
+def _install(tmp_path: Path, wheels: Path, ballast_pack: bool = True, **kw: Any) -> UserInstall:
     inst = make_install(tmp_path, **kw)
-    pack = inst.root / "custom_nodes" / "BallastPack"
-    pack.mkdir()
-    (pack / "__init__.py").write_text(BALLAST_PACK)
-    (pack / "requirements.txt").write_text("sentinel-ballast\n")
+    if ballast_pack:
+        pack = inst.root / "custom_nodes" / "BallastPack"
+        pack.mkdir()
+        (pack / "__init__.py").write_text(BALLAST_PACK)
+        (pack / "requirements.txt").write_text("sentinel-ballast\n")
     inst.env.update(UV_FIND_LINKS=str(wheels), UV_OFFLINE="1", UV_NO_CONFIG="1")
     inst.before = inst.fingerprints()  # with BallastPack in place
     return inst
 
 
 def _manager_snapshot(
-    inst: UserInstall, name: str, pips: dict[str, str], nodes: dict[str, str] | None = None
+    inst: UserInstall,
+    name: str,
+    pips: dict[str, str],
+    nodes: dict[str, str] | None = None,
+    urls: dict[str, str] | None = None,
 ) -> str:
     """A ComfyUI-Manager snapshot: the core at HEAD, the git packs at ``nodes`` (default HEAD)
-    and ``pips`` as its package set."""
+    and ``pips`` as its package set; ``urls`` names packs that are not in ``inst.nodes``."""
     heads = {n: r.head for n, r in inst.nodes.items()}
     heads.update(nodes or {})
+    where = {n: str(r.path) for n, r in inst.nodes.items()} | (urls or {})
     data = {
         "comfyui": inst.core.head,
         "git_custom_nodes": {
-            str(inst.nodes[n].path): {"hash": sha, "disabled": False} for n, sha in heads.items()
+            where[n]: {"hash": sha, "disabled": False} for n, sha in heads.items()
         },
         "file_custom_nodes": [],
         "pips": {f"{k}=={v}": "" for k, v in pips.items()},
@@ -166,3 +174,77 @@ def test_a_state_whose_packages_cannot_be_installed_is_a_skip_with_uvs_reason(
     assert done["exit_code"] is None and done["console_tail"] == []
     assert json.dumps(done["outcome"]).count("packages: the state's packages cannot be installed")
     inst.assert_untouched()
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _requirements_pack(src: Path, n: int, bump_at: int) -> list[str]:
+    """A git node pack that scales the VRAM node by sentinel_ballast.SCALE at every commit and
+    whose commit ``bump_at`` bumps requirements.txt to ``sentinel-ballast==2.0``."""
+    src.mkdir(parents=True)
+    _git(src, "init", "-q", "-b", "main")
+    init = BALLAST_PACK.replace("BallastPassthrough", "ReqPassthrough")
+    shas = []
+    for i in range(n):
+        (src / "__init__.py").write_text(init + f"\nREVISION = {i}\n")
+        req = "sentinel-ballast==2.0\n" if i >= bump_at else "sentinel-ballast\n"
+        (src / "requirements.txt").write_text(req)
+        _git(src, "add", "-A")
+        subject = "Require sentinel-ballast 2.0" if i == bump_at else f"Tidy up {i}"
+        _git(
+            src,
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "commit",
+            "-q",
+            "-m",
+            subject,
+        )
+        shas.append(_git(src, "rev-parse", "HEAD"))
+    return shas
+
+
+def test_a_commit_that_bumps_a_requirement_gets_its_requirements_installed(
+    tmp_path: Path, wheelhouse: tuple[Path, dict[str, str]]
+) -> None:
+    wheels, runtime = wheelhouse
+    inst = _install(tmp_path, wheels, ballast_pack=False, core_kw={"bad_commit_index": None})
+    src = inst.base / "src" / "ReqPack"
+    shas = _requirements_pack(src, 12, bump_at=7)
+    dest = inst.root / "custom_nodes" / "ReqPack"
+    _git(inst.root, "clone", "-q", str(src), str(dest))
+    inst.before = inst.fingerprints() | {str(dest): repo_fingerprint(dest)}
+    url = {"ReqPack": str(src)}
+    good = _manager_snapshot(
+        inst, "good", {**runtime, "sentinel-ballast": "1.0"}, {"ReqPack": shas[0]}, url
+    )
+    bad = _manager_snapshot(
+        inst, "bad", {**runtime, "sentinel-ballast": "2.0"}, {"ReqPack": shas[-1]}, url
+    )
+    code, doc, err = inst.bisect(
+        "--workflow", inst.workflow(vram_workflow()), "--good", good, "--bad", bad
+    )
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    by_repo = {c["repo"]: c for c in doc["culprits"]}
+    # the pack's commit alone (on the good package set) raises memory, through the
+    # requirement it bumps; and the package moved on its own raises it too
+    assert by_repo["node:ReqPack"]["commit"] == shas[7]
+    assert by_repo["node:ReqPack"]["subject"] == "Require sentinel-ballast 2.0"
+    assert by_repo["node:ReqPack"]["delta"]["delta_bytes"] == 600 * MIB
+    assert by_repo["pkg:sentinel-ballast"]["commit"] == "2.0"
+    # commits before the bump measured good on ballast 1.0: their requirements were already
+    # met, so they ran in the good set's env; the ones after got an env with 2.0 installed
+    bisected = [st for st in doc["steps"] if st["state"].get("node:ReqPack") in shas[1:-1]]
+    assert bisected, doc["steps"]
+    for st in bisected:
+        bad_commit = shas.index(st["state"]["node:ReqPack"]) >= 7
+        assert (st["kind"] == "new") == bad_commit, st
+    fingerprint = {str(p): repo_fingerprint(p) for p in [*inst.repos(), dest]}
+    assert fingerprint == inst.before
+    say("commit_bumps_requirement", doc, doc["search"]["bound"])
