@@ -1120,6 +1120,119 @@ _comfyui_option = click.option(
 )
 
 
+@main.command("checkout")
+@click.argument("state", nargs=-1, required=True)
+@click.option("--into", required=True, metavar="DIR", help="Where to build it (new or empty).")
+@click.option("--comfyui", metavar="PATH", help="The live install (default: found).")
+@click.option("--python", metavar="PATH", help="ComfyUI's Python (default: found).")
+@click.option(
+    "--flags",
+    metavar="'FLAGS'",
+    help="ComfyUI flags for the launcher (default: those of the running ComfyUI).",
+)
+@click.option("--port", type=int, default=None, help="The launcher's port (default: a free one).")
+@click.option("--models-dir", metavar="PATH", help="The models folder (default: found).")
+@click.option(
+    "--data-dir", metavar="PATH", help="oom-sentinel's data folder (snapshots, recorded states)."
+)
+@click.option("--print", "print_only", is_flag=True, help="Show the plan; write nothing.")
+@handle_errors(PROG)
+def checkout_command(
+    state: tuple[str, ...],
+    into: str,
+    comfyui: str | None,
+    python: str | None,
+    flags: str | None,
+    port: int | None,
+    models_dir: str | None,
+    data_dir: str | None,
+    print_only: bool,
+) -> None:
+    """Build STATE as a separate, runnable install in DIR: shared clones, its own venv and
+    folders, a launcher (run.sh / run.bat). The live install is only read.
+
+    STATE is what --good/--bad take: REPO=REF pairs (pkg:NAME=VERSION too), a ComfyUI-Manager
+    snapshot, HEAD@{N}, before-last-update, a snapshot id, or a state id from
+    `oom-sentinel states list`."""
+    from oom_sentinel.bisect.checkout import do_checkout, plan_checkout
+    from oom_sentinel.bisect.envs import EnvCache
+    from oom_sentinel.bisect.workspace import free_port
+
+    comfy, discovered = _resolve_comfyui(comfyui)
+    install = scan_install(comfy)
+    py = _find_python(python, install.comfyui, discovered)
+    resolver = _state_resolver(data_dir)
+    words = list(state)
+    chosen = resolve_state(words, install, snapshot_resolver=resolver)
+    if chosen.packages:
+        install = _with_packages(install, py)
+        chosen = resolve_state(words, install, snapshot_resolver=resolver)
+    if flags is not None:
+        flag_words = tuple(split_state_arg(flags)) if flags.strip() else ()
+    elif discovered is not None and getattr(discovered, "pid", None):
+        flag_words = _running_flags(discovered) or ()
+    else:
+        flag_words = ()
+    plan = plan_checkout(
+        Path(into),
+        chosen,
+        install,
+        py,
+        flags=flag_words,
+        port=port or free_port(),
+        models_dir=Path(models_dir) if models_dir else None,
+    )
+    for line in plan.lines():
+        click.echo(line)
+    if print_only:
+        return
+    launcher = do_checkout(plan, EnvCache(BisectPaths.for_install(install.comfyui).envs, py))
+    click.echo(f"ready: {launcher}")
+
+
+def _state_resolver(data_dir: str | None) -> Callable[[str], State]:
+    """Snapshot ids first (as --good/--bad), then the state ids the daemon recorded."""
+    snapshots = _snapshot_resolver(data_dir)
+
+    def resolve(word: str) -> State:
+        try:
+            return snapshots(word)
+        except BadRef:
+            if not re.fullmatch(r"[0-9a-fA-F]{4,16}", word):
+                raise
+            found = _recorded_state(word, data_dir)
+            if found is None:
+                raise
+            return found
+
+    return resolve
+
+
+def _recorded_state(word: str, data_dir: str | None) -> State | None:
+    """The install state ``word`` names in the daemon's store (``oom-sentinel states``)."""
+    from oom_sentinel.bisect.states import state_from_install_state
+    from oom_sentinel.daemon.state_history import load_state, resolve_state_ref
+    from oom_sentinel.daemon.store import Store
+
+    if data_dir:
+        directory = Path(data_dir).expanduser()
+    else:
+        from oom_sentinel.config.settings import load_settings
+
+        directory = load_settings(None).settings.resolved_data_dir()
+    store = Store.open_existing(directory)
+    if store is None:
+        return None
+    try:
+        state_id = resolve_state_ref(store, word)
+        recorded = load_state(store, state_id)
+    except InputError:
+        return None
+    finally:
+        store.close()
+    return None if recorded is None else state_from_install_state(recorded, f"state {state_id}")
+
+
 @main.command("status")
 @_comfyui_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

@@ -238,6 +238,16 @@ class EnvCache:
         self.prune(keep=env)
         return _venv_python(env)
 
+    def build_at(self, lock: Lock, dest: Path) -> Path:
+        """A venv of ``lock`` at ``dest``, outside the cache and never pruned (a checkout's),
+        still hard-linked from the cache's uv cache where ``dest`` shares its filesystem
+        (uv copies otherwise). Returns its interpreter; raises EnvUnavailable."""
+        if dest.exists():
+            raise SentinelError(f"{dest}: already exists")
+        self._build(lock, dest)
+        (dest / _LAST_USED).unlink(missing_ok=True)  # not a cache entry
+        return _venv_python(dest)
+
     def problems(self, lock: Lock) -> list[str]:
         """What ``uv pip check`` found wrong with the built env of ``lock`` (empty: none)."""
         try:
@@ -267,7 +277,8 @@ class EnvCache:
 
     def _build(self, lock: Lock, env: Path, requirements: Path | None = None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{env.name}.build-{os.getpid()}"
+        env.parent.mkdir(parents=True, exist_ok=True)
+        tmp = env.parent / f".{env.name}.build-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             made = self._uv(

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from standin_repos import repo_fingerprint
 from test_bisect_e2e import CONTEXT_MIB, MIB, UserInstall, make_install, say, vram_workflow
-from wheels import STANDIN_RUNTIME, ballast_source, repack_closure, write_wheel
+from wheels import ballast_wheelhouse
 
 pytestmark = pytest.mark.slow
 
@@ -50,10 +50,7 @@ NODE_CLASS_MAPPINGS = {"BallastPassthrough": BallastPassthrough}
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     d = tmp_path_factory.mktemp("wheels")
-    runtime = repack_closure(STANDIN_RUNTIME, d)
-    write_wheel(d, "sentinel-ballast", "1.0", ballast_source(1.0))
-    write_wheel(d, "sentinel-ballast", "2.0", ballast_source(1.6))
-    return d, runtime
+    return d, ballast_wheelhouse(d)
 
 
 def _install(tmp_path: Path, wheels: Path, ballast_pack: bool = True, **kw: Any) -> UserInstall:

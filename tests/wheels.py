@@ -22,7 +22,14 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["STANDIN_RUNTIME", "ballast_source", "repack_closure", "repack_installed", "write_wheel"]
+__all__ = [
+    "STANDIN_RUNTIME",
+    "ballast_source",
+    "ballast_wheelhouse",
+    "repack_closure",
+    "repack_installed",
+    "write_wheel",
+]
 
 #: what the stand-in ComfyUI imports beyond the standard library
 STANDIN_RUNTIME = ("aiohttp", "psutil", "PyYAML")
@@ -139,3 +146,12 @@ def repack_closure(names: Iterable[str], out_dir: Path) -> dict[str, str]:
         done[key] = dist.version
         todo.extend(_requirements(name))
     return done
+
+
+def ballast_wheelhouse(out_dir: Path) -> dict[str, str]:
+    """The stand-in's runtime plus ``sentinel-ballast`` 1.0 (SCALE 1.0) and 2.0 (SCALE 1.6)
+    as wheels in ``out_dir``; returns the runtime's package set."""
+    runtime = repack_closure(STANDIN_RUNTIME, out_dir)
+    write_wheel(out_dir, "sentinel-ballast", "1.0", ballast_source(1.0))
+    write_wheel(out_dir, "sentinel-ballast", "2.0", ballast_source(1.6))
+    return runtime
