@@ -44,7 +44,7 @@ def _norm(name: str) -> str:
 
 
 def _zip(
-    out_dir: Path, name: str, version: str, tag: str, files: Mapping[str, bytes], meta: str
+    out_dir: Path, name: str, version: str, tags: list[str], files: Mapping[str, bytes], meta: str
 ) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     dist_info = f"{_norm(name)}-{version}.dist-info"
@@ -52,8 +52,11 @@ def _zip(
     all_files[f"{dist_info}/METADATA"] = meta.encode()
     all_files[f"{dist_info}/WHEEL"] = (
         f"Wheel-Version: 1.0\nGenerator: oom-sentinel-tests\nRoot-Is-Purelib: "
-        f"{'true' if tag.endswith('none-any') else 'false'}\nTag: {tag}\n"
+        f"{'true' if all(t.endswith('none-any') for t in tags) else 'false'}\n"
+        + "".join(f"Tag: {t}\n" for t in tags)
     ).encode()
+    parts = [t.split("-") for t in tags]  # a compressed tag set (PEP 425): py2.py3-none-any
+    tag = "-".join(".".join(dict.fromkeys(p[i] for p in parts)) for i in range(3))
     record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in all_files.items())
     record += f"{dist_info}/RECORD,,\n"
     path = out_dir / f"{_norm(name)}-{version}-{tag}.whl"
@@ -75,7 +78,7 @@ def write_wheel(
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
     data = {p: c.encode() if isinstance(c, str) else c for p, c in files.items()}
-    return _zip(out_dir, name, version, "py3-none-any", data, meta)
+    return _zip(out_dir, name, version, ["py3-none-any"], data, meta)
 
 
 def ballast_source(scale: float, pad_bytes: int = 0) -> dict[str, str | bytes]:
@@ -94,7 +97,6 @@ def repack_installed(name: str, out_dir: Path) -> Path:
     dist = md.distribution(name)
     wheel_meta = dist.read_text("WHEEL") or ""
     tags = [ln.split(":", 1)[1].strip() for ln in wheel_meta.splitlines() if ln.startswith("Tag:")]
-    tag = tags[0] if tags else "py3-none-any"
     version = dist.version
     dist_info = f"{_norm(dist.metadata['Name'])}-{version}.dist-info"
     files: dict[str, bytes] = {}
@@ -113,7 +115,7 @@ def repack_installed(name: str, out_dir: Path) -> Path:
     meta = (
         dist.read_text("METADATA") or f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     )
-    return _zip(out_dir, dist.metadata["Name"], version, tag, files, meta)
+    return _zip(out_dir, dist.metadata["Name"], version, tags or ["py3-none-any"], files, meta)
 
 
 def _requirements(name: str) -> list[str]:
