@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,8 +59,15 @@ def main() -> int:
         print(
             f"wheels: {len(packages) + 1} distributions packed in {time.perf_counter() - t:.1f} s"
         )
-        links = [str(wheels), *args.find_links]
-        os.environ.update(UV_OFFLINE="1", UV_NO_CONFIG="1", UV_FIND_LINKS=" ".join(links))
+        for extra in args.find_links:  # one folder for uv and pip alike (hard links)
+            for whl in Path(extra).glob("*.whl"):
+                if not (wheels / whl.name).exists():
+                    try:
+                        os.link(whl, wheels / whl.name)
+                    except OSError:  # another filesystem
+                        shutil.copy2(whl, wheels / whl.name)
+        links = [str(wheels)]
+        os.environ.update(UV_OFFLINE="1", UV_NO_CONFIG="1", UV_FIND_LINKS=str(wheels))
         cache = EnvCache(base / "envs", sys.executable, max_bytes=1 << 50)
         locks = [lock_for({**packages, "sentinel-ballast": f"1.{i}"}) for i in range(args.states)]
         times = []

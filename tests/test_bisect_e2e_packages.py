@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 from standin_repos import repo_fingerprint
 from test_bisect_e2e import CONTEXT_MIB, MIB, UserInstall, make_install, say, vram_workflow
-from wheels import ballast_wheelhouse
+from wheels import ballast_source, ballast_wheelhouse, write_wheel
 
 pytestmark = pytest.mark.slow
 
@@ -170,6 +171,16 @@ def test_a_state_whose_packages_cannot_be_installed_is_a_skip_with_uvs_reason(
     ]
     assert done["exit_code"] is None and done["console_tail"] == []
     assert json.dumps(done["outcome"]).count("packages: the state's packages cannot be installed")
+    # what uv can install depends on the indexes this machine reaches, not on the state: the
+    # skip is not cached, so once the wheel can be found a new bisect measures the state
+    more = tmp_path / "more-wheels"
+    shutil.copytree(wheels, more)
+    write_wheel(more, "sentinel-ballast", "3.0", ballast_source(1.6))
+    inst.env["UV_FIND_LINKS"] = str(more)
+    assert inst.run("reset", "--comfyui", str(inst.root)).returncode == 0
+    code, doc, err = inst.bisect("--workflow", _workflow(inst), "--good", good, "--bad", bad)
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    assert [(c["repo"], c["commit"]) for c in doc["culprits"]] == [("pkg:sentinel-ballast", "3.0")]
     inst.assert_untouched()
 
 
