@@ -256,3 +256,37 @@ def test_a_commit_that_bumps_a_requirement_gets_its_requirements_installed(
     fingerprint = {str(p): repo_fingerprint(p) for p in [*inst.repos(), dest]}
     assert fingerprint == inst.before
     say("commit_bumps_requirement", doc, doc["search"]["bound"])
+
+
+def test_a_package_and_the_package_pinned_to_it_move_together(
+    tmp_path: Path, wheelhouse: tuple[Path, dict[str, str]]
+) -> None:
+    """ballast-helper 1.0 pins sentinel-ballast < 2 and 2.0 pins >= 2: a mix of one package
+    from each endpoint breaks a pin, so it is refused (a skip), and the culprit set is the pair."""
+    wheels, runtime = wheelhouse
+    more = tmp_path / "wheels"
+    shutil.copytree(wheels, more)
+    write_wheel(
+        more, "ballast-helper", "1.0", {"ballast_helper/__init__.py": ""}, ["sentinel-ballast<2"]
+    )
+    write_wheel(
+        more, "ballast-helper", "2.0", {"ballast_helper/__init__.py": ""}, ["sentinel-ballast>=2"]
+    )
+    inst = _install(tmp_path, more, core_kw={"bad_commit_index": None})
+    good = _manager_snapshot(
+        inst, "good", {**runtime, "sentinel-ballast": "1.0", "ballast-helper": "1.0"}
+    )
+    bad = _manager_snapshot(
+        inst, "bad", {**runtime, "sentinel-ballast": "2.0", "ballast-helper": "2.0"}
+    )
+    code, doc, err = inst.bisect("--workflow", _workflow(inst), "--good", good, "--bad", bad)
+    assert (code, doc["result"]) == (0, "found"), err[-3000:]
+    got = sorted((c["repo"], c["commit"], tuple(c["together"])) for c in doc["culprits"])
+    assert got == [
+        ("pkg:ballast-helper", "2.0", ("pkg:sentinel-ballast",)),
+        ("pkg:sentinel-ballast", "2.0", ("pkg:ballast-helper",)),
+    ]
+    assert doc["search"]["groups"] == [["pkg:ballast-helper", "pkg:sentinel-ballast"]]
+    assert "this mix of packages breaks a requirement" in err
+    say("pinned_packages_move_together", doc, doc["search"]["bound"])
+    inst.assert_untouched()
