@@ -93,12 +93,20 @@ class Lock:
 def lock_for(packages: Mapping[str, str] | Sequence[tuple[str, str]]) -> Lock:
     """The lock of a package set ({normalised name: version or ``@ URL``})."""
     items = sorted(dict(packages).items())
-    pins = [f"{n} {v}" if v.startswith("@ ") else f"{n}=={v}" for n, v in items]
+    pins = [_pin(n, v) for n, v in items]
     tags = sorted(
         {m.group(1) for n, v in items if n in _TORCH_FAMILY and (m := _TORCH_LOCAL_RE.search(v))}
     )
     options = [f"--extra-index-url https://download.pytorch.org/whl/{t}" for t in tags]
     return Lock(tuple(options + pins))
+
+
+def _pin(name: str, value: str) -> str:
+    """One lock line: ``name==V``, ``name @ URL``, or an editable's ``-e …`` line as recorded
+    (uv installs it from there if it still exists, or says why not)."""
+    if value.startswith("@ -e "):
+        return value[2:]
+    return f"{name} {value}" if value.startswith("@ ") else f"{name}=={value}"
 
 
 def uv_binary() -> str:

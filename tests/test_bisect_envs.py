@@ -119,6 +119,8 @@ def test_a_version_the_index_cannot_provide_is_refused_with_uvs_reason(
     gone = "@ file:///nonexistent/wheels/local_pack-1.0-py3-none-any.whl"
     with pytest.raises(EnvUnavailable, match=r"local_pack-1\.0"):
         cache.python_for(lock_for({**runtime, "local-pack": gone}))
+    with pytest.raises(EnvUnavailable, match="gone_pack"):  # an editable checkout that is gone
+        cache.python_for(lock_for({**runtime, "gone-pack": "@ -e /nonexistent/src/gone_pack"}))
     # nothing half-built is left to be taken for an env later
     assert cache.envs() == []
     assert not [p for p in cache.root.iterdir() if p.name.startswith(".")]
@@ -186,6 +188,14 @@ def test_pip_freeze_lines_become_a_package_set_and_a_state_dimension() -> None:
         "local-pack": "@ file:///home/u/wheels/local_pack-1.0-py3-none-any.whl",
         "my-node-lib": "@ -e git+https://example.invalid/x.git@abc#egg=my_node_lib",
     }
+    # each line as recorded: an editable stays an editable line for uv to install or refuse
+    assert lock_for(pkgs).lines == (
+        "--extra-index-url https://download.pytorch.org/whl/cu128",
+        "comfy-kitchen==0.2.1",
+        "local-pack @ file:///home/u/wheels/local_pack-1.0-py3-none-any.whl",
+        "-e git+https://example.invalid/x.git@abc#egg=my_node_lib",
+        "torch==2.8.0+cu128",
+    )
     g = State.of("a" * 40, {}, {"torch": "2.7.1+cu128", "numpy": "2.2.6"})
     b = State.of("a" * 40, {}, {"torch": "2.8.0+cu128", "numpy": "2.2.6", "comfy-kitchen": "0.2.1"})
     from oom_sentinel.bisect.states import differing_repos, repo_label
