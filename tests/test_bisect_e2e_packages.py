@@ -120,6 +120,12 @@ def test_the_culprit_is_a_package_version_with_its_delta(
     assert len(envs) == 2
     # the user's interpreter has no ballast: a run in it would have lost BallastPack
     assert importlib.util.find_spec("sentinel_ballast") is None
+    # the same command again resumes the session (its package sets compare equal) and
+    # measures nothing new; a state given as tokens is filled with the interpreter's set
+    again, doc2, err2 = inst.bisect("--workflow", _workflow(inst), "--good", good, "--bad", bad)
+    assert (again, doc2["result"], doc2["measurements"]) == (0, "found", doc["measurements"]), err2
+    other, _, err3 = inst.bisect("--good", "comfyui=HEAD", "--bad", bad)
+    assert other == 1 and "another good state is in progress" in err3
     say("package_culprit", doc, doc["search"]["bound"])
     inst.assert_untouched()
 
@@ -289,4 +295,25 @@ def test_a_package_and_the_package_pinned_to_it_move_together(
     assert doc["search"]["groups"] == [["pkg:ballast-helper", "pkg:sentinel-ballast"]]
     assert "this mix of packages breaks a requirement" in err
     say("pinned_packages_move_together", doc, doc["search"]["bound"])
+    inst.assert_untouched()
+
+
+def test_a_side_without_a_package_set_runs_the_interpreters_own_and_resumes(
+    tmp_path: Path, wheelhouse: tuple[Path, dict[str, str]]
+) -> None:
+    """The bad snapshot records no pips: it is the interpreter's own set (this one, which has
+    no ballast, so BallastPack scales nothing), run in the interpreter itself, not in a copy."""
+    wheels, runtime = wheelhouse
+    inst = _install(tmp_path, wheels, core_kw={"bad_commit_index": None})
+    good = _manager_snapshot(inst, "good", {**runtime, "sentinel-ballast": "1.0"})
+    bad = _manager_snapshot(inst, "bad", {})
+    wf = inst.workflow(vram_workflow())
+    code, doc, err = inst.bisect("--workflow", wf, "--good", good, "--bad", bad)
+    assert (code, doc["result"]) == (4, "not-reproduced"), err[-3000:]
+    assert "packages: built the env" in err  # the good state's, once
+    envs = [p for p in (inst.base / "cache" / "bisect" / "envs").iterdir() if p.name[0] != "u"]
+    assert len(envs) == 1
+    again, doc2, err2 = inst.bisect("--workflow", wf, "--good", good, "--bad", bad)
+    assert (again, doc2["result"]) == (4, "not-reproduced"), err2[-2000:]
+    assert doc2["measurements"] == doc["measurements"]
     inst.assert_untouched()
