@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oom_sentinel.bisect.envs import EnvCache, Lock, lock_for
+from oom_sentinel.bisect.fsutil import remove_tree
 from oom_sentinel.bisect.states import (
     ABSENT,
     DISABLED,
@@ -148,11 +149,15 @@ def do_checkout(plan: CheckoutPlan, envs: EnvCache) -> Path:
 
     into = plan.into
     into.mkdir(parents=True, exist_ok=True)
-    ws = Workspace.create(into, plan.install, models_dir=plan.models_dir)
-    ws.switch(plan.state)
-    python = plan.python
-    if plan.lock is not None:
-        python = str(envs.build_at(plan.lock, into / "venv"))
+    try:
+        ws = Workspace.create(into, plan.install, models_dir=plan.models_dir)
+        ws.switch(plan.state)
+        python = plan.python
+        if plan.lock is not None:
+            python = str(envs.build_at(plan.lock, into / "venv"))
+    except BaseException:
+        remove_tree(into)  # new or empty before: a half-built install is no install
+        raise
     spec = ws.launch(plan.flags, port=plan.port)
     args = list(spec.args)
     if _MEMORY_DB in args:  # the bisect's throwaway database; an install keeps its own

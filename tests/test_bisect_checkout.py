@@ -78,6 +78,11 @@ def test_print_shows_the_plan_and_writes_nothing(
     inside = _checkout(inst, good, "--into", str(inst.root / "old"), "--print")
     assert inside.returncode != 0 and "must be outside the install" in inside.stderr
     assert "Traceback" not in inside.stderr
+    # a state whose packages cannot be installed: one line with uv's reason, DIR not left
+    bad = _manager_snapshot(inst, "bad", {**runtime, "sentinel-ballast": "9.9"})
+    failed = _checkout(inst, bad, "--into", str(into))
+    assert failed.returncode != 0 and "sentinel-ballast==9.9" in failed.stderr
+    assert "Traceback" not in failed.stderr and not into.exists()
     inst.assert_untouched()
 
 
