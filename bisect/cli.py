@@ -32,7 +32,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,12 @@ from oom_sentinel.bisect.session import (
     workflow_sha256,
 )
 from oom_sentinel.bisect.states import (
+    ABSENT,
     CORE,
     Install,
     State,
+    differing_repos,
+    is_package,
     node_key,
     node_name,
     parse_state_tokens,
@@ -350,6 +353,7 @@ class _RunArgs:
     as_json: bool = False
     max_steps: int | None = None
     parallel: int | None = None
+    env_cache_max: str | None = None
     #: set by the snapshot front end
     snapshot: Any = None
     good_state: State | None = None
@@ -449,6 +453,12 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "(CUDA_VISIBLE_DEVICES per replay): ⌈log_{N+1} M⌉ rounds instead of ⌈log2 M⌉ "
             "(default: the GPUs NVML sees; 1 on CPU).",
         ),
+        click.option(
+            "--env-cache-max",
+            metavar="SIZE",
+            help="Size budget of the per-state Python environments, least recently used "
+            "removed first (default 50GiB).",
+        ),
         click.option("--max-steps", type=int, default=None, hidden=True),
         click.option("--json", "as_json", is_flag=True, help="End with one JSON object."),
     ]
@@ -537,7 +547,9 @@ def state_lines(
             else:
                 base = word
     names = sorted({n for n, _ in good.nodes} | {n for n, _ in bad.nodes})
-    repos = [CORE, *map(node_key, names)]
+    # of a package set (hundreds of pins) only the packages that differ are listed
+    pkgs = [r for r in differing_repos(good, bad) if is_package(r)]
+    repos = [CORE, *map(node_key, names), *pkgs]
     width = max(len(repo_label(r)) for r in repos)
     where = origin or option
     lines = [f"{term} state ({where}):"]
@@ -545,6 +557,9 @@ def state_lines(
         ref = asked.get(repo, base)
         mark = "" if good.value(repo) == bad.value(repo) else "  *"
         lines.append(f"  {repo_label(repo):<{width}}  {ref} → {state.value(repo)}{mark}")
+    if state.packages:
+        same = len(state.packages) - sum(state.value(p) != ABSENT for p in pkgs)
+        lines.append(f"  (and {same} more package(s), the same in both states)")
     return lines
 
 
@@ -691,6 +706,8 @@ def _run_inner(args: _RunArgs) -> int:
         with session_lock(paths):
             if Session.exists(paths):
                 sess = Session.open(paths)
+                if (sess.setup.good.packages or sess.setup.bad.packages) and sess.setup.python:
+                    install = _with_packages(install, sess.setup.python)
                 _check_resume(sess, args, install)
                 err.print(f"resuming the bisect of {sess.setup.install}", highlight=False)
             else:
@@ -755,6 +772,11 @@ def _start(
     # resolve both ends first: a junk ref must not leave a workspace behind
     good = resolve_state(good_arg, install, snapshot_resolver=resolver)
     bad = resolve_state(bad_arg, install, snapshot_resolver=resolver)
+    if good.packages or bad.packages:
+        # a state names packages: they are a dimension, against the interpreter's own set
+        install = _with_packages(install, python)
+        good = resolve_state(good_arg, install, snapshot_resolver=resolver)
+        bad = resolve_state(bad_arg, install, snapshot_resolver=resolver)
     if good == bad:
         raise BisectError("the good and bad states are the same: there is nothing to bisect")
     prompt = args.prompt
@@ -767,7 +789,14 @@ def _start(
         "models_dir": args.models_dir,
         "snapshot_dir": str(args.snapshot.path) if args.snapshot is not None else None,
         "pool": args.pool or args.snapshot_pool or "any",
+        "env_cache_max_bytes": (
+            parse_size(args.env_cache_max, "--env-cache-max") if args.env_cache_max else None
+        ),
     }
+    if install.packages:
+        from oom_sentinel.bisect.envs import lock_for
+
+        extra["interpreter_lock"] = lock_for(install.packages).digest()
     if prompt is None:
         from oom_sentinel.bisect.workflow import load_workflow
 
@@ -892,9 +921,21 @@ def _workspace(
     )
 
 
-def _lane(ws: Any, replayer: Any, prompt: Mapping[str, Any]) -> Callable[..., Any]:
+def _lane(
+    ws: Any,
+    replayer: Any,
+    prompt: Mapping[str, Any],
+    interpreter: Callable[[State], str | Any],
+) -> Callable[..., Any]:
+    """One lane's measurement: its workspace shows the state, the state's interpreter (the
+    user's, or the state's own package env) runs it."""
+
     def measure(state: State, threshold: Threshold | None) -> Any:
         ws.switch(state)
+        chosen = interpreter(state)
+        if not isinstance(chosen, str):
+            return chosen  # the state's packages cannot be installed: a skip, with uv's reason
+        replayer.settings = replace(replayer.settings, python=chosen)
         return replayer.measure(prompt, threshold)
 
     return measure
@@ -1024,7 +1065,7 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
         ws = _workspace(sess.paths, install, extra, lane)
         env = {} if device is None else {"CUDA_VISIBLE_DEVICES": device}
         replayer = _replayer(ws, python, s.flags, extra, s.timeout_s, env)
-        lanes.append(_lane(ws, replayer, prompt))
+        lanes.append(_lane(ws, replayer, prompt, _state_python(sess, python, err, ws)))
     if replayer.gpu is not None and getattr(replayer.gpu, "backend", "none") == "none":
         err.print("note: no GPU probe (NVML unavailable): VRAM is measured through torch only")
     if len(lanes) > 1:
@@ -1048,6 +1089,88 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
     finally:
         stats.launched, stats.finished = runner.launched, runner.finished
     return step, stats
+
+
+def _with_packages(install: Install, python: str) -> Install:
+    """``install`` with its interpreter's package set, read as the daemon records it."""
+    from oom_sentinel.bisect.states import packages_from_freeze
+    from oom_sentinel.daemon.interpreter import probe_interpreter
+
+    _, lines = probe_interpreter(python, pip=True)
+    if lines is None:
+        raise InputError(f"{python}: cannot list its installed packages (pip freeze failed)")
+    return replace(install, packages=tuple(sorted(packages_from_freeze(lines).items())))
+
+
+def _state_python(
+    sess: Session, python: str, err: Console, ws: Any
+) -> Callable[[State], str | Any]:
+    """Which interpreter measures a state (the workspace already shows it): the user's when
+    the state's package set is the interpreter's own (or it names none), else its own env
+    (envs.py), built on first use. A set uv cannot install is a skip measurement. A state the
+    search made (not an endpoint) is refused when its set breaks a requirement neither
+    endpoint broke, and gets the ``requirements.txt`` of the repos it moved installed on top,
+    as Manager does when it checks out a commit."""
+    s = sess.setup
+    own = s.extra.get("interpreter_lock")
+    if not (s.good.packages or s.bad.packages):
+        return lambda state: python
+    from oom_sentinel.bisect import gitrepo
+    from oom_sentinel.bisect.envs import DEFAULT_MAX_BYTES, EnvCache, EnvUnavailable, lock_for
+    from oom_sentinel.bisect.replay import Measurement, Peaks
+    from oom_sentinel.bisect.verdict import Skip
+
+    cache = EnvCache(
+        sess.paths.envs, python, max_bytes=s.extra.get("env_cache_max_bytes") or DEFAULT_MAX_BYTES
+    )
+    endpoints = {lock_for(s.good.packages), lock_for(s.bad.packages)}
+
+    def problems(lock: Any) -> frozenset[str]:
+        if lock.digest() == own:
+            return frozenset()
+        try:
+            cache.python_for(lock)
+        except EnvUnavailable:
+            return frozenset()
+        return frozenset(cache.problems(lock))
+
+    def requirements(state: State) -> str:
+        """The moved repos' requirements.txt files, as the workspace shows them now."""
+        texts = []
+        for span in s.spans:
+            value = state.value(span.repo)
+            if is_package(span.repo) or not gitrepo.is_commit_id(value):
+                continue
+            folder = ws.comfyui if span.repo == CORE else ws.custom_nodes / node_name(span.repo)
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                texts.append((folder / "requirements.txt").read_text("utf-8"))
+        return "\n".join(texts)
+
+    def choose(state: State) -> str | Any:
+        lock = lock_for(state.packages)
+        endpoint = state in (s.good, s.bad)
+        if endpoint and lock.digest() == own:
+            return python
+        tolerated = None
+        if lock not in endpoints:
+            tolerated = frozenset().union(*(problems(e) for e in endpoints))
+        try:
+            if endpoint:
+                py = cache.python_for(lock, tolerated)
+            else:
+                mine = python if lock.digest() == own else None
+                py = cache.python_with_requirements(
+                    lock, requirements(state), tolerated, base_python=mine
+                )
+        except EnvUnavailable as exc:
+            err.print(f"  packages: {exc}", highlight=False, markup=False)
+            return Measurement(outcome=Skip(f"packages: {exc}"), peaks=Peaks())
+        if cache.last == "built":
+            err.print(f"  packages: built the env {py.parent.parent}", highlight=False)
+        cache.last = None
+        return str(py)
+
+    return choose
 
 
 def _finish(
@@ -1129,6 +1252,119 @@ def _finish(
 _comfyui_option = click.option(
     "--comfyui", metavar="PATH", help="The install whose session to use (default: the one)."
 )
+
+
+@main.command("checkout")
+@click.argument("state", nargs=-1, required=True)
+@click.option("--into", required=True, metavar="DIR", help="Where to build it (new or empty).")
+@click.option("--comfyui", metavar="PATH", help="The live install (default: found).")
+@click.option("--python", metavar="PATH", help="ComfyUI's Python (default: found).")
+@click.option(
+    "--flags",
+    metavar="'FLAGS'",
+    help="ComfyUI flags for the launcher (default: those of the running ComfyUI).",
+)
+@click.option("--port", type=int, default=None, help="The launcher's port (default: a free one).")
+@click.option("--models-dir", metavar="PATH", help="The models folder (default: found).")
+@click.option(
+    "--data-dir", metavar="PATH", help="oom-sentinel's data folder (snapshots, recorded states)."
+)
+@click.option("--print", "print_only", is_flag=True, help="Show the plan; write nothing.")
+@handle_errors(PROG)
+def checkout_command(
+    state: tuple[str, ...],
+    into: str,
+    comfyui: str | None,
+    python: str | None,
+    flags: str | None,
+    port: int | None,
+    models_dir: str | None,
+    data_dir: str | None,
+    print_only: bool,
+) -> None:
+    """Build STATE as a separate, runnable install in DIR: shared clones, its own venv and
+    folders, a launcher (run.sh / run.bat). The live install is only read.
+
+    STATE is what --good/--bad take: REPO=REF pairs (pkg:NAME=VERSION too), a ComfyUI-Manager
+    snapshot, HEAD@{N}, before-last-update, a snapshot id, or a state id from
+    `oom-sentinel states list`."""
+    from oom_sentinel.bisect.checkout import do_checkout, plan_checkout
+    from oom_sentinel.bisect.envs import EnvCache
+    from oom_sentinel.bisect.workspace import free_port
+
+    comfy, discovered = _resolve_comfyui(comfyui)
+    install = scan_install(comfy)
+    py = _find_python(python, install.comfyui, discovered)
+    resolver = _state_resolver(data_dir)
+    words = list(state)
+    chosen = resolve_state(words, install, snapshot_resolver=resolver)
+    if chosen.packages:
+        install = _with_packages(install, py)
+        chosen = resolve_state(words, install, snapshot_resolver=resolver)
+    if flags is not None:
+        flag_words = tuple(split_state_arg(flags)) if flags.strip() else ()
+    elif discovered is not None and getattr(discovered, "pid", None):
+        flag_words = _running_flags(discovered) or ()
+    else:
+        flag_words = ()
+    plan = plan_checkout(
+        Path(into),
+        chosen,
+        install,
+        py,
+        flags=flag_words,
+        port=port or free_port(),
+        models_dir=Path(models_dir) if models_dir else None,
+    )
+    for line in plan.lines():
+        click.echo(line)
+    if print_only:
+        return
+    launcher = do_checkout(plan, EnvCache(BisectPaths.for_install(install.comfyui).envs, py))
+    click.echo(f"ready: {launcher}")
+
+
+def _state_resolver(data_dir: str | None) -> Callable[[str], State]:
+    """Snapshot ids first (as --good/--bad), then the state ids the daemon recorded."""
+    snapshots = _snapshot_resolver(data_dir)
+
+    def resolve(word: str) -> State:
+        try:
+            return snapshots(word)
+        except BadRef:
+            if not re.fullmatch(r"[0-9a-fA-F]{4,16}", word):
+                raise
+            found = _recorded_state(word, data_dir)
+            if found is None:
+                raise
+            return found
+
+    return resolve
+
+
+def _recorded_state(word: str, data_dir: str | None) -> State | None:
+    """The install state ``word`` names in the daemon's store (``oom-sentinel states``)."""
+    from oom_sentinel.bisect.states import state_from_install_state
+    from oom_sentinel.daemon.state_history import load_state, resolve_state_ref
+    from oom_sentinel.daemon.store import Store
+
+    if data_dir:
+        directory = Path(data_dir).expanduser()
+    else:
+        from oom_sentinel.config.settings import load_settings
+
+        directory = load_settings(None).settings.resolved_data_dir()
+    store = Store.open_existing(directory)
+    if store is None:
+        return None
+    try:
+        state_id = resolve_state_ref(store, word)
+        recorded = load_state(store, state_id)
+    except InputError:
+        return None
+    finally:
+        store.close()
+    return None if recorded is None else state_from_install_state(recorded, f"state {state_id}")
 
 
 @main.command("status")

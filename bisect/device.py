@@ -105,12 +105,14 @@ def device_failure(
 _HARNESS_PREFIXES = (
     "the prompt was interrupted by someone else",
     "won't start: no answer on /system_stats",  # a slow or loaded machine, this time
+    # what uv could install (envs.py): the indexes this machine reaches, not the state
+    "packages: ",
 )
 
 
 def is_harness_failure(outcome: Outcome) -> bool:
     """An outcome that says nothing about the state: a device failure, a prompt someone else
-    interrupted, a start that timed out. Never cached, so a later bisect measures the state
+    interrupted, a start that timed out, a package set uv could not install. Never cached, so a later bisect measures the state
     for itself (a wrong cached answer costs more than one measurement)."""
     if not isinstance(outcome, Skip):
         return False

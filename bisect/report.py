@@ -53,7 +53,15 @@ from oom_sentinel.bisect.runner import (
     read_measurements,
 )
 from oom_sentinel.bisect.session import LogRecord, Session, outcome_from_json
-from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, State, repo_label
+from oom_sentinel.bisect.states import (
+    ABSENT,
+    CORE,
+    DISABLED,
+    INSTALLED,
+    State,
+    is_package,
+    repo_label,
+)
 from oom_sentinel.bisect.verdict import Oom, Skip, Timeout, Verdict
 from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.errors import SentinelError
@@ -117,6 +125,8 @@ def github_commit_url(remote_urls: Sequence[str], sha: str) -> str | None:
 
 def _value_phrase(repo: str, value: str, previous: str) -> str:
     label = repo_label(repo)
+    if is_package(repo) and ABSENT not in (value, previous):
+        return f"{label} {previous} → {value}"
     if value == ABSENT:
         return f"{label} was removed"
     if value == DISABLED:

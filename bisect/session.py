@@ -68,11 +68,13 @@ from oom_sentinel.bisect.plan import (
 )
 from oom_sentinel.bisect.states import (
     CORE,
+    PKG_PREFIX,
     Install,
     SnapshotResolver,
     State,
     check_value,
     differing_repos,
+    is_package,
     node_name,
     repo_label,
     resolve_state,
@@ -169,6 +171,11 @@ class BisectPaths:
     @property
     def lock(self) -> Path:
         return self.root / ".lock"
+
+    @property
+    def envs(self) -> Path:
+        """Per-state environments (envs.py), shared by every install: same lock, same env."""
+        return self.outcomes.parent / "envs"
 
 
 _held: dict[Path, int] = {}
@@ -408,7 +415,7 @@ def parse_log(text: str, setup: SessionSetup, origin: str) -> list[LogRecord]:
             key, eq, value = w.partition("=")
             if not eq:
                 raise InputError(f"{where}: {w!r} is not KEY=VALUE")
-            if key == CORE or key.startswith("node:"):
+            if key == CORE or key.startswith(("node:", PKG_PREFIX)):
                 if key not in spans:
                     raise InputError(
                         f"{where}: {repo_label(key)} is not one of the repos this bisect changes"
@@ -924,6 +931,14 @@ def begin(
         )
     g = resolve_state(good, install, snapshot_resolver=snapshot_resolver)
     b = resolve_state(bad, install, snapshot_resolver=snapshot_resolver)
+    if g.packages or b.packages:
+        # a package set is a whole lock: a side without one runs the interpreter's own set
+        if not install.packages:
+            raise BisectError(
+                "a state names Python packages but the interpreter's own set was not read"
+            )
+        g = g if g.packages else g.with_packages(dict(install.packages))
+        b = b if b.packages else b.with_packages(dict(install.packages))
     repos = differing_repos(g, b)
     if not repos:
         raise BisectError("the good and bad states are the same: there is nothing to bisect")
@@ -931,7 +946,10 @@ def begin(
     repo_paths = {}
     for repo in repos:
         gv, bv = g.value(repo), b.value(repo)
-        path = install.comfyui if repo == CORE else _node_path(install, repo)
+        if is_package(repo):
+            path = None  # a package version is one step: no history between two pins
+        else:
+            path = install.comfyui if repo == CORE else _node_path(install, repo)
         commits: tuple[str, ...] = ()
         if path is not None:
             repo_paths[repo] = str(path)

@@ -16,6 +16,13 @@ A node missing from a state is ``absent``; the two spellings compare equal. Repo
 ``comfyui`` (the core) and ``node:NAME`` where NAME is the folder (or file) name under
 ``custom_nodes/`` without a ``.disabled`` suffix.
 
+A state may also carry its **Python package set** (issue 14): ``packages`` maps each
+distribution (PEP 503-normalised name) to what ``pip freeze`` recorded for it — a version
+(``2.8.0+cu128``, local part kept) or ``@ URL`` for a direct reference. The set is the whole
+lock, not a diff: empty means "the interpreter's own packages" (every state before issue 14).
+Each package is an element ``pkg:NAME`` next to the repos, so ``differing_repos`` and the
+search treat a changed package like a changed node; its value ``absent`` means not installed.
+
 STATE arguments (``--good``/``--bad``) are resolved here, in this order:
 
 ``before-last-update``
@@ -70,6 +77,7 @@ __all__ = [
     "CORE",
     "DISABLED",
     "INSTALLED",
+    "PKG_PREFIX",
     "VERSION_PREFIX",
     "Install",
     "ManagerSnapshot",
@@ -80,8 +88,12 @@ __all__ = [
     "check_node_name",
     "check_value",
     "differing_repos",
+    "is_package",
     "node_key",
     "node_name",
+    "normalize_package",
+    "package_key",
+    "packages_from_freeze",
     "parse_manager_snapshot",
     "parse_state_tokens",
     "read_manager_snapshot",
@@ -96,6 +108,7 @@ __all__ = [
 
 CORE = "comfyui"
 NODE_PREFIX = "node:"
+PKG_PREFIX = "pkg:"
 ABSENT = "absent"
 DISABLED = "disabled"
 INSTALLED = "installed"
@@ -109,6 +122,42 @@ def node_key(name: str) -> str:
     return NODE_PREFIX + name
 
 
+def normalize_package(name: str) -> str:
+    """PEP 503's normal form: ``Comfy_Kitchen`` and ``comfy-kitchen`` are one distribution."""
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def package_key(name: str) -> str:
+    return PKG_PREFIX + normalize_package(name)
+
+
+def is_package(repo: str) -> bool:
+    return repo.startswith(PKG_PREFIX)
+
+
+_FREEZE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(==|@)\s*(\S.*)$")
+
+
+def packages_from_freeze(lines: Iterable[str]) -> dict[str, str]:
+    """``pip freeze`` lines → {normalised name: value}. ``name==V`` gives ``V``; ``name @ URL``
+    gives ``@ URL``; an editable (``-e …``) or anything else unpinned gives ``@ LINE`` so the
+    env build fails on it with uv's reason (a state is never built from a guess)."""
+    out: dict[str, str] = {}
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _FREEZE_RE.match(line)
+        if m:
+            name, op, rest = m.groups()
+            out[normalize_package(name)] = rest.strip() if op == "==" else "@ " + rest.strip()
+            continue
+        egg = re.search(r"#egg=([A-Za-z0-9._-]+)", line)
+        if egg:
+            out[normalize_package(egg.group(1))] = "@ " + line
+    return out
+
+
 def node_name(repo: str) -> str:
     if not repo.startswith(NODE_PREFIX):
         raise ValueError(f"{repo!r} is not a custom-node repo key")
@@ -116,8 +165,12 @@ def node_name(repo: str) -> str:
 
 
 def repo_label(repo: str) -> str:
-    """How error lines name a repo: ``ComfyUI`` or ``custom_nodes/NAME``."""
-    return "ComfyUI" if repo == CORE else "custom_nodes/" + node_name(repo)
+    """How error lines name a repo: ``ComfyUI``, ``custom_nodes/NAME`` or ``package NAME``."""
+    if repo == CORE:
+        return "ComfyUI"
+    if is_package(repo):
+        return "package " + repo[len(PKG_PREFIX) :]
+    return "custom_nodes/" + node_name(repo)
 
 
 def check_node_name(name: str) -> str:
@@ -129,6 +182,10 @@ def check_node_name(name: str) -> str:
 
 def check_value(value: str, repo: str) -> str:
     """Return ``value`` if it is a valid state value for ``repo``, else raise ValueError."""
+    if is_package(repo):
+        if value and value == value.strip() and not any(c in value for c in "\n\r\0"):
+            return value
+        raise ValueError(f"{repo_label(repo)}: {value!r} is not a package version")
     if is_commit_id(value):
         return value
     if repo != CORE and (value in (ABSENT, DISABLED, INSTALLED) or _VERSION_RE.match(value)):
@@ -145,9 +202,16 @@ class State:
 
     comfyui: str
     nodes: tuple[tuple[str, str], ...] = ()
+    #: the package set (normalised name, version or ``@ URL``); empty: the interpreter's own
+    packages: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def of(cls, comfyui: str, nodes: Mapping[str, str] | None = None) -> State:
+    def of(
+        cls,
+        comfyui: str,
+        nodes: Mapping[str, str] | None = None,
+        packages: Mapping[str, str] | None = None,
+    ) -> State:
         check_value(comfyui, CORE)
         items = []
         for name, value in (nodes or {}).items():
@@ -155,7 +219,20 @@ class State:
             check_value(value, node_key(name))
             if value != ABSENT:
                 items.append((name, value))
-        return cls(comfyui, tuple(sorted(items)))
+        pkgs = {}
+        for name, value in (packages or {}).items():
+            key = package_key(name)
+            check_value(value, key)
+            if value != ABSENT:
+                pkgs[key[len(PKG_PREFIX) :]] = value
+        return cls(comfyui, tuple(sorted(items)), tuple(sorted(pkgs.items())))
+
+    def package(self, name: str) -> str:
+        norm = normalize_package(name)
+        for n, v in self.packages:
+            if n == norm:
+                return v
+        return ABSENT
 
     def node(self, name: str) -> str:
         for n, v in self.nodes:
@@ -164,7 +241,11 @@ class State:
         return ABSENT
 
     def value(self, repo: str) -> str:
-        return self.comfyui if repo == CORE else self.node(node_name(repo))
+        if repo == CORE:
+            return self.comfyui
+        if is_package(repo):
+            return self.package(repo[len(PKG_PREFIX) :])
+        return self.node(node_name(repo))
 
     def repos(self) -> list[str]:
         """Repo keys this state mentions (absent nodes are not mentioned)."""
@@ -173,12 +254,19 @@ class State:
     def with_values(self, changes: Mapping[str, str]) -> State:
         core = self.comfyui
         nodes = dict(self.nodes)
+        packages = dict(self.packages)
         for repo, value in changes.items():
             if repo == CORE:
                 core = value
+            elif is_package(repo):
+                packages[repo[len(PKG_PREFIX) :]] = value
             else:
                 nodes[node_name(repo)] = value
-        return State.of(core, nodes)
+        return State.of(core, nodes, packages)
+
+    def with_packages(self, packages: Mapping[str, str]) -> State:
+        """This state with ``packages`` as its whole package set."""
+        return State.of(self.comfyui, dict(self.nodes), packages)
 
     def tokens(self, repos: Iterable[str] | None = None) -> list[str]:
         """``repo=value`` tokens (shell-quoted where needed) for ``repos`` (default: all)."""
@@ -186,19 +274,25 @@ class State:
         return [shlex.quote(f"{repo}={self.value(repo)}") for repo in keys]
 
     def to_json(self) -> dict[str, Any]:
-        return {"comfyui": self.comfyui, "custom_nodes": dict(self.nodes)}
+        out: dict[str, Any] = {"comfyui": self.comfyui, "custom_nodes": dict(self.nodes)}
+        if self.packages:  # absent before issue 14: old sessions and caches read the same
+            out["packages"] = dict(self.packages)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> State:
         return cls.of(
-            str(data["comfyui"]), {str(k): str(v) for k, v in data["custom_nodes"].items()}
+            str(data["comfyui"]),
+            {str(k): str(v) for k, v in data["custom_nodes"].items()},
+            {str(k): str(v) for k, v in (data.get("packages") or {}).items()},
         )
 
 
 def differing_repos(good: State, bad: State) -> list[str]:
     """Repos whose value differs between the states: the core first, then nodes by name."""
     names = sorted({n for n, _ in good.nodes} | {n for n, _ in bad.nodes})
-    keys = [CORE, *(node_key(n) for n in names)]
+    pkgs = sorted({n for n, _ in good.packages} | {n for n, _ in bad.packages})
+    keys = [CORE, *(node_key(n) for n in names), *(PKG_PREFIX + n for n in pkgs)]
     return [k for k in keys if good.value(k) != bad.value(k)]
 
 
@@ -235,6 +329,8 @@ class Install:
     nodes: tuple[NodeInstall, ...] = field(default_factory=tuple)
     #: names under custom_nodes/ that the core's HEAD tracks (the core's files, not nodes)
     core_entries: frozenset[str] = frozenset()
+    #: the interpreter's package set, when a front end read it (``pip freeze``); empty: unread
+    packages: tuple[tuple[str, str], ...] = ()
 
     @property
     def custom_nodes(self) -> Path:
@@ -255,7 +351,7 @@ class Install:
         return node.path
 
     def current_state(self) -> State:
-        return State.of(self.head, {n.name: n.value() for n in self.nodes})
+        return State.of(self.head, {n.name: n.value() for n in self.nodes}, dict(self.packages))
 
     def own(self, state: State) -> State:
         """``state`` without the entries under custom_nodes/ that the core tracks, at the
@@ -267,7 +363,9 @@ class Install:
             )
         if not any(n in owned for n, _ in state.nodes):
             return state
-        return State(state.comfyui, tuple((n, v) for n, v in state.nodes if n not in owned))
+        return State(
+            state.comfyui, tuple((n, v) for n, v in state.nodes if n not in owned), state.packages
+        )
 
 
 def scan_install(comfyui: Path) -> Install:
@@ -363,13 +461,15 @@ def parse_state_tokens(tokens: Sequence[str]) -> dict[str, str]:
             raise BadRef(f"{tok!r} is not REPO=REF (e.g. comfyui=v0.3.60 or node:NAME=abc123)")
         if key in ("comfyui", "core", "ComfyUI"):
             key = CORE
+        elif key.startswith(PKG_PREFIX) and len(key) > len(PKG_PREFIX):
+            key = package_key(key[len(PKG_PREFIX) :])
         elif key.startswith(NODE_PREFIX) and len(key) > len(NODE_PREFIX):
             try:
                 check_node_name(key[len(NODE_PREFIX) :])
             except ValueError as exc:
                 raise BadRef(f"{tok!r}: {exc}") from None
         else:
-            raise BadRef(f"{tok!r}: the repo must be 'comfyui' or 'node:NAME'")
+            raise BadRef(f"{tok!r}: the repo must be 'comfyui', 'node:NAME' or 'pkg:NAME'")
         if key in out:
             raise BadRef(f"{repo_label(key)} is given twice in one state")
         out[key] = ref
@@ -432,6 +532,11 @@ def _resolve_state(
 
 def _resolve_value(install: Install, repo: str, ref: str) -> str:
     what = repo_label(repo)
+    if is_package(repo):
+        try:
+            return check_value(ref[2:] if ref.startswith("==") else ref, repo)
+        except ValueError as exc:
+            raise BadRef(str(exc)) from None
     if repo != CORE:
         node = install.node(node_name(repo))
         if ref == ABSENT:
@@ -527,6 +632,8 @@ def state_from_install_state(state: InstallState, where: str) -> State:
     ``file`` / ``folder`` / ``cnr``    ``installed`` (only the copy on disk exists)
     not listed                         ``absent``
     =================================  =============================================
+
+    Its recorded ``pip freeze`` lines (when there are any) become the package set.
     """
     commit = state.comfyui.commit
     if not commit:
@@ -545,7 +652,7 @@ def state_from_install_state(state: InstallState, where: str) -> State:
             continue  # an enabled copy wins over a disabled one (as scan_install does)
         nodes[n.name] = value
     try:
-        return State.of(commit, nodes)
+        return State.of(commit, nodes, packages_from_freeze(state.pip or ()))
     except ValueError as exc:
         raise InputError(f"{where}: {exc}") from None
 
@@ -565,6 +672,8 @@ class ManagerSnapshot:
     git_custom_nodes: Mapping[str, tuple[str | None, bool]]
     cnr_custom_nodes: Mapping[str, str] = field(default_factory=dict)
     file_custom_nodes: Mapping[str, bool] = field(default_factory=dict)
+    #: the ``pips`` keys (``pip freeze`` lines); empty: the snapshot recorded no packages
+    pips: tuple[str, ...] = ()
 
 
 def parse_manager_snapshot(data: Any, origin: str) -> ManagerSnapshot:
@@ -593,7 +702,10 @@ def parse_manager_snapshot(data: Any, origin: str) -> ManagerSnapshot:
     for item in data.get("file_custom_nodes") or []:
         if isinstance(item, dict) and item.get("filename"):
             files[str(item["filename"])] = bool(item.get("disabled", False))
-    return ManagerSnapshot(core, nodes, cnr, files)
+    pips = data.get("pips") or {}
+    if not isinstance(pips, dict | list):
+        raise InputError(f"{origin}: pips must be an object of pip freeze lines")
+    return ManagerSnapshot(core, nodes, cnr, files, tuple(str(p) for p in pips))
 
 
 def read_manager_snapshot(path: Path) -> ManagerSnapshot:
@@ -656,4 +768,10 @@ def state_from_manager_snapshot(
             changes[node_key(node.name)] = (
                 DISABLED if snap.file_custom_nodes[node.name] else INSTALLED
             )
-    return current.with_values(changes)
+    state = current.with_values(changes)
+    if snap.pips:  # Manager's "pips": the package set as it recorded it
+        try:
+            state = state.with_packages(packages_from_freeze(snap.pips))
+        except ValueError as exc:
+            raise InputError(f"{origin}: pips: {exc}") from None
+    return state

@@ -357,6 +357,11 @@ def states_show(
             f"observed: {o['instance']} from {_iso(o['at_s'])} ({o['source']}"
             f"{': ' + o['detail'] if o['detail'] else ''})"
         )
+    if not path.exists():  # a recorded state: oom-bisect can rebuild it beside the install
+        click.echo(
+            f"run it separately (the live install is left as it is): "
+            f"oom-bisect checkout {state.state_id} --into DIR"
+        )
 
 
 @states_group.command("capture")

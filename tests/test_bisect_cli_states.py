@@ -48,7 +48,10 @@ def test_repeated_options_merge_into_one_state(inst) -> None:
             ["node:node_a=HEAD", "node:node_a=HEAD~1"],
             "--good: custom_nodes/node_a is given twice with different refs ('HEAD' and 'HEAD~1')",
         ),
-        (["pack=HEAD"], "--good: 'pack=HEAD': the repo must be 'comfyui' or 'node:NAME'"),
+        (
+            ["pack=HEAD"],
+            "--good: 'pack=HEAD': the repo must be 'comfyui', 'node:NAME' or 'pkg:NAME'",
+        ),
     ],
     ids=["core-twice", "node-twice", "not-a-repo"],
 )

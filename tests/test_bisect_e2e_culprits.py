@@ -132,7 +132,7 @@ def test_a_repo_given_twice_with_different_refs_is_a_usage_error(tmp_path: Path)
             "ComfyUI is given twice with different refs",
         ),
         (["--good", "node:NoSuchPack=absent"], "custom_nodes/NoSuchPack: no such custom node"),
-        (["--good", "nodes:PackA=HEAD"], "the repo must be 'comfyui' or 'node:NAME'"),
+        (["--good", "nodes:PackA=HEAD"], "the repo must be 'comfyui', 'node:NAME' or 'pkg:NAME'"),
     ):
         proc = inst.run(
             "run", "--comfyui", str(inst.root), "--python", sys.executable, *good, *common

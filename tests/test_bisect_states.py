@@ -90,8 +90,8 @@ def test_differing_repos_lists_the_core_first_then_nodes_by_name() -> None:
     [
         (["comfyui"], "is not REPO=REF"),
         (["comfyui="], "is not REPO=REF"),
-        (["foo=bar"], "must be 'comfyui' or 'node:NAME'"),
-        (["node:=x"], "must be 'comfyui' or 'node:NAME'"),
+        (["foo=bar"], "must be 'comfyui', 'node:NAME' or 'pkg:NAME'"),
+        (["node:=x"], "must be 'comfyui', 'node:NAME' or 'pkg:NAME'"),
         (["comfyui=a", "comfyui=b"], "given twice"),
         (["node:../../etc=absent"], "is not a custom node name"),
         (["node:a/b=HEAD"], "is not a custom node name"),

@@ -89,6 +89,8 @@ def test_show_by_id_prefix_prints_the_state_and_when_it_was_seen(
     ]
     text = run("states", "show", before.state_id, "--data-dir", str(data)).output
     assert f"state {before.state_id}" in text and "observed: main from" in text
+    # it offers the way to run that state beside the install, and that command takes the id
+    assert f"oom-bisect checkout {before.state_id} --into DIR" in text
 
 
 def test_diff_by_ids_gives_ranges_node_changes_and_pip(
