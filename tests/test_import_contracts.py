@@ -17,6 +17,7 @@ The daemon's start-up footprint is pinned separately (tests/test_import_footprin
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +25,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the top-level folders and the package each one imports as (pyproject's package-dir)
-PACKAGES = {
-    "daemon": "oom_sentinel.daemon",
-    "bisect": "oom_sentinel.bisect",
-    "config": "oom_sentinel.config",
-    "windows_service": "oom_sentinel.windows_service",
-}
+#: each folder and the package it imports as: pyproject's package-dir, so a new one is covered
+_PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+PACKAGES = {folder: pkg for pkg, folder in _PYPROJECT["tool"]["setuptools"]["package-dir"].items()}
 #: what pure logic must not reach for: processes, the process table, a database, the network
 IO_LIBRARIES = frozenset({"psutil", "subprocess", "sqlite3", "aiohttp"})
 
