@@ -171,7 +171,7 @@ def _gather(args: FitArgs) -> _Inputs:
     return _Inputs(
         prompt,
         workflow,
-        tuple(flags),
+        tuple(flags or ()),
         comfyui,
         discovered,
         python,

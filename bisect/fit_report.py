@@ -223,7 +223,7 @@ def changed_prompts(result: FitResult, prompt: Mapping[str, Any]) -> dict[str, d
 
 def render_fit_terminal(doc: Mapping[str, Any], console: Console) -> None:
     table = Table(title="One change at a time", expand=False)
-    for col, kw in (
+    columns: tuple[tuple[str, dict[str, Any]], ...] = (
         ("#", {"justify": "right"}),
         ("change", {"overflow": "fold"}),
         ("result", {}),
@@ -232,7 +232,8 @@ def render_fit_terminal(doc: Mapping[str, Any], console: Console) -> None:
         ("prompt s", {"justify": "right"}),
         ("vs baseline", {"justify": "right"}),
         ("note", {"overflow": "fold"}),
-    ):
+    )
+    for col, kw in columns:
         table.add_column(col, **kw)
     for n, row in enumerate([doc["baseline"], *doc["trials"]]):
         word = "fits" if row["fits"] else f"still fails ({row['verdict']})"

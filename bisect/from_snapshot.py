@@ -74,7 +74,9 @@ def _install_state(raw: Any, where: str) -> InstallState | None:
 def snapshot_state(snapshot: Snapshot, which: str) -> State:
     """The snapshot's ``good`` or ``bad`` state, or ``crash`` (the state at the crash)."""
     data = snapshot.data
-    regression = data.get("regression") if isinstance(data.get("regression"), Mapping) else {}
+    regression = (
+        regression_raw if isinstance(regression_raw := data.get("regression"), Mapping) else {}
+    )
     where = f"snapshot {snapshot.id}"
     if which == "good":
         for key in ("last_good_state",):
@@ -111,7 +113,9 @@ def _int(v: Any) -> int | None:
 def read_snapshot_start(snapshot: Snapshot) -> SnapshotStart:
     data = snapshot.data
     where = f"snapshot {snapshot.id}"
-    regression = data.get("regression") if isinstance(data.get("regression"), Mapping) else {}
+    regression = (
+        regression_raw if isinstance(regression_raw := data.get("regression"), Mapping) else {}
+    )
     try:
         good: State | None = snapshot_state(snapshot, "good")
     except InputError:
@@ -131,17 +135,23 @@ def read_snapshot_start(snapshot: Snapshot) -> SnapshotStart:
             raise InputError(f"{p}: cannot read the prompt: {exc}") from None
         if isinstance(loaded, dict):
             prompt = loaded
-    process = data.get("process") if isinstance(data.get("process"), Mapping) else {}
+    process = process_raw if isinstance(process_raw := data.get("process"), Mapping) else {}
     flags: tuple[str, ...] | None = None
     if isinstance(process.get("argv"), list):
         flags = flags_from_argv(process["argv"])
     elif isinstance(process.get("flags"), list):
         flags = tuple(str(w) for w in process["flags"])
-    instance = data.get("instance") if isinstance(data.get("instance"), Mapping) else {}
+    instance = instance_raw if isinstance(instance_raw := data.get("instance"), Mapping) else {}
     comfyui = Path(instance["path"]) if isinstance(instance.get("path"), str) else None
     python = None
-    ist = data.get("install_state") if isinstance(data.get("install_state"), Mapping) else {}
-    interp = ist.get("interpreter") if isinstance(ist.get("interpreter"), Mapping) else None
+    ist = (
+        install_state_raw
+        if isinstance(install_state_raw := data.get("install_state"), Mapping)
+        else {}
+    )
+    interp = (
+        interpreter_raw if isinstance(interpreter_raw := ist.get("interpreter"), Mapping) else None
+    )
     if interp is None and isinstance(ist.get("state"), Mapping):
         inner = ist["state"].get("interpreter")
         interp = inner if isinstance(inner, Mapping) else None
@@ -155,15 +165,15 @@ def read_snapshot_start(snapshot: Snapshot) -> SnapshotStart:
         budget = Threshold(_int(raw_budget.get("vram_bytes")), _int(raw_budget.get("ram_bytes")))
         if budget.vram_bytes is None and budget.ram_bytes is None:
             budget = None
-    event = data.get("event") if isinstance(data.get("event"), Mapping) else {}
+    event = event_raw if isinstance(event_raw := data.get("event"), Mapping) else {}
     cap = (
         _int(event.get("total_bytes"))
         if event.get("pool") in ("gpu", "gpu-fragmentation")
         else None
     )
     if cap is None and event.get("pool") in ("gpu", "gpu-fragmentation"):
-        memory = data.get("memory") if isinstance(data.get("memory"), Mapping) else {}
-        gpus = memory.get("gpus") if isinstance(memory.get("gpus"), list) else []
+        memory = memory_raw if isinstance(memory_raw := data.get("memory"), Mapping) else {}
+        gpus = gpus_raw if isinstance(gpus_raw := memory.get("gpus"), list) else []
         index = event.get("gpu_index") or 0
         for g in gpus:
             if isinstance(g, Mapping) and g.get("index", 0) == index:

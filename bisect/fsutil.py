@@ -113,7 +113,7 @@ class FileLock:
         self.release()
 
 
-if os.name == "nt":  # pragma: no cover - exercised on Windows only
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
     def _lock_fd(fd: int) -> None:

@@ -175,13 +175,14 @@ def commit_info(repo: Path, sha: str, what: str) -> CommitInfo:
 def remote_urls(repo: Path, what: str | None = None) -> tuple[str, ...]:
     """Every ``remote.*.url`` in the repo's own config, in config order."""
     urls: list[str] = []
+    unreadable: tuple[type[BaseException], ...] = (*_git_error(), OSError, KeyError)
     with _open(repo, what or str(repo)) as r:
         try:
             with r.config_reader("repository") as cfg:
                 for section in cfg.sections():
                     if section.startswith('remote "') and cfg.has_option(section, "url"):
                         urls.extend(str(u) for u in cfg.get_values(section, "url") if u)
-        except (*_git_error(), OSError, KeyError) as exc:
+        except unreadable as exc:
             raise BisectError(f"{what or repo}: cannot read the git config: {exc}") from None
     return tuple(urls)
 

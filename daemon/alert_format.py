@@ -201,8 +201,7 @@ def _advice_lines(data: Mapping[str, Any]) -> list[str]:
     advice = data.get("advice")
     if not isinstance(advice, list):
         return []
-    texts = [_str(_get(item, "text")) for item in advice]
-    texts = [t for t in texts if t][:TOP_ADVICE]
+    texts = [text for item in advice if (text := _str(_get(item, "text")))][:TOP_ADVICE]
     lines: list[str] = []
     for n, text in enumerate(texts):
         lines.append(("Try first: " if n == 0 else "Then: ") + text)

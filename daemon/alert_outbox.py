@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oom_sentinel.daemon.alerts import Alert
 from oom_sentinel.daemon.errors import StoreError
@@ -86,23 +86,24 @@ _COLUMNS = (
 )
 
 
-def _row(values: tuple[object, ...]) -> OutboxRow:
+def _row(values: tuple[Any, ...]) -> OutboxRow:
+    """One outbox row from SQLite (its column types are the table's, so ``Any``)."""
     (row_id, key, channel, payload, created, attempts, next_s, error, state, done) = values
     try:
         alert = Alert.from_json(json.loads(str(payload)))
     except (ValueError, TypeError):
-        alert = Alert(str(key), "unknown", "info", "(unreadable alert)", "", float(created))  # type: ignore[arg-type]
+        alert = Alert(str(key), "unknown", "info", "(unreadable alert)", "", float(created))
     return OutboxRow(
-        id=int(row_id),  # type: ignore[arg-type]
+        id=int(row_id),
         key=str(key),
         channel=str(channel),
         alert=alert,
-        created_s=float(created),  # type: ignore[arg-type]
-        attempts=int(attempts),  # type: ignore[arg-type]
-        next_attempt_s=float(next_s),  # type: ignore[arg-type]
+        created_s=float(created),
+        attempts=int(attempts),
+        next_attempt_s=float(next_s),
         last_error=None if error is None else str(error),
         state=str(state),
-        done_s=None if done is None else float(done),  # type: ignore[arg-type]
+        done_s=None if done is None else float(done),
     )
 
 

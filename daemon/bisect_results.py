@@ -186,8 +186,8 @@ def attached_reports(snapshot_dir: Path) -> list[AttachedReport]:
 def latest_report(snapshot_dir: Path) -> AttachedReport | None:
     """The last finished report (else the last one of any result), or None."""
     reports = attached_reports(snapshot_dir)
-    finished = [r for r in reports if r.finished]
-    return (finished or reports or [None])[-1]
+    best = [r for r in reports if r.finished] or reports
+    return best[-1] if best else None
 
 
 def followup_key(snapshot_id: str, report: AttachedReport) -> str:

@@ -135,11 +135,11 @@ def watched_paths(
             if home in seen_homes:
                 continue
             seen_homes.add(home)
-            for inst in discover_instances(home=home, environ=env, processes=processes):
-                add(inst.path)
-                if inst.code_dir:
-                    add(inst.code_dir)
-                for log_path in inst.log_paths:
+            for found_inst in discover_instances(home=home, environ=env, processes=processes):
+                add(found_inst.path)
+                if found_inst.code_dir:
+                    add(found_inst.code_dir)
+                for log_path in found_inst.log_paths:
                     add(log_path, parent=True)
             processes = []  # running processes are listed once, with the first home
     outer: list[str] = []

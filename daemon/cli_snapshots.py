@@ -407,7 +407,7 @@ def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
     memory = data.get("memory")
     lines += [
         "",
-        "Memory at the time" + (f" ({_clock(memory['time'])})" if _get(memory, "time") else ""),
+        "Memory at the time" + (f" ({_clock(at)})" if (at := _get(memory, "time")) else ""),
     ]
     lines += [f"  {text}" for text in _memory_lines(memory)]
 

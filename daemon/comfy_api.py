@@ -164,7 +164,7 @@ class HistoryEntry:
         item = None
         with contextlib.suppress(ValueError):
             item = QueueItem.from_json(raw.get("prompt"))
-        status = raw.get("status") if isinstance(raw.get("status"), Mapping) else {}
+        status = status_raw if isinstance(status_raw := raw.get("status"), Mapping) else {}
         messages: list[tuple[str, Mapping[str, Any]]] = []
         for pair in status.get("messages") or []:
             if isinstance(pair, Sequence) and len(pair) == 2 and isinstance(pair[0], str):
@@ -174,11 +174,11 @@ class HistoryEntry:
         return cls(
             prompt_id=prompt_id,
             item=item,
-            outputs=raw.get("outputs") if isinstance(raw.get("outputs"), Mapping) else {},
+            outputs=outputs_raw if isinstance(outputs_raw := raw.get("outputs"), Mapping) else {},
             status_str=_opt_str(status.get("status_str")),
             completed=completed if isinstance(completed, bool) else None,
             messages=tuple(messages),
-            meta=raw.get("meta") if isinstance(raw.get("meta"), Mapping) else {},
+            meta=meta_raw if isinstance(meta_raw := raw.get("meta"), Mapping) else {},
         )
 
 
@@ -214,7 +214,7 @@ class SystemStats:
     def from_json(cls, raw: Any) -> SystemStats:
         if not isinstance(raw, Mapping):
             raise ValueError("system_stats is not an object")
-        system = raw.get("system") if isinstance(raw.get("system"), Mapping) else {}
+        system = system_raw if isinstance(system_raw := raw.get("system"), Mapping) else {}
         devices = []
         for dev in raw.get("devices") or []:
             if not isinstance(dev, Mapping):
@@ -352,7 +352,7 @@ class ComfyWebSocket:
                     continue
                 if not isinstance(parsed, Mapping) or not isinstance(parsed.get("type"), str):
                     continue
-                data = parsed.get("data") if isinstance(parsed.get("data"), Mapping) else {}
+                data = data_raw if isinstance(data_raw := parsed.get("data"), Mapping) else {}
                 message = WsMessage(parsed["type"], data)
                 if message.type == "status" and self.sid is None:
                     self.sid = _opt_str(data.get("sid"))
@@ -559,7 +559,11 @@ class ComfyClient:
             raise self._fail("/prompt", f"HTTP {status} with invalid JSON") from exc
         if not isinstance(raw, Mapping):
             raise self._fail("/prompt", f"HTTP {status} with something other than an object")
-        node_errors = raw.get("node_errors") if isinstance(raw.get("node_errors"), Mapping) else {}
+        node_errors = (
+            node_errors_raw
+            if isinstance(node_errors_raw := raw.get("node_errors"), Mapping)
+            else {}
+        )
         if status == 200:
             number = raw.get("number")
             return PostResult(

@@ -405,7 +405,7 @@ class FeedChannel:
 
 def _load_servicemanager() -> Any | None:  # pragma: no cover - Windows only
     try:
-        import servicemanager  # type: ignore[import-not-found]
+        import servicemanager
     except ImportError:
         log.warning("Windows Event Log alerts are off: pywin32 is not installed")
         return None

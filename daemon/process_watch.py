@@ -590,7 +590,7 @@ class ProcessWatcher:
         if not self.use_pidfd:
             return
         try:
-            target.pidfd = os.pidfd_open(target.pid)  # type: ignore[attr-defined]
+            target.pidfd = os.pidfd_open(target.pid)
         except ProcessLookupError:
             target.pidfd = None  # already gone: the next check reports it
         except OSError as exc:

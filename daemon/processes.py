@@ -977,8 +977,8 @@ def process_for(
     if path is None:
         return by_url[0] if by_url else None
     by_path = [p for p in procs if _same_dir(path, p.install_dir) or _same_dir(path, p.code_dir)]
-    both = [p for p in by_path if p in by_url]
-    return (both or by_path or [None])[0]
+    best = [p for p in by_path if p in by_url] or by_path
+    return best[0] if best else None
 
 
 def process_exists(pid: int, create_time_s: float | None = None) -> bool:

@@ -371,8 +371,9 @@ def advice_context(sections: Mapping[str, Any], memory: Any) -> AdviceContext:
         totals = [g.total_bytes for g in memory.gpus if g.total_bytes is not None]
         total_vram = max(totals) if totals else None
         total_ram = memory.host.ram_total_bytes if memory.host is not None else None
-    stats = sections.get("system_stats") or {}
-    system = stats.get("system") if isinstance(stats.get("system"), Mapping) else {}
+    stats: Mapping[str, Any] = sections.get("system_stats") or {}
+    raw_system = stats.get("system")
+    system: Mapping[str, Any] = raw_system if isinstance(raw_system, Mapping) else {}
     return AdviceContext(
         other_gpu_processes=others,
         other_instances=instances,
@@ -1070,7 +1071,7 @@ class Service:
 
     def _snapshot_extras(
         self, incident: Incident, inst: WatchedInstance, memory: Any
-    ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None, dict[str, dict[str, Any]]]:
+    ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None, dict[str, Mapping[str, Any]]]:
         """``prompt.json``, ``workflow.json`` and the optional sections for one incident."""
         prompt_id: str | None = None
         exit: ProcessExit | None = None
@@ -1084,7 +1085,7 @@ class Service:
         if prompt_id is None and incident.instance in self._running:
             prompt_id = self._running[incident.instance][0]
         captured = self._captured.get(prompt_id) if prompt_id else None
-        sections: dict[str, dict[str, Any]] = {}
+        sections: dict[str, Mapping[str, Any]] = {}
         proc = exit.process if exit is not None else inst.process
         gpu_procs = tuple(memory.gpu_processes) if memory is not None else ()
         own: set[int] = set()
@@ -1597,9 +1598,9 @@ class Service:
             pending = state.assembler.pending_start_offset
             if pending is not None:
                 offset = min(offset, pending)
-            held = oldest.get(key)
-            if held is not None:
-                path, offset = held.path, held.start_offset
+            first_held = oldest.get(key)
+            if first_held is not None:
+                path, offset = first_held.path, first_held.start_offset
             try:
                 self.tails.commit(key, path, offset)
             except SentinelError as exc:
@@ -1828,9 +1829,12 @@ def run_service(
         summary = service.start()
         if on_ready is not None:
             on_ready(summary)
-        waker = threading.Thread(
-            target=lambda: (stop.wait(), service.wake()), name="stop-waker", daemon=True
-        )
+
+        def wake_on_stop() -> None:
+            stop.wait()
+            service.wake()
+
+        waker = threading.Thread(target=wake_on_stop, name="stop-waker", daemon=True)
         waker.start()
         service.run(stop)
     finally:

@@ -37,6 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from oom_sentinel.daemon.advice import Advice
 from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.errors import InputError, SentinelError
 from oom_sentinel.daemon.incidents import FoldedRecord, Incident
@@ -111,11 +112,9 @@ class InstanceInfo:
     url: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AdviceItem:
-    #: stable machine key ("close-other-gpu-processes", "expandable-segments"...)
-    key: str
-    text: str
+#: one ranked suggestion in ``snapshot.json``'s ``advice``: the advice module's own dataclass
+#: (``key``, a stable machine key such as "expandable-segments", and ``text``), not a copy
+AdviceItem = Advice
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from oom_sentinel.daemon.processes import (
     other_gpu_processes,
     parse_launch_flags,
     process_exists,
+    process_for,
     split_python_command,
     still_running,
 )
@@ -521,3 +522,28 @@ def test_same_port_is_flagged() -> None:
     assert a is not None and b is not None
     (conflict,) = find_conflicts([a, b])
     assert (conflict.kind, conflict.shared, conflict.pids) == ("same-port", "8188", (1, 2))
+
+
+def test_process_for_prefers_the_install_that_also_answers_at_the_url(tmp_path: Path) -> None:
+    def proc(pid: int, install: Path, *args: str) -> ComfyProcess:
+        made = comfy_process_from(
+            pid,
+            ["/usr/bin/python3", str(install / "main.py"), *args],
+            cwd=str(install),
+            environ={},
+            exists=lambda _p: True,
+        )
+        assert made is not None
+        return made
+
+    one, other = tmp_path / "ComfyUI", tmp_path / "Other"
+    one.mkdir()
+    other.mkdir()
+    first, second, elsewhere = proc(10, one), proc(11, one, "--port", "8189"), proc(12, other)
+    procs = [first, second, elsewhere]
+    assert process_for(procs, path=str(one), url="http://localhost:8189") is second
+    assert process_for(procs, path=str(one), url="http://127.0.0.1:9999") is first
+    assert process_for(procs, path=str(one)) is first
+    assert process_for(procs, path=str(tmp_path / "none"), url="http://127.0.0.1:8189") is None
+    assert process_for(procs, url="http://127.0.0.1:8188") is first
+    assert process_for(procs, url="http://127.0.0.1:9999") is None

@@ -81,6 +81,7 @@ class RunService(Protocol):
     def __call__(
         self,
         loaded_settings: LoadedSettings,
+        /,
         *,
         stop: threading.Event,
         on_ready: Callable[[str], None] | None = None,
@@ -89,9 +90,9 @@ class RunService(Protocol):
 
 
 def _default_run_service() -> RunService:  # pragma: no cover - the lead's loop
-    from oom_sentinel.daemon.service import run_service  # type: ignore[attr-defined]
+    from oom_sentinel.daemon.service import run_service
 
-    return run_service  # type: ignore[no-any-return]
+    return run_service
 
 
 def service_settings(

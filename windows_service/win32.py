@@ -44,12 +44,12 @@ def load() -> Win32Modules:
     if _override is not None:
         return _override
     try:  # pragma: no cover - Windows only
-        import servicemanager  # type: ignore[import-not-found]
-        import win32event  # type: ignore[import-not-found]
-        import win32evtlog  # type: ignore[import-not-found]
-        import win32evtlogutil  # type: ignore[import-not-found]
-        import win32service  # type: ignore[import-not-found]
-        import win32serviceutil  # type: ignore[import-not-found]
+        import servicemanager
+        import win32event
+        import win32evtlog
+        import win32evtlogutil
+        import win32service
+        import win32serviceutil
     except ImportError as exc:
         raise PyWin32Missing(
             "the Windows service needs pywin32: pip install pywin32 (Windows only), then run "
