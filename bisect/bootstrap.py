@@ -343,7 +343,7 @@ def main(argv: list[str]) -> int:
         return 2
     reporter = Reporter(opts["result"], opts["budget"], opts["history"])
     reporter.write()
-    sys.meta_path.insert(0, _TorchHook(reporter.torch_imported))  # type: ignore[arg-type]
+    sys.meta_path.insert(0, _TorchHook(reporter.torch_imported))
     if "torch" in sys.modules:  # preloaded by the fork server (forkserver.py): CUDA is not up
         reporter.torch_imported(sys.modules["torch"])
 

@@ -501,7 +501,7 @@ def recheck_lines(report: Mapping[str, Any]) -> list[str]:
 def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     """The steps table and the answer, drawn with rich."""
     table = Table(title="Tested states", show_lines=False, expand=False)
-    for col, kw in (
+    columns: tuple[tuple[str, dict[str, Any]], ...] = (
         ("#", {"justify": "right"}),
         ("verdict", {}),
         ("state", {}),
@@ -509,7 +509,8 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
         ("peak RAM", {"justify": "right"}),
         ("runs", {"justify": "right"}),
         ("note", {"overflow": "fold"}),
-    ):
+    )
+    for col, kw in columns:
         table.add_column(col, **kw)
     for st in report["steps"]:
         note = st["reason"] or st["comment"] or ""
@@ -535,7 +536,7 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
         if parts:
             console.print(f"{report['terms']['new']} = out of memory or " + " or ".join(parts))
     result = report["result"]
-    lines = []
+    lines: list[str] = []
     if result == RESULT_FOUND:
         n = len(report["culprits"])
         title = "first bad commit" if n == 1 else f"{n} culprits"
@@ -557,9 +558,9 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
         f"{report['measurements']} measurement(s), {len(report['steps'])} state(s) tested, "
         f"{len(report['skipped'])} skipped"
     )
-    line = search_line(report)
-    if line:
-        console.print(line)
+    searched = search_line(report)
+    if searched:
+        console.print(searched)
 
 
 def search_line(report: Mapping[str, Any]) -> str | None:
@@ -709,15 +710,15 @@ def chart_panels(
         points = []
         for x, v in enumerate(values):
             state = base.with_values({repo: v})
-            st = by_state.get(_state_key({r: state.value(r) for r in s.repos()}))
-            if st is not None:
-                pt = point(x, _short(v), st)
-                rec = full.get(_state_key(st["state"]))
+            found = by_state.get(_state_key({r: state.value(r) for r in s.repos()}))
+            if found is not None:
+                pt = point(x, _short(v), found)
+                rec = full.get(_state_key(found["state"]))
                 if rec is not None:
                     pt["vram_complete_bytes"] = rec.peak_vram_bytes
                     pt["ram_complete_bytes"] = rec.peak_ram_bytes
                 points.append(pt)
-                shown.add(st["n"])
+                shown.add(found["n"])
         together = [r for r in s.repos() if r != repo and base.value(r) != s.good.value(r)]
         title = f"{repo_label(repo)}: {len(values) - 1} commit(s), in commit order"
         if together:
@@ -922,9 +923,9 @@ def render_html(report: Mapping[str, Any]) -> str:
     )
     for line in recheck_lines(report):
         out.append(f"<p>{e(line)}</p>")
-    line = search_line(report)
-    if line:
-        out.append(f"<p>{e(line)}</p>")
+    searched = search_line(report)
+    if searched:
+        out.append(f"<p>{e(searched)}</p>")
     if report["steps"]:
         out.append(_chart_svg(report))
         out.append(

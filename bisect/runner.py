@@ -309,7 +309,9 @@ class Runner:
             )
         }
         for c in step.culprits:
-            rec = latest.get(c.state) if c.state is not None else None
+            if c.state is None:
+                continue
+            rec = latest.get(c.state)
             if rec is None or c.state in done or c.state in self._completed:
                 continue
             if rec.peak_lower_bound and rec.outcome != "oom" and rec.verdict is Verdict.NEW:
