@@ -173,6 +173,9 @@ class Measurement:
     #: what the bootstrap said about torch (version, backend, the VRAM cap, errors)
     torch: Mapping[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    #: each executed node's peaks, from the bootstrap's wrapped ``execution.execute``:
+    #: ``{node_id, class_type, peak_vram_bytes, peak_ram_bytes}`` in execution order
+    node_peaks: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         from oom_sentinel.bisect.session import outcome_to_json
@@ -190,7 +193,30 @@ class Measurement:
             "allocator_history": self.allocator_history,
             "torch": None if self.torch is None else dict(self.torch),
             "notes": list(self.notes),
+            "node_peaks": [dict(n) for n in self.node_peaks],
         }
+
+
+def node_peaks_of(report: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...]:
+    """The bootstrap report's per-node peaks, well-formed entries only."""
+    nodes = ((report or {}).get("nodes") or {}).get("peaks") or []
+    out = []
+    for n in nodes if isinstance(nodes, list) else []:
+        if not isinstance(n, Mapping) or "node_id" not in n:
+            continue
+        out.append(
+            {
+                "node_id": str(n["node_id"]),
+                "class_type": str(n.get("class_type") or "?"),
+                "peak_vram_bytes": _int_or_none(n.get("peak_vram_bytes")),
+                "peak_ram_bytes": _int_or_none(n.get("peak_ram_bytes")),
+            }
+        )
+    return tuple(out)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -956,6 +982,10 @@ class Replayer:
             peaks,
             torch_reserved_bytes=_max(peaks.torch_reserved_bytes, reserved),
             torch_allocated_bytes=_max(peaks.torch_allocated_bytes, allocated),
+            # the per-node peaks reset the kernel's VmHWM: the bootstrap kept the marks
+            hwm_bytes=_max(
+                peaks.hwm_bytes, _int_or_none(((report or {}).get("ram") or {}).get("hwm_bytes"))
+            ),
         )
         tail = _tail(self.console_path)
         if stopped_early:
@@ -974,6 +1004,9 @@ class Replayer:
         history = ((report or {}).get("oom") or {}).get("history_file") if report else None
         if torch_info and torch_info.get("errors"):
             notes.extend(f"bootstrap: {e}" for e in torch_info["errors"])
+        notes.extend(
+            f"bootstrap: {e}" for e in ((report or {}).get("nodes") or {}).get("notes") or []
+        )
         return Measurement(
             outcome=outcome,
             peaks=peaks,
@@ -988,6 +1021,7 @@ class Replayer:
             allocator_history=history,
             torch=torch_info,
             notes=tuple(notes),
+            node_peaks=node_peaks_of(report),
         )
 
     async def _run(
