@@ -37,7 +37,7 @@ an out-of-memory error, on SIGTERM (the harness's stop signal) and at exit. Its 
      "nodes": {"hook": "execution.execute"|null, "vram_source": "torch"|"nvml"|"fake-gpu"|null,
                "ram_source": "vmhwm-reset"|"sampled"|null, "notes": [str],
                "peaks": [{"node_id", "class_type", "peak_vram_bytes", "peak_ram_bytes",
-                          "runs"}]}}
+                          "runs", "partial"?}]}}   (partial: running when stopped)
 
 Per-node peaks: ComfyUI's ``execution`` module is wrapped when it is imported (another
 ``sys.meta_path`` hook; no file of ComfyUI changes). The hook point is the module-level
@@ -354,6 +354,7 @@ class NodePeaks:
         self._vram_sampled: int | None = None
         self._ram_sampled: int | None = None
         self._thread: threading.Thread | None = None
+        self._current: Any = None
 
     def note(self, text: str) -> None:
         with self.reporter.lock:
@@ -509,14 +510,17 @@ class NodePeaks:
                 self._thread.start()
             src, now = (None, None) if torch is not None else self._external_vram()
             self._active.set()
-            return (node_id, class_type, torch, devices, src, now, _rss_bytes())
+            token = (node_id, class_type, torch, devices, src, now, _rss_bytes())
+            self._current = token
+            return token
         except Exception as exc:
             self.reporter.error("per-node peaks (start)", exc)
             return None
 
-    def end(self, token: Any) -> None:
-        if token is None:
-            return
+    def end(self, token: Any, partial: bool = False) -> None:
+        if token is None or token is not self._current:
+            return  # already recorded (the stop signal came while it ran)
+        self._current = None
         try:
             self._active.clear()
             node_id, class_type, torch, devices, _src, vram_start, ram_start = token
@@ -541,7 +545,7 @@ class NodePeaks:
                 known = [v for v in (ram_start, sampled_ram, _rss_bytes()) if v is not None]
                 ram = max(known) if known else None
                 ram_source = "sampled"
-            self._record(node_id, class_type, vram, ram, source, ram_source)
+            self._record(node_id, class_type, vram, ram, source, ram_source, partial)
         except Exception as exc:
             self.reporter.error("per-node peaks (end)", exc)
 
@@ -553,6 +557,7 @@ class NodePeaks:
         ram: int | None,
         vram_source: str | None,
         ram_source: str,
+        partial: bool = False,
     ) -> None:
         with self.reporter.lock:
             nodes = self.reporter.data["nodes"]
@@ -572,6 +577,8 @@ class NodePeaks:
                 self.peaks[node_id] = entry
                 nodes["peaks"].append(entry)
             entry["runs"] += 1
+            if partial:  # still running when the harness stopped the server
+                entry["partial"] = True
             for key, value in (("peak_vram_bytes", vram), ("peak_ram_bytes", ram)):
                 if value is not None:
                     entry[key] = max(int(entry[key] or 0), int(value))
@@ -581,6 +588,9 @@ class NodePeaks:
         """At exit: the high-water mark since the last reset joins the whole-run peak."""
         if self.reporter.data["nodes"]["hook"] is None and not self.reporter.data["nodes"]["notes"]:
             self.note("no per-node peaks: ComfyUI's execution module was never imported")
+        current = self._current
+        if current is not None:  # the node that was running when the server was stopped
+            self.end(current, partial=True)
         if self._hwm_reset:
             self._fold_hwm(_vm_hwm_bytes())
         self._stop.set()

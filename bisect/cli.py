@@ -971,6 +971,8 @@ def _finish(
                         "together": c["together"],
                         "delta": c["delta"],
                         "delta_text": c.get("delta_text"),
+                        "nodes": c.get("nodes") or [],
+                        "nodes_text": c.get("nodes_text"),
                     }
                     for c in report["culprits"]
                 ],

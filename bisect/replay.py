@@ -210,6 +210,8 @@ def node_peaks_of(report: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...
                 "class_type": str(n.get("class_type") or "?"),
                 "peak_vram_bytes": _int_or_none(n.get("peak_vram_bytes")),
                 "peak_ram_bytes": _int_or_none(n.get("peak_ram_bytes")),
+                # still running when the run was stopped: its peak so far
+                "partial": bool(n.get("partial", False)),
             }
         )
     return tuple(out)

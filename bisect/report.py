@@ -36,6 +36,7 @@ from rich.text import Text
 
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.fsutil import remove_tree
+from oom_sentinel.bisect.node_peaks import culprit_nodes, merge_runs, nodes_svg, nodes_text
 from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
 from oom_sentinel.bisect.runner import DELTA_PHASE, effective_threshold, read_measurements
 from oom_sentinel.bisect.session import LogRecord, Session, outcome_from_json
@@ -142,7 +143,12 @@ def culprit_details(c: Culprit, repo_paths: Mapping[str, str]) -> dict[str, Any]
     return out
 
 
-def _step_json(n: int, rec: LogRecord, session: Session) -> dict[str, Any]:
+def _step_json(
+    n: int,
+    rec: LogRecord,
+    session: Session,
+    node_peaks: Mapping[State, Sequence[Mapping[str, Any]]] | None = None,
+) -> dict[str, Any]:
     s = session.setup
     return {
         "n": n,
@@ -156,6 +162,8 @@ def _step_json(n: int, rec: LogRecord, session: Session) -> dict[str, Any]:
         "reason": rec.reason,
         "comment": rec.comment,
         "peak_is_lower_bound": rec.peak_lower_bound,
+        # each node's peak in this state's runs (bisect/node_peaks.py)
+        "node_peaks": [dict(x) for x in (node_peaks or {}).get(rec.state, [])],
     }
 
 
@@ -265,7 +273,17 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
     s = session.setup
     status = session.status()
     records = list(status.records)
-    steps = [_step_json(i, r, session) for i, r in enumerate(records, 1)]
+    measured = read_measurements(session.paths.session)
+    node_peaks = merge_runs(
+        (m.state, m.data.get("node_peaks") or []) for m in measured if m.event == "done"
+    )
+    # a culprit's run to the end has every node; its early-stopped run may lack the last ones
+    node_peaks_complete = merge_runs(
+        (m.state, m.data.get("node_peaks") or [])
+        for m in measured
+        if m.event == "done" and m.phase == DELTA_PHASE
+    )
+    steps = [_step_json(i, r, session, node_peaks) for i, r in enumerate(records, 1)]
     culprits: list[dict[str, Any]] = []
     candidates: list[dict[str, Any]] = []
     thr = effective_threshold(session)
@@ -280,6 +298,18 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         # the human line too: the daemon shows it in `snapshots show` and the follow-up
         # alert without importing the bisect (daemon/bisect_results.py)
         out["delta_text"] = delta_text(out)
+        pool = (out["delta"] or {}).get("pool") or "vram"
+        parent = node_peaks.get(c.parent, []) if c.parent is not None else []
+        mine = (node_peaks_complete.get(c.state) or node_peaks.get(c.state, [])) if c.state else []
+        out["nodes"] = culprit_nodes(parent, mine, pool)
+        if not out["nodes"] and pool == "vram":  # no node's VRAM rose: say where RAM did
+            out["nodes"] = culprit_nodes(parent, mine, "ram")
+        out["nodes_text"] = nodes_text(out["nodes"])
+        out["nodes_chart"] = {
+            "pool": (out["nodes"][0]["pool"] if out["nodes"] else pool),
+            "parent": [dict(x) for x in parent],
+            "culprit": [dict(x) for x in mine],
+        }
         return out
 
     if isinstance(step, Found):
@@ -464,6 +494,8 @@ def _culprit_lines(c: Mapping[str, Any]) -> list[str]:
     delta = delta_text(c)
     if delta:
         lines.append(f"  {delta}")
+    if c.get("nodes_text"):
+        lines.append(f"  nodes: {c['nodes_text']}")
     if c.get("together"):
         lines.append(
             "  crosses the threshold only together with "
@@ -849,6 +881,8 @@ def _culprit_html(c: Mapping[str, Any]) -> str:
     delta = delta_text(c)
     if delta:
         parts.append(f"<br><b>{e(delta)}</b>")
+    if c.get("nodes_text"):
+        parts.append(f"<br>nodes whose peak rose: {e(c['nodes_text'])}")
     if c.get("together"):
         parts.append(
             "<br>crosses the threshold only together with "
@@ -857,6 +891,11 @@ def _culprit_html(c: Mapping[str, Any]) -> str:
     if c.get("author"):
         parts.append(f"<br>{e(c['author'])}, {e(c['date'] or '')}")
     parts.append("</p>")
+    chart = c.get("nodes_chart") or {}
+    if chart.get("culprit"):
+        parts.append(
+            nodes_svg(c["label"], chart.get("parent") or [], chart["culprit"], chart["pool"])
+        )
     if c.get("files"):
         parts.append(
             "<p>Files changed:</p><ul>"

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from standin_repos import build_core_repo
 
+from oom_sentinel.bisect.node_peaks import culprit_nodes, merge_runs, nodes_text
 from oom_sentinel.bisect.replay import Replayer, ReplaySettings
-from oom_sentinel.bisect.states import scan_install
+from oom_sentinel.bisect.states import State, scan_install
 from oom_sentinel.bisect.verdict import Ok
 from oom_sentinel.bisect.workspace import Workspace
 from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
@@ -224,3 +225,48 @@ def test_a_comfyui_without_execute_says_it_has_no_per_node_peaks(tmp_path) -> No
     r = _boot(tmp_path, EXECUTION_OLD)
     assert r["nodes"]["hook"] is None and r["nodes"]["peaks"] == []
     assert any("no execute() to wrap" in n for n in r["nodes"]["notes"])
+
+
+# ---------------------------------------------------------------------------- the comparison
+
+
+def _n(nid: str, ct: str, vram: int | None, ram: int | None = None, partial: bool = False):
+    return {
+        "node_id": nid,
+        "class_type": ct,
+        "peak_vram_bytes": vram,
+        "peak_ram_bytes": ram,
+        "partial": partial,
+    }
+
+
+def test_culprit_nodes_name_the_largest_rises_first_and_only_rises() -> None:
+    parent = [_n("1", "Load", 2 * GIB), _n("2", "ImageScaleBy", 2 * GIB), _n("3", "Save", 3 * GIB)]
+    mine = [
+        _n("1", "Load", 2 * GIB),  # unchanged: not named
+        _n("2", "ImageScaleBy", 3 * GIB + 512 * MIB),
+        _n("3", "Save", 3 * GIB + 100 * MIB),
+        _n("4", "New", 9 * GIB),  # the parent never ran it: nothing to compare
+    ]
+    nodes = culprit_nodes(parent, mine, "vram")
+    assert [(n["class_type"], n["before_bytes"], n["after_bytes"]) for n in nodes] == [
+        ("ImageScaleBy", 2 * GIB, 3 * GIB + 512 * MIB),
+        ("Save", 3 * GIB, 3 * GIB + 100 * MIB),
+    ]
+    assert nodes_text(nodes[:1]) == "ImageScaleBy #2: 2.00 GiB → 3.50 GiB VRAM"
+    assert culprit_nodes(parent, parent, "vram") == [] and nodes_text([]) is None
+    assert culprit_nodes(parent, mine, "ram") == []  # no RAM measured
+    assert len(culprit_nodes(parent, [_n(str(i), "X", 5 * GIB) for i in (1, 2, 3)], "vram")) == 3
+
+
+def test_merged_runs_keep_each_nodes_highest_peak_and_drop_partial_once_a_run_finished() -> None:
+    a, b = State.of("a" * 40, {}), State.of("b" * 40, {})
+    merged = merge_runs(
+        [
+            (a, [_n("1", "Load", 100, 7), _n("2", "KSampler", 900, partial=True)]),
+            (a, [_n("1", "Load", 120, 5), _n("2", "KSampler", 800)]),
+            (b, [_n("1", "Load", None, 3), {"junk": 1}]),
+        ]
+    )
+    assert merged[a] == [_n("1", "Load", 120, 7), _n("2", "KSampler", 900, partial=False)]
+    assert merged[b] == [_n("1", "Load", None, 3)]

@@ -163,7 +163,28 @@ def test_core_and_node_pack_regressions_on_a_real_comfyui(tmp_path: Path) -> Non
     assert 0.8 * 400 * MIB < deltas["node:MemPack"]["delta_bytes"] < 1.25 * 400 * MIB
     sr = doc["search"]
     assert sr["within_bound"] and doc["measurements"] <= sr["bound"]
+    # per-node peaks (the bootstrap's wrapped execution.execute): the core culprit's rise
+    # starts at ImageScaleBy (EmptyImage, before it, did not move); the pack's import-time
+    # table lifts every node, EmptyImage first
+    nodes = {c["repo"]: {n["class_type"]: n for n in c["nodes"]} for c in doc["culprits"]}
+    assert all(n["pool"] == "ram" for c in nodes.values() for n in c.values())
+    rise = {
+        r: {k: (n["after_bytes"] - n["before_bytes"]) / MIB for k, n in c.items()}
+        for r, c in nodes.items()
+    }
+    assert 0.8 * 768 < rise["comfyui"]["ImageScaleBy"] < 1.25 * 768, rise
+    assert rise["comfyui"].get("EmptyImage", 0) < 100, rise
+    assert 0.8 * 400 < rise["node:MemPack"]["EmptyImage"] < 1.25 * 400, rise
+    texts = {c["repo"]: c["nodes_text"] for c in doc["culprits"]}
+    assert "ImageScaleBy #2: " in texts["comfyui"] and " → " in texts["comfyui"]
+    steps = [st for st in doc["steps"] if st["node_peaks"]]
+    assert steps and all(
+        {n["class_type"] for n in st["node_peaks"]}
+        == {"EmptyImage", "ImageScaleBy", "PreviewImage"}
+        for st in steps
+    )
     print(
         f"\n[real] {took:.0f} s, {doc['measurements']} measurement(s) (bound {sr['bound']}); "
         + "; ".join(f"{r} +{d['delta_bytes'] / MIB:.0f} MiB" for r, d in deltas.items())
+        + "".join(f"\n[real] {r} nodes: {t}" for r, t in texts.items())
     )
