@@ -335,6 +335,7 @@ class _RunArgs:
     margin: float | None = None
     timeout_is_bad: bool = False
     no_history: bool = False
+    runs_per_state: int | None = None
     models_dir: str | None = None
     as_json: bool = False
     max_steps: int | None = None
@@ -412,6 +413,15 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "the pool that ran out). An OOM is bad in any case.",
         ),
         click.option("--no-history", is_flag=True, help="Don't record torch's allocator history."),
+        click.option(
+            "--runs-per-state",
+            type=int,
+            default=None,
+            metavar="K",
+            help="Leak mode: queue the workflow K times in one server per state (the seed, or "
+            "a no-op input, changes between runs so ComfyUI's cache cannot skip them) and "
+            "take the peak after K runs (default 1).",
+        ),
         click.option("--models-dir", metavar="PATH", help="The models folder (default: found)."),
         click.option("--max-steps", type=int, default=None, hidden=True),
         click.option("--json", "as_json", is_flag=True, help="End with one JSON object."),
@@ -707,6 +717,9 @@ def _start(
     repeat = 1 if args.repeat is None else args.repeat
     if repeat < 1:
         raise ConfigError(f"--repeat must be at least 1, got {repeat}")
+    runs_per_state = 1 if args.runs_per_state is None else args.runs_per_state
+    if runs_per_state < 1:
+        raise ConfigError(f"--runs-per-state must be at least 1, got {runs_per_state}")
     budget = parse_budget(args.budget) or args.snapshot_budget
     cap = parse_size(args.vram_budget, "--vram-budget") if args.vram_budget else args.snapshot_cap
     python = _find_python(args.python, install.comfyui, discovered)
@@ -729,6 +742,7 @@ def _start(
         "vram_budget_bytes": cap,
         "start_timeout_s": args.start_timeout,
         "record_history": not args.no_history,
+        "runs_per_state": runs_per_state,
         "models_dir": args.models_dir,
         "snapshot_dir": str(args.snapshot.path) if args.snapshot is not None else None,
         "pool": args.pool or args.snapshot_pool or "any",
@@ -852,6 +866,7 @@ def _replayer(
         start_timeout_s=extra.get("start_timeout_s") or DEFAULT_START_TIMEOUT_S,
         vram_budget_bytes=extra.get("vram_budget_bytes"),
         record_history=bool(extra.get("record_history", True)),
+        runs_per_state=int(extra.get("runs_per_state") or 1),
     )
     gpu = select_gpu_probe().probe
     return Replayer(ws, settings, gpu=gpu, host=PsutilHostProbe())
@@ -917,6 +932,8 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
         "python": python,
         "vram_budget_bytes": extra.get("vram_budget_bytes"),
     }
+    if int(extra.get("runs_per_state") or 1) > 1:  # K runs' peak is another measurement
+        environment["runs_per_state"] = int(extra["runs_per_state"])
     runner = Runner(sess, measure, prompt, environment=environment, events=_Progress(err))
     stats = _Stats()
     try:

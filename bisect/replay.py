@@ -63,6 +63,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from oom_sentinel.bisect.leak import variation, varied_prompt
 from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
 from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
 from oom_sentinel.daemon.atomic import write_json_atomic, write_text_atomic
@@ -176,6 +177,8 @@ class Measurement:
     #: each executed node's peaks, from the bootstrap's wrapped ``execution.execute``:
     #: ``{node_id, class_type, peak_vram_bytes, peak_ram_bytes}`` in execution order
     node_peaks: tuple[Mapping[str, Any], ...] = ()
+    #: leak mode: the running peaks after each queued run (``Peaks.to_json()`` each)
+    run_peaks: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         from oom_sentinel.bisect.session import outcome_to_json
@@ -194,6 +197,7 @@ class Measurement:
             "torch": None if self.torch is None else dict(self.torch),
             "notes": list(self.notes),
             "node_peaks": [dict(n) for n in self.node_peaks],
+            "run_peaks": [dict(r) for r in self.run_peaks],
         }
 
 
@@ -238,6 +242,8 @@ class ReplaySettings:
     record_history: bool = True
     #: extra environment for ComfyUI (on top of ours)
     env: Mapping[str, str] = field(default_factory=dict)
+    #: leak mode (``--runs-per-state``): queue the workflow this many times in one server
+    runs_per_state: int = 1
     stop_grace_s: float = STOP_GRACE_S
 
 
@@ -717,6 +723,8 @@ class _Sampler(threading.Thread):
         self.torch_reserved: int | None = None
         self.torch_allocated: int | None = None
         self.samples = 0
+        #: leak mode: the running peaks after each queued run
+        self.run_peaks: list[Peaks] = []
 
     def run(self) -> None:
         while True:
@@ -946,6 +954,11 @@ class Replayer:
         sigkilled_by_harness = False
         exit_code: int | None = None
         notes = [f"input file not found in the user's input folder: {m}" for m in missing]
+        if self.settings.runs_per_state > 1:
+            notes.append(
+                f"leak mode: the workflow queued {self.settings.runs_per_state} times in one "
+                f"server; between runs {variation(prompt)}"
+            )
         try:
             alive = lambda: proc.poll() is None  # noqa: E731
             try:
@@ -1024,7 +1037,34 @@ class Replayer:
             torch=torch_info,
             notes=tuple(notes),
             node_peaks=node_peaks_of(report),
+            run_peaks=tuple(p.to_json() for p in sampler.run_peaks),
         )
+
+    async def _run_all(
+        self,
+        client: ComfyClient,
+        prompt: Mapping[str, Any],
+        sampler: _Sampler,
+        alive: Callable[[], bool],
+    ) -> RunOutcome:
+        """The prompt once, or ``runs_per_state`` times in this server (leak mode: each later
+        run varied so ComfyUI's cache cannot skip it, bisect/leak.py); the first run that does
+        not succeed ends it. ``sampler.run_peaks`` gets the running peaks after each run."""
+        runs = max(1, self.settings.runs_per_state)
+        deadline = time.monotonic() + self.settings.timeout_s * runs  # --timeout is per run
+        outcome: RunOutcome | None = None
+        for i in range(runs):
+            left = max(1.0, deadline - time.monotonic())
+            outcome = await client.run_prompt(
+                varied_prompt(prompt, i), left, alive=alive, poll_interval_s=0.5
+            )
+            if runs > 1:
+                sampler.sample()
+                sampler.run_peaks.append(sampler.peaks())
+            if outcome.kind != "success":
+                break
+        assert outcome is not None
+        return outcome
 
     async def _run(
         self,
@@ -1035,9 +1075,7 @@ class Replayer:
     ) -> tuple[RunOutcome | None, bool, str | None]:
         """The prompt's run; (None, True, None) when the threshold was crossed first;
         (None, False, why) when the prompt could not even be posted."""
-        run_task = asyncio.create_task(
-            client.run_prompt(prompt, self.settings.timeout_s, alive=alive, poll_interval_s=0.5)
-        )
+        run_task = asyncio.create_task(self._run_all(client, prompt, sampler, alive))
 
         async def crossed() -> None:
             while not sampler.crossed.is_set():

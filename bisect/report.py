@@ -36,6 +36,7 @@ from rich.text import Text
 
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.fsutil import remove_tree
+from oom_sentinel.bisect.leak import variation
 from oom_sentinel.bisect.node_peaks import culprit_nodes, merge_runs, nodes_svg, nodes_text
 from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
 from oom_sentinel.bisect.runner import DELTA_PHASE, effective_threshold, read_measurements
@@ -343,6 +344,8 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
                 "allocator_history": d.get("allocator_history"),
                 "dropped_flags": d.get("dropped_flags") or [],
                 "notes": d.get("notes") or [],
+                # leak mode: the running peaks after each queued run
+                "run_peaks": d.get("run_peaks") or [],
             }
         )
     prog = status.progress
@@ -368,6 +371,8 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "explicit_budget": s.budget is not None,
         "pool": s.extra.get("pool") or "any",
         "repeat": s.repeat,
+        "runs_per_state": int(s.extra.get("runs_per_state") or 1),
+        "leak_variation": _leak_variation(session),
         "workflow_sha256": s.workflow_sha256,
         "flags": list(s.flags),
         "repos": [
@@ -391,6 +396,26 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "runs": runs,
         "next": None if not isinstance(step, Test) else {r: step.state.value(r) for r in s.repos()},
     }
+
+
+def _leak_variation(session: Session) -> str | None:
+    """Leak mode: what changes between the queued runs (bisect/leak.py), else None."""
+    if int(session.setup.extra.get("runs_per_state") or 1) <= 1:
+        return None
+    prompt = session.prompt()
+    return None if prompt is None else variation(prompt)
+
+
+def leak_line(report: Mapping[str, Any]) -> str | None:
+    """``leak mode: each state queued 3 times in one server (…); the peak is after all 3``."""
+    k = int(report.get("runs_per_state") or 1)
+    if k <= 1:
+        return None
+    why = report.get("leak_variation") or "a varied input"
+    return (
+        f"leak mode: each state queued {k} times in one server ({why}, so ComfyUI's cache "
+        f"cannot skip a run); its peak is the highest over all {k} runs"
+    )
 
 
 # --------------------------------------------------------------------------- terminal
@@ -469,6 +494,9 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     line = search_line(report)
     if line:
         console.print(line)
+    leak = leak_line(report)
+    if leak:
+        console.print(leak)
 
 
 def search_line(report: Mapping[str, Any]) -> str | None:
@@ -819,6 +847,9 @@ def render_html(report: Mapping[str, Any]) -> str:
     line = search_line(report)
     if line:
         out.append(f"<p>{e(line)}</p>")
+    leak = leak_line(report)
+    if leak:
+        out.append(f"<p>{e(leak)}</p>")
     if report["steps"]:
         out.append(_chart_svg(report))
         out.append(

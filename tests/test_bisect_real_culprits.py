@@ -177,12 +177,12 @@ def test_core_and_node_pack_regressions_on_a_real_comfyui(tmp_path: Path) -> Non
     assert 0.8 * 400 < rise["node:MemPack"]["EmptyImage"] < 1.25 * 400, rise
     texts = {c["repo"]: c["nodes_text"] for c in doc["culprits"]}
     assert "ImageScaleBy #2: " in texts["comfyui"] and " → " in texts["comfyui"]
-    steps = [st for st in doc["steps"] if st["node_peaks"]]
-    assert steps and all(
-        {n["class_type"] for n in st["node_peaks"]}
-        == {"EmptyImage", "ImageScaleBy", "PreviewImage"}
-        for st in steps
-    )
+    order = ["EmptyImage", "ImageScaleBy", "PreviewImage"]
+    for st in doc["steps"]:
+        types = [n["class_type"] for n in st["node_peaks"]]
+        # a run stopped at the threshold has the nodes up to the one then running
+        assert types == order[: len(types)] and (st["kind"] != "old" or types == order), st
+    assert any(st["node_peaks"] for st in doc["steps"])
     print(
         f"\n[real] {took:.0f} s, {doc['measurements']} measurement(s) (bound {sr['bound']}); "
         + "; ".join(f"{r} +{d['delta_bytes'] / MIB:.0f} MiB" for r, d in deltas.items())
