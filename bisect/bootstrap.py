@@ -29,7 +29,7 @@ an out-of-memory error, on SIGTERM (the harness's stop signal) and at exit. Its 
                "devices": [{"index", "name", "total_bytes", "max_allocated_bytes",
                             "max_reserved_bytes", "reserved_bytes"}],
                "budget_bytes": N|null, "fractions": {index: f}, "history": bool,
-               "errors": [str]},
+               "history_refused": "cudaMallocAsync"|null, "errors": [str]},
      "oom": {"device": i, "requested_bytes": n, "device_free_bytes": n,
              "allocated_bytes": n, "history_file": path|null} | null,
      "exit_code": int|null,
@@ -107,6 +107,7 @@ class Reporter:
                 "budget_bytes": budget_bytes,
                 "fractions": {},
                 "history": False,
+                "history_refused": None,
                 "errors": [],
             },
             "oom": None,
@@ -213,6 +214,17 @@ class Reporter:
         record = getattr(torch.cuda.memory, "_record_memory_history", None)
         if record is None:
             return
+        backend = str(self.data["torch"]["backend"] or "")
+        if not backend:  # a torch without get_allocator_backend: the variable ComfyUI sets
+            conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+            backend = "cudaMallocAsync" if "backend:cudaMallocAsync" in conf else ""
+        if "cudaMallocAsync" in backend:
+            # torch's cudaMallocAsync allocator has no history to record (it refuses the
+            # call), and ComfyUI turns it on by default: say so instead of failing noisily;
+            # the harness offers a replay with --disable-cuda-malloc for the history
+            with self.lock:
+                self.data["torch"]["history_refused"] = "cudaMallocAsync"
+            return
         try:
             try:
                 record(max_entries=HISTORY_ENTRIES)  # torch >= 2.1
@@ -221,6 +233,10 @@ class Reporter:
             with self.lock:
                 self.data["torch"]["history"] = True
         except Exception as exc:
+            if "cudaMallocAsync" in str(exc) or "Async" in str(exc):
+                with self.lock:
+                    self.data["torch"]["history_refused"] = "cudaMallocAsync"
+                return
             self.error("recording the allocator history", exc)
 
     def _observer(self, torch: Any) -> Any:

@@ -32,7 +32,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +336,7 @@ class _RunArgs:
     timeout_is_bad: bool = False
     no_history: bool = False
     runs_per_state: int | None = None
+    history_with_native_allocator: bool = False
     models_dir: str | None = None
     as_json: bool = False
     max_steps: int | None = None
@@ -413,6 +414,13 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "the pool that ran out). An OOM is bad in any case.",
         ),
         click.option("--no-history", is_flag=True, help="Don't record torch's allocator history."),
+        click.option(
+            "--history-with-native-allocator",
+            is_flag=True,
+            help="When a culprit's OOM has no allocator history because torch ran "
+            "cudaMallocAsync (ComfyUI's default), replay it once with --disable-cuda-malloc "
+            "for the history only (marked as such; verdicts and peaks are not from it).",
+        ),
         click.option(
             "--runs-per-state",
             type=int,
@@ -743,6 +751,7 @@ def _start(
         "start_timeout_s": args.start_timeout,
         "record_history": not args.no_history,
         "runs_per_state": runs_per_state,
+        "history_native": bool(args.history_with_native_allocator),
         "models_dir": args.models_dir,
         "snapshot_dir": str(args.snapshot.path) if args.snapshot is not None else None,
         "pool": args.pool or args.snapshot_pool or "any",
@@ -928,13 +937,35 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
         ws.switch(state)
         return replayer.measure(prompt, threshold)
 
+    measure_history = None
+    if extra.get("history_native") and extra.get("record_history", True):
+        from oom_sentinel.bisect.replay import Replayer
+
+        native = Replayer(
+            ws,
+            replace(replayer.settings, native_allocator=True),
+            gpu=replayer.gpu,
+            host=replayer.host,
+        )
+
+        def measure_history(state: State) -> Any:
+            ws.switch(state)
+            return native.measure(prompt, None)
+
     environment = {
         "python": python,
         "vram_budget_bytes": extra.get("vram_budget_bytes"),
     }
     if int(extra.get("runs_per_state") or 1) > 1:  # K runs' peak is another measurement
         environment["runs_per_state"] = int(extra["runs_per_state"])
-    runner = Runner(sess, measure, prompt, environment=environment, events=_Progress(err))
+    runner = Runner(
+        sess,
+        measure,
+        prompt,
+        environment=environment,
+        events=_Progress(err),
+        measure_history=measure_history,
+    )
     stats = _Stats()
     try:
         step = runner.run(max_steps=args.max_steps)

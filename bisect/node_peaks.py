@@ -117,6 +117,7 @@ def nodes_svg(
         "parent (grey) and culprit (red)</text>",
     ]
     for i, (n, b, a) in enumerate(rows):
+        a = int(a or 0)
         y = 24 + i * row_h
         name = f"{n.get('class_type') or '?'} #{n['node_id']}"
         parts.append(f"<text x='0' y='{y + 16}' font-size='12'>{e(name)}</text>")

@@ -244,6 +244,10 @@ class ReplaySettings:
     env: Mapping[str, str] = field(default_factory=dict)
     #: leak mode (``--runs-per-state``): queue the workflow this many times in one server
     runs_per_state: int = 1
+    #: ``--history-with-native-allocator``'s replay: torch's native allocator
+    #: (``--disable-cuda-malloc``) so its allocator history can be recorded, for the history
+    #: only (cudaMallocAsync, ComfyUI's default, has none)
+    native_allocator: bool = False
     stop_grace_s: float = STOP_GRACE_S
 
 
@@ -839,9 +843,13 @@ class Replayer:
 
     def _flags(self) -> list[str]:
         flags = list(self.settings.user_flags)
-        if self.settings.vram_budget_bytes is not None and "--disable-cuda-malloc" not in flags:
-            # set_per_process_memory_fraction is a feature of torch's native caching
-            # allocator; ComfyUI picks cudaMallocAsync by default (comfyui-facts 4.5).
+        native = self.settings.vram_budget_bytes is not None or self.settings.native_allocator
+        if native and "--disable-cuda-malloc" not in flags:
+            # set_per_process_memory_fraction and the allocator history are features of
+            # torch's native caching allocator; ComfyUI picks cudaMallocAsync by default
+            # (comfyui-facts 4.5). --cuda-malloc and --disable-cuda-malloc are one mutually
+            # exclusive argparse group in ComfyUI: the user's --cuda-malloc must go.
+            flags = [f for f in flags if f != "--cuda-malloc"]
             flags.append("--disable-cuda-malloc")
         return flags
 
@@ -954,6 +962,11 @@ class Replayer:
         sigkilled_by_harness = False
         exit_code: int | None = None
         notes = [f"input file not found in the user's input folder: {m}" for m in missing]
+        if self.settings.native_allocator:
+            notes.append(
+                "a replay with torch's native allocator (--disable-cuda-malloc) for the "
+                "allocator history only: its peaks are not the measured ones"
+            )
         if self.settings.runs_per_state > 1:
             notes.append(
                 f"leak mode: the workflow queued {self.settings.runs_per_state} times in one "
@@ -1017,6 +1030,12 @@ class Replayer:
             )
         torch_info = (report or {}).get("torch") if report else None
         history = ((report or {}).get("oom") or {}).get("history_file") if report else None
+        if torch_info and torch_info.get("history_refused"):
+            notes.append(
+                f"allocator history: not recorded, torch's {torch_info['history_refused']} "
+                "backend (ComfyUI's default) cannot; --history-with-native-allocator replays "
+                "an OOM once with --disable-cuda-malloc for it"
+            )
         if torch_info and torch_info.get("errors"):
             notes.extend(f"bootstrap: {e}" for e in torch_info["errors"])
         notes.extend(

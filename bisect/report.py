@@ -39,7 +39,12 @@ from oom_sentinel.bisect.fsutil import remove_tree
 from oom_sentinel.bisect.leak import variation
 from oom_sentinel.bisect.node_peaks import culprit_nodes, merge_runs, nodes_svg, nodes_text
 from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft, Step, Test
-from oom_sentinel.bisect.runner import DELTA_PHASE, effective_threshold, read_measurements
+from oom_sentinel.bisect.runner import (
+    DELTA_PHASE,
+    HISTORY_PHASE,
+    effective_threshold,
+    read_measurements,
+)
 from oom_sentinel.bisect.session import LogRecord, Session, outcome_from_json
 from oom_sentinel.bisect.states import ABSENT, CORE, DISABLED, INSTALLED, State, repo_label
 from oom_sentinel.bisect.verdict import Oom, Skip, Timeout, Verdict
@@ -306,6 +311,8 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         if not out["nodes"] and pool == "vram":  # no node's VRAM rose: say where RAM did
             out["nodes"] = culprit_nodes(parent, mine, "ram")
         out["nodes_text"] = nodes_text(out["nodes"])
+        out["allocator_history"] = _culprit_history(c.state, measured)
+        out["history_text"] = history_text(out["allocator_history"])
         out["nodes_chart"] = {
             "pool": (out["nodes"][0]["pool"] if out["nodes"] else pool),
             "parent": [dict(x) for x in parent],
@@ -357,6 +364,8 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "bound": prog.bound,
         "groups": [list(g) for g in prog.groups],
         "within_bound": prog.tested + reruns <= prog.bound,
+        # native-allocator replays for a culprit's allocator history (outside the bound)
+        "history_runs": sum(1 for r in runs if r["phase"] == HISTORY_PHASE),
     }
     return {
         "format": REPORT_FORMAT,
@@ -396,6 +405,43 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "runs": runs,
         "next": None if not isinstance(step, Test) else {r: step.state.value(r) for r in s.repos()},
     }
+
+
+def _culprit_history(state: State | None, measured: Sequence[Any]) -> dict[str, Any] | None:
+    """Where the culprit's allocator history is: its own OOM run's, else the native-allocator
+    replay's (``--history-with-native-allocator``, marked), else why there is none."""
+    if state is None:
+        return None
+    runs = [m for m in measured if m.event == "done" and m.state == state]
+    for m in runs:
+        if m.phase != HISTORY_PHASE and m.data.get("allocator_history"):
+            return {"path": m.data["allocator_history"], "native_allocator_replay": False}
+    for m in runs:
+        if m.phase == HISTORY_PHASE and m.data.get("allocator_history"):
+            return {"path": m.data["allocator_history"], "native_allocator_replay": True}
+    for m in runs:
+        refused = (m.data.get("torch") or {}).get("history_refused")
+        if refused and (m.data.get("outcome") or {}).get("kind") == "oom":
+            return {"path": None, "refused": refused}
+    return None
+
+
+def history_text(h: Mapping[str, Any] | None) -> str | None:
+    """The culprit's allocator-history line, saying when it comes from another allocator."""
+    if not h:
+        return None
+    if h.get("path") and h.get("native_allocator_replay"):
+        return (
+            f"allocator history: {h['path']} (from a replay with --disable-cuda-malloc, for "
+            "the history only: torch's native allocator, not the measured cudaMallocAsync)"
+        )
+    if h.get("path"):
+        return f"allocator history: {h['path']} (open it at pytorch.org/memory_viz)"
+    return (
+        f"allocator history: none, torch's {h.get('refused')} backend (ComfyUI's default) "
+        "cannot record it; --history-with-native-allocator replays the OOM with "
+        "--disable-cuda-malloc for it"
+    )
 
 
 def _leak_variation(session: Session) -> str | None:
@@ -524,6 +570,8 @@ def _culprit_lines(c: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {delta}")
     if c.get("nodes_text"):
         lines.append(f"  nodes: {c['nodes_text']}")
+    if c.get("history_text"):
+        lines.append(f"  {c['history_text']}")
     if c.get("together"):
         lines.append(
             "  crosses the threshold only together with "
@@ -914,6 +962,8 @@ def _culprit_html(c: Mapping[str, Any]) -> str:
         parts.append(f"<br><b>{e(delta)}</b>")
     if c.get("nodes_text"):
         parts.append(f"<br>nodes whose peak rose: {e(c['nodes_text'])}")
+    if c.get("history_text"):
+        parts.append(f"<br>{e(c['history_text'])}")
     if c.get("together"):
         parts.append(
             "<br>crosses the threshold only together with "
