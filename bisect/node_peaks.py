@@ -60,25 +60,38 @@ def culprit_nodes(
     pool: str,
     top: int = TOP_NODES,
 ) -> list[dict[str, Any]]:
-    """The nodes whose ``pool`` peak rose most from the parent's state to the culprit's.
+    """The nodes where the ``pool`` peak rose from the parent's state to the culprit's.
 
-    Nodes are matched by id (the same workflow runs in both states); a node the parent never
-    reached (its run stopped, or an error) has no ``before`` and is not compared. Only rises
-    are named, largest first, ties in execution order.
+    A node's peak includes what earlier nodes still hold (cached outputs, loaded models), so
+    every node after the one that allocates more shows the same rise. What a node adds is its
+    rise beyond the largest rise of the nodes run before it: the first node to show a rise
+    is where the memory came from, the later ones only carry it. Nodes are ranked by what
+    they add (ties in execution order); one that adds under 5 % of the largest addition is
+    not named. Nodes are matched by id (the same workflow runs in both states); a node the
+    parent never reached has no ``before`` and is not compared.
     """
     key = _KEYS[pool]
     before = {str(n["node_id"]): n.get(key) for n in parent}
     rows = []
+    carried = 0
     for order, n in enumerate(mine):
         nid = str(n["node_id"])
         b, a = before.get(nid), n.get(key)
-        if b is None or a is None or a <= b:
+        if b is None or a is None:
             continue
-        rows.append((a - b, order, nid, str(n.get("class_type") or "?"), b, a))
+        rise = a - b
+        added = rise - carried
+        carried = max(carried, rise)
+        if rise > 0 and added > 0:
+            rows.append((added, order, nid, str(n.get("class_type") or "?"), b, a))
+    if not rows:
+        return []
+    largest = max(r[0] for r in rows)
+    rows = [r for r in rows if r[0] >= 0.05 * largest]
     rows.sort(key=lambda r: (-r[0], r[1]))
     return [
         {"node_id": nid, "class_type": ct, "before_bytes": b, "after_bytes": a, "pool": pool}
-        for _rise, _o, nid, ct, b, a in rows[:top]
+        for _added, _o, nid, ct, b, a in rows[:top]
     ]
 
 

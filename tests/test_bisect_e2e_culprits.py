@@ -76,6 +76,8 @@ def test_two_independent_culprits_in_core_and_a_node_are_both_named(tmp_path: Pa
             "vram",
         )
         assert first["after_bytes"] - first["before_bytes"] == 600 * MIB
+        # Sleep and PreviewAny show the same rise, but only carry node 1's output: not named
+        assert len(by_repo[repo]["nodes"]) == 1
         assert by_repo[repo]["nodes_text"].startswith("AllocateVRAM #1: 1.28 GiB → 1.87 GiB VRAM")
     assert "nodes: AllocateVRAM #1: 1.28 GiB → 1.87 GiB VRAM" in err
     partial = 0

@@ -240,23 +240,33 @@ def _n(nid: str, ct: str, vram: int | None, ram: int | None = None, partial: boo
     }
 
 
-def test_culprit_nodes_name_the_largest_rises_first_and_only_rises() -> None:
-    parent = [_n("1", "Load", 2 * GIB), _n("2", "ImageScaleBy", 2 * GIB), _n("3", "Save", 3 * GIB)]
+def test_culprit_nodes_name_where_the_memory_came_from_not_who_carried_it() -> None:
+    parent = [
+        _n("1", "Load", 2 * GIB),
+        _n("2", "ImageScaleBy", 2 * GIB),
+        _n("3", "Save", 3 * GIB),
+        _n("4", "Upscale", 3 * GIB),
+    ]
     mine = [
         _n("1", "Load", 2 * GIB),  # unchanged: not named
-        _n("2", "ImageScaleBy", 3 * GIB + 512 * MIB),
-        _n("3", "Save", 3 * GIB + 100 * MIB),
-        _n("4", "New", 9 * GIB),  # the parent never ran it: nothing to compare
+        _n("2", "ImageScaleBy", 3 * GIB + 512 * MIB),  # +1.5 GiB: it allocates more
+        _n("3", "Save", 4 * GIB + 512 * MIB + MIB),  # +1.5 GiB it only carries (+1 MiB)
+        _n("4", "Upscale", 5 * GIB),  # +2 GiB: 512 MiB of its own
+        _n("5", "New", 9 * GIB),  # the parent never ran it: nothing to compare
     ]
     nodes = culprit_nodes(parent, mine, "vram")
     assert [(n["class_type"], n["before_bytes"], n["after_bytes"]) for n in nodes] == [
         ("ImageScaleBy", 2 * GIB, 3 * GIB + 512 * MIB),
-        ("Save", 3 * GIB, 3 * GIB + 100 * MIB),
+        ("Upscale", 3 * GIB, 5 * GIB),
     ]
     assert nodes_text(nodes[:1]) == "ImageScaleBy #2: 2.00 GiB → 3.50 GiB VRAM"
     assert culprit_nodes(parent, parent, "vram") == [] and nodes_text([]) is None
     assert culprit_nodes(parent, mine, "ram") == []  # no RAM measured
-    assert len(culprit_nodes(parent, [_n(str(i), "X", 5 * GIB) for i in (1, 2, 3)], "vram")) == 3
+    # each of three nodes adds its own: all three named, largest first, at most TOP_NODES
+    grow = [_n("1", "A", 3 * GIB), _n("2", "B", 5 * GIB), _n("3", "C", 6 * GIB)]
+    base = [_n(str(i), "X", 2 * GIB) for i in (1, 2, 3)]
+    assert [n["class_type"] for n in culprit_nodes(base, grow, "vram")] == ["B", "A", "C"]
+    assert len(culprit_nodes(base, grow, "vram", top=2)) == 2
 
 
 def test_merged_runs_keep_each_nodes_highest_peak_and_drop_partial_once_a_run_finished() -> None:

@@ -60,6 +60,10 @@ NODE_CLASS_MAPPINGS = {{"MemPackPassthrough": MemPackPassthrough}}
 PRELOAD = "import torch\n_PRELOAD = torch.ones(400 * 2**20 // 4)  # a lookup table, 400 MiB\n"
 
 
+def by_repo_nodes(doc: dict, repo: str) -> list[dict]:
+    return next(c["nodes"] for c in doc["culprits"] if c["repo"] == repo)
+
+
 def git(repo: Path, *args: str, stdin: str | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | ENV
     proc = subprocess.run(
@@ -163,18 +167,17 @@ def test_core_and_node_pack_regressions_on_a_real_comfyui(tmp_path: Path) -> Non
     assert 0.8 * 400 * MIB < deltas["node:MemPack"]["delta_bytes"] < 1.25 * 400 * MIB
     sr = doc["search"]
     assert sr["within_bound"] and doc["measurements"] <= sr["bound"]
-    # per-node peaks (the bootstrap's wrapped execution.execute): the core culprit's rise
-    # starts at ImageScaleBy (EmptyImage, before it, did not move); the pack's import-time
-    # table lifts every node, EmptyImage first
-    nodes = {c["repo"]: {n["class_type"]: n for n in c["nodes"]} for c in doc["culprits"]}
-    assert all(n["pool"] == "ram" for c in nodes.values() for n in c.values())
-    rise = {
-        r: {k: (n["after_bytes"] - n["before_bytes"]) / MIB for k, n in c.items()}
-        for r, c in nodes.items()
-    }
-    assert 0.8 * 768 < rise["comfyui"]["ImageScaleBy"] < 1.25 * 768, rise
-    assert rise["comfyui"].get("EmptyImage", 0) < 100, rise
-    assert 0.8 * 400 < rise["node:MemPack"]["EmptyImage"] < 1.25 * 400, rise
+    # per-node peaks (the bootstrap's wrapped execution.execute): the core culprit's memory
+    # comes from ImageScaleBy (PreviewImage after it only carries the copies; EmptyImage,
+    # before it, did not move); the pack's import-time table shows from the first node on
+    first = {c["repo"]: c["nodes"][0] for c in doc["culprits"]}
+    assert all(n["pool"] == "ram" for c in doc["culprits"] for n in c["nodes"])
+    rise = {r: (n["after_bytes"] - n["before_bytes"]) / MIB for r, n in first.items()}
+    assert first["comfyui"]["class_type"] == "ImageScaleBy", doc["culprits"]
+    assert first["node:MemPack"]["class_type"] == "EmptyImage", doc["culprits"]
+    assert 0.8 * 768 < rise["comfyui"] < 1.25 * 768, rise
+    assert 0.8 * 400 < rise["node:MemPack"] < 1.25 * 400, rise
+    assert "EmptyImage" not in {n["class_type"] for n in by_repo_nodes(doc, "comfyui")}
     texts = {c["repo"]: c["nodes_text"] for c in doc["culprits"]}
     assert "ImageScaleBy #2: " in texts["comfyui"] and " → " in texts["comfyui"]
     order = ["EmptyImage", "ImageScaleBy", "PreviewImage"]
