@@ -519,13 +519,16 @@ class NodePeaks:
             with self._sample_lock:
                 self._vram_sampled = None
                 self._ram_sampled = None
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._sampler, name="oom-bisect-node-sampler", daemon=True
-                )
-                self._thread.start()
             src, now = (None, None) if torch is not None else self._external_vram()
-            self._active.set()
+            # sample only what has no exact counter: NVML / the fake GPU without torch's,
+            # RSS without the VmHWM reset (an idle sampler would wake 200 times a second)
+            if (src is not None and now is not None) or not self._hwm_reset:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._sampler, name="oom-bisect-node-sampler", daemon=True
+                    )
+                    self._thread.start()
+                self._active.set()
             token = (node_id, class_type, torch, devices, src, now, _rss_bytes())
             self._current = token
             return token
