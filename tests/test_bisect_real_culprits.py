@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.real_comfyui, pytest.mark.slow]
+# a bisect of 12 real ComfyUI starts takes 5-6 min on a loaded 2-core box
+pytestmark = [pytest.mark.real_comfyui, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 MIB = 1024 * 1024
 ENV = {
