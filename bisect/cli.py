@@ -349,6 +349,8 @@ class _RunArgs:
     timeout_is_bad: bool = False
     no_history: bool = False
     fork_server: bool = False
+    runs_per_state: int | None = None
+    history_with_native_allocator: bool = False
     models_dir: str | None = None
     as_json: bool = False
     max_steps: int | None = None
@@ -442,6 +444,22 @@ def _run_options(func: Callable[..., Any]) -> Callable[..., Any]:
             is_flag=True,
             help="Fork each replay from an interpreter that preloaded torch and ComfyUI's other "
             "third-party packages (Linux; faster starts, the same peaks).",
+        ),
+        click.option(
+            "--history-with-native-allocator",
+            is_flag=True,
+            help="When a culprit's OOM has no allocator history because torch ran "
+            "cudaMallocAsync (ComfyUI's default), replay it once with --disable-cuda-malloc "
+            "for the history only (marked as such; verdicts and peaks are not from it).",
+        ),
+        click.option(
+            "--runs-per-state",
+            type=int,
+            default=None,
+            metavar="K",
+            help="Leak mode: queue the workflow K times in one server per state (the seed, or "
+            "a no-op input, changes between runs so ComfyUI's cache cannot skip them) and "
+            "take the peak after K runs (default 1).",
         ),
         click.option("--models-dir", metavar="PATH", help="The models folder (default: found)."),
         click.option(
@@ -758,6 +776,9 @@ def _start(
 
     terms = Terms.checked(args.term_old, args.term_new)
     repeat, adaptive, max_repeat = parse_repeat(args.repeat, args.max_repeat)
+    runs_per_state = 1 if args.runs_per_state is None else args.runs_per_state
+    if runs_per_state < 1:
+        raise ConfigError(f"--runs-per-state must be at least 1, got {runs_per_state}")
     budget = parse_budget(args.budget) or args.snapshot_budget
     cap = parse_size(args.vram_budget, "--vram-budget") if args.vram_budget else args.snapshot_cap
     python = _find_python(args.python, install.comfyui, discovered)
@@ -786,6 +807,8 @@ def _start(
         "start_timeout_s": args.start_timeout,
         "record_history": not args.no_history,
         "fork_server": args.fork_server,
+        "runs_per_state": runs_per_state,
+        "history_native": bool(args.history_with_native_allocator),
         "models_dir": args.models_dir,
         "snapshot_dir": str(args.snapshot.path) if args.snapshot is not None else None,
         "pool": args.pool or args.snapshot_pool or "any",
@@ -1007,6 +1030,7 @@ def _replayer(
         record_history=bool(extra.get("record_history", True)),
         fork_server=bool(extra.get("fork_server", False)),
         env=dict(env or {}),
+        runs_per_state=int(extra.get("runs_per_state") or 1),
     )
     gpu = select_gpu_probe().probe
     return Replayer(ws, settings, gpu=gpu, host=PsutilHostProbe())
@@ -1076,12 +1100,35 @@ def _drive(sess: Session, install: Install, args: _RunArgs, err: Console) -> tup
         )
     measure = lanes[0]
 
+    measure_history = None
+    if extra.get("history_native") and extra.get("record_history", True):
+        from oom_sentinel.bisect.replay import Replayer
+
+        native = Replayer(
+            ws,
+            replace(replayer.settings, native_allocator=True),
+            gpu=replayer.gpu,
+            host=replayer.host,
+        )
+
+        def measure_history(state: State) -> Any:
+            ws.switch(state)
+            return native.measure(prompt, None)
+
     environment = {
         "python": python,
         "vram_budget_bytes": extra.get("vram_budget_bytes"),
     }
+    if int(extra.get("runs_per_state") or 1) > 1:  # K runs' peak is another measurement
+        environment["runs_per_state"] = int(extra["runs_per_state"])
     runner = Runner(
-        sess, measure, prompt, environment=environment, events=_Progress(err), lanes=lanes
+        sess,
+        measure,
+        prompt,
+        environment=environment,
+        events=_Progress(err),
+        lanes=lanes,
+        measure_history=measure_history,
     )
     stats = _Stats()
     try:
@@ -1218,6 +1265,8 @@ def _finish(
                         "together": c["together"],
                         "delta": c["delta"],
                         "delta_text": c.get("delta_text"),
+                        "nodes": c.get("nodes") or [],
+                        "nodes_text": c.get("nodes_text"),
                     }
                     for c in report["culprits"]
                 ],

@@ -70,6 +70,7 @@ from oom_sentinel.bisect.forkclient import (
     learn_imports,
     learned_imports,
 )
+from oom_sentinel.bisect.leak import variation, varied_prompt
 from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
 from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
 from oom_sentinel.daemon.atomic import write_json_atomic, write_text_atomic
@@ -180,6 +181,11 @@ class Measurement:
     #: what the bootstrap said about torch (version, backend, the VRAM cap, errors)
     torch: Mapping[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    #: each executed node's peaks, from the bootstrap's wrapped ``execution.execute``:
+    #: ``{node_id, class_type, peak_vram_bytes, peak_ram_bytes}`` in execution order
+    node_peaks: tuple[Mapping[str, Any], ...] = ()
+    #: leak mode: the running peaks after each queued run (``Peaks.to_json()`` each)
+    run_peaks: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         from oom_sentinel.bisect.session import outcome_to_json
@@ -197,7 +203,33 @@ class Measurement:
             "allocator_history": self.allocator_history,
             "torch": None if self.torch is None else dict(self.torch),
             "notes": list(self.notes),
+            "node_peaks": [dict(n) for n in self.node_peaks],
+            "run_peaks": [dict(r) for r in self.run_peaks],
         }
+
+
+def node_peaks_of(report: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...]:
+    """The bootstrap report's per-node peaks, well-formed entries only."""
+    nodes = ((report or {}).get("nodes") or {}).get("peaks") or []
+    out = []
+    for n in nodes if isinstance(nodes, list) else []:
+        if not isinstance(n, Mapping) or "node_id" not in n:
+            continue
+        out.append(
+            {
+                "node_id": str(n["node_id"]),
+                "class_type": str(n.get("class_type") or "?"),
+                "peak_vram_bytes": _int_or_none(n.get("peak_vram_bytes")),
+                "peak_ram_bytes": _int_or_none(n.get("peak_ram_bytes")),
+                # still running when the run was stopped: its peak so far
+                "partial": bool(n.get("partial", False)),
+            }
+        )
+    return tuple(out)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -217,6 +249,12 @@ class ReplaySettings:
     record_history: bool = True
     #: extra environment for ComfyUI (on top of ours)
     env: Mapping[str, str] = field(default_factory=dict)
+    #: leak mode (``--runs-per-state``): queue the workflow this many times in one server
+    runs_per_state: int = 1
+    #: ``--history-with-native-allocator``'s replay: torch's native allocator
+    #: (``--disable-cuda-malloc``) so its allocator history can be recorded, for the history
+    #: only (cudaMallocAsync, ComfyUI's default, has none)
+    native_allocator: bool = False
     stop_grace_s: float = STOP_GRACE_S
     #: fork each ComfyUI from a preloaded interpreter (``forkclient``); cold where unsafe
     fork_server: bool = False
@@ -698,6 +736,8 @@ class _Sampler(threading.Thread):
         self.torch_reserved: int | None = None
         self.torch_allocated: int | None = None
         self.samples = 0
+        #: leak mode: the running peaks after each queued run
+        self.run_peaks: list[Peaks] = []
 
     def run(self) -> None:
         while True:
@@ -812,9 +852,13 @@ class Replayer:
 
     def _flags(self) -> list[str]:
         flags = list(self.settings.user_flags)
-        if self.settings.vram_budget_bytes is not None and "--disable-cuda-malloc" not in flags:
-            # set_per_process_memory_fraction is a feature of torch's native caching
-            # allocator; ComfyUI picks cudaMallocAsync by default (comfyui-facts 4.5).
+        native = self.settings.vram_budget_bytes is not None or self.settings.native_allocator
+        if native and "--disable-cuda-malloc" not in flags:
+            # set_per_process_memory_fraction and the allocator history are features of
+            # torch's native caching allocator; ComfyUI picks cudaMallocAsync by default
+            # (comfyui-facts 4.5). --cuda-malloc and --disable-cuda-malloc are one mutually
+            # exclusive argparse group in ComfyUI: the user's --cuda-malloc must go.
+            flags = [f for f in flags if f != "--cuda-malloc"]
             flags.append("--disable-cuda-malloc")
         return flags
 
@@ -962,6 +1006,16 @@ class Replayer:
         notes = [f"input file not found in the user's input folder: {m}" for m in missing]
         if isinstance(proc, ForkedChild):
             notes.append(f"forked by the fork server (preloaded interpreter), pid {proc.pid}")
+        if self.settings.native_allocator:
+            notes.append(
+                "a replay with torch's native allocator (--disable-cuda-malloc) for the "
+                "allocator history only: its peaks are not the measured ones"
+            )
+        if self.settings.runs_per_state > 1:
+            notes.append(
+                f"leak mode: the workflow queued {self.settings.runs_per_state} times in one "
+                f"server; between runs {variation(prompt)}"
+            )
         try:
             alive = lambda: proc.poll() is None  # noqa: E731
             try:
@@ -1007,6 +1061,10 @@ class Replayer:
             peaks,
             torch_reserved_bytes=_max(peaks.torch_reserved_bytes, reserved),
             torch_allocated_bytes=_max(peaks.torch_allocated_bytes, allocated),
+            # the per-node peaks reset the kernel's VmHWM: the bootstrap kept the marks
+            hwm_bytes=_max(
+                peaks.hwm_bytes, _int_or_none(((report or {}).get("ram") or {}).get("hwm_bytes"))
+            ),
         )
         tail = _tail(self.console_path)
         if stopped_early:
@@ -1023,10 +1081,19 @@ class Replayer:
             )
         torch_info = (report or {}).get("torch") if report else None
         history = ((report or {}).get("oom") or {}).get("history_file") if report else None
+        if torch_info and torch_info.get("history_refused"):
+            notes.append(
+                f"allocator history: not recorded, torch's {torch_info['history_refused']} "
+                "backend (ComfyUI's default) cannot; --history-with-native-allocator replays "
+                "an OOM once with --disable-cuda-malloc for it"
+            )
         if torch_info and torch_info.get("errors"):
             notes.extend(f"bootstrap: {e}" for e in torch_info["errors"])
         if isinstance(proc, ForkedChild) and proc.restarted_cold:
             notes.append("ComfyUI chose other allocator settings than the fork server had: cold")
+        notes.extend(
+            f"bootstrap: {e}" for e in ((report or {}).get("nodes") or {}).get("notes") or []
+        )
         return Measurement(
             outcome=outcome,
             peaks=peaks,
@@ -1041,7 +1108,35 @@ class Replayer:
             allocator_history=history,
             torch=torch_info,
             notes=tuple(notes),
+            node_peaks=node_peaks_of(report),
+            run_peaks=tuple(p.to_json() for p in sampler.run_peaks),
         )
+
+    async def _run_all(
+        self,
+        client: ComfyClient,
+        prompt: Mapping[str, Any],
+        sampler: _Sampler,
+        alive: Callable[[], bool],
+    ) -> RunOutcome:
+        """The prompt once, or ``runs_per_state`` times in this server (leak mode: each later
+        run varied so ComfyUI's cache cannot skip it, bisect/leak.py); the first run that does
+        not succeed ends it. ``sampler.run_peaks`` gets the running peaks after each run."""
+        runs = max(1, self.settings.runs_per_state)
+        deadline = time.monotonic() + self.settings.timeout_s * runs  # --timeout is per run
+        outcome: RunOutcome | None = None
+        for i in range(runs):
+            left = max(1.0, deadline - time.monotonic())
+            outcome = await client.run_prompt(
+                varied_prompt(prompt, i), left, alive=alive, poll_interval_s=0.5
+            )
+            if runs > 1:
+                sampler.sample()
+                sampler.run_peaks.append(sampler.peaks())
+            if outcome.kind != "success":
+                break
+        assert outcome is not None
+        return outcome
 
     async def _run(
         self,
@@ -1052,9 +1147,7 @@ class Replayer:
     ) -> tuple[RunOutcome | None, bool, str | None]:
         """The prompt's run; (None, True, None) when the threshold was crossed first;
         (None, False, why) when the prompt could not even be posted."""
-        run_task = asyncio.create_task(
-            client.run_prompt(prompt, self.settings.timeout_s, alive=alive, poll_interval_s=0.5)
-        )
+        run_task = asyncio.create_task(self._run_all(client, prompt, sampler, alive))
 
         async def crossed() -> None:
             while not sampler.crossed.is_set():

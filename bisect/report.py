@@ -36,6 +36,8 @@ from rich.text import Text
 
 from oom_sentinel.bisect import gitrepo
 from oom_sentinel.bisect.fsutil import remove_tree
+from oom_sentinel.bisect.leak import variation
+from oom_sentinel.bisect.node_peaks import culprit_nodes, merge_runs, nodes_svg, nodes_text
 from oom_sentinel.bisect.plan import (
     Culprit,
     Error,
@@ -47,6 +49,7 @@ from oom_sentinel.bisect.plan import (
 )
 from oom_sentinel.bisect.runner import (
     DELTA_PHASE,
+    HISTORY_PHASE,
     ROUND_EVENT,
     SANDWICH_PHASE,
     effective_threshold,
@@ -166,7 +169,12 @@ def culprit_details(c: Culprit, repo_paths: Mapping[str, str]) -> dict[str, Any]
     return out
 
 
-def _step_json(n: int, rec: LogRecord, session: Session) -> dict[str, Any]:
+def _step_json(
+    n: int,
+    rec: LogRecord,
+    session: Session,
+    node_peaks: Mapping[State, Sequence[Mapping[str, Any]]] | None = None,
+) -> dict[str, Any]:
     s = session.setup
     return {
         "n": n,
@@ -180,6 +188,8 @@ def _step_json(n: int, rec: LogRecord, session: Session) -> dict[str, Any]:
         "reason": rec.reason,
         "comment": rec.comment,
         "peak_is_lower_bound": rec.peak_lower_bound,
+        # each node's peak in this state's runs (bisect/node_peaks.py)
+        "node_peaks": [dict(x) for x in (node_peaks or {}).get(rec.state, [])],
     }
 
 
@@ -365,7 +375,17 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
     s = session.setup
     status = session.status()
     records = list(status.records)
-    steps = [_step_json(i, r, session) for i, r in enumerate(records, 1)]
+    measured = read_measurements(session.paths.session)
+    node_peaks = merge_runs(
+        (m.state, m.data.get("node_peaks") or []) for m in measured if m.event == "done"
+    )
+    # a culprit's run to the end has every node; its early-stopped run may lack the last ones
+    node_peaks_complete = merge_runs(
+        (m.state, m.data.get("node_peaks") or [])
+        for m in measured
+        if m.event == "done" and m.phase == DELTA_PHASE
+    )
+    steps = [_step_json(i, r, session, node_peaks) for i, r in enumerate(records, 1)]
     rechecks = _attach_confidence(steps, records, session)
     culprits: list[dict[str, Any]] = []
     candidates: list[dict[str, Any]] = []
@@ -381,6 +401,20 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         # the human line too: the daemon shows it in `snapshots show` and the follow-up
         # alert without importing the bisect (daemon/bisect_results.py)
         out["delta_text"] = delta_text(out)
+        pool = (out["delta"] or {}).get("pool") or "vram"
+        parent = node_peaks.get(c.parent, []) if c.parent is not None else []
+        mine = (node_peaks_complete.get(c.state) or node_peaks.get(c.state, [])) if c.state else []
+        out["nodes"] = culprit_nodes(parent, mine, pool)
+        if not out["nodes"] and pool == "vram":  # no node's VRAM rose: say where RAM did
+            out["nodes"] = culprit_nodes(parent, mine, "ram")
+        out["nodes_text"] = nodes_text(out["nodes"])
+        out["allocator_history"] = _culprit_history(c.state, measured)
+        out["history_text"] = history_text(out["allocator_history"])
+        out["nodes_chart"] = {
+            "pool": (out["nodes"][0]["pool"] if out["nodes"] else pool),
+            "parent": [dict(x) for x in parent],
+            "culprit": [dict(x) for x in mine],
+        }
         return out
 
     if isinstance(step, Found):
@@ -414,6 +448,8 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
                 "allocator_history": d.get("allocator_history"),
                 "dropped_flags": d.get("dropped_flags") or [],
                 "notes": d.get("notes") or [],
+                # leak mode: the running peaks after each queued run
+                "run_peaks": d.get("run_peaks") or [],
             }
         )
     prog = status.progress
@@ -428,6 +464,8 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "groups": [list(g) for g in prog.groups],
         "within_bound": prog.tested + reruns <= ceiling,
         "parallel": parallel,
+        # native-allocator replays for a culprit's allocator history (outside the bound)
+        "history_runs": sum(1 for r in runs if r["phase"] == HISTORY_PHASE),
     }
     return {
         "format": REPORT_FORMAT,
@@ -444,6 +482,8 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "repeat": "auto" if s.adaptive else s.repeat,
         "max_repeat": s.max_repeat if s.adaptive else None,
         "rechecks": rechecks,
+        "runs_per_state": int(s.extra.get("runs_per_state") or 1),
+        "leak_variation": _leak_variation(session),
         "workflow_sha256": s.workflow_sha256,
         "flags": list(s.flags),
         "repos": [
@@ -467,6 +507,63 @@ def build_report(session: Session, step: Step, *, message: str | None = None) ->
         "runs": runs,
         "next": None if not isinstance(step, Test) else {r: step.state.value(r) for r in s.repos()},
     }
+
+
+def _culprit_history(state: State | None, measured: Sequence[Any]) -> dict[str, Any] | None:
+    """Where the culprit's allocator history is: its own OOM run's, else the native-allocator
+    replay's (``--history-with-native-allocator``, marked), else why there is none."""
+    if state is None:
+        return None
+    runs = [m for m in measured if m.event == "done" and m.state == state]
+    for m in runs:
+        if m.phase != HISTORY_PHASE and m.data.get("allocator_history"):
+            return {"path": m.data["allocator_history"], "native_allocator_replay": False}
+    for m in runs:
+        if m.phase == HISTORY_PHASE and m.data.get("allocator_history"):
+            return {"path": m.data["allocator_history"], "native_allocator_replay": True}
+    for m in runs:
+        refused = (m.data.get("torch") or {}).get("history_refused")
+        if refused and (m.data.get("outcome") or {}).get("kind") == "oom":
+            return {"path": None, "refused": refused}
+    return None
+
+
+def history_text(h: Mapping[str, Any] | None) -> str | None:
+    """The culprit's allocator-history line, saying when it comes from another allocator."""
+    if not h:
+        return None
+    if h.get("path") and h.get("native_allocator_replay"):
+        return (
+            f"allocator history: {h['path']} (from a replay with --disable-cuda-malloc, for "
+            "the history only: torch's native allocator, not the measured cudaMallocAsync)"
+        )
+    if h.get("path"):
+        return f"allocator history: {h['path']} (open it at pytorch.org/memory_viz)"
+    return (
+        f"allocator history: none, torch's {h.get('refused')} backend (ComfyUI's default) "
+        "cannot record it; --history-with-native-allocator replays the OOM with "
+        "--disable-cuda-malloc for it"
+    )
+
+
+def _leak_variation(session: Session) -> str | None:
+    """Leak mode: what changes between the queued runs (bisect/leak.py), else None."""
+    if int(session.setup.extra.get("runs_per_state") or 1) <= 1:
+        return None
+    prompt = session.prompt()
+    return None if prompt is None else variation(prompt)
+
+
+def leak_line(report: Mapping[str, Any]) -> str | None:
+    """``leak mode: each state queued 3 times in one server (…); the peak is after all 3``."""
+    k = int(report.get("runs_per_state") or 1)
+    if k <= 1:
+        return None
+    why = report.get("leak_variation") or "a varied input"
+    return (
+        f"leak mode: each state queued {k} times in one server ({why}, so ComfyUI's cache "
+        f"cannot skip a run); its peak is the highest over all {k} runs"
+    )
 
 
 # --------------------------------------------------------------------------- terminal
@@ -561,6 +658,9 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     searched = search_line(report)
     if searched:
         console.print(searched)
+    leak = leak_line(report)
+    if leak:
+        console.print(leak)
 
 
 def search_line(report: Mapping[str, Any]) -> str | None:
@@ -595,6 +695,10 @@ def _culprit_lines(c: Mapping[str, Any]) -> list[str]:
     delta = delta_text(c)
     if delta:
         lines.append(f"  {delta}")
+    if c.get("nodes_text"):
+        lines.append(f"  nodes: {c['nodes_text']}")
+    if c.get("history_text"):
+        lines.append(f"  {c['history_text']}")
     if c.get("together"):
         lines.append(
             "  crosses the threshold only together with "
@@ -926,6 +1030,9 @@ def render_html(report: Mapping[str, Any]) -> str:
     searched = search_line(report)
     if searched:
         out.append(f"<p>{e(searched)}</p>")
+    leak = leak_line(report)
+    if leak:
+        out.append(f"<p>{e(leak)}</p>")
     if report["steps"]:
         out.append(_chart_svg(report))
         out.append(
@@ -988,6 +1095,10 @@ def _culprit_html(c: Mapping[str, Any]) -> str:
     delta = delta_text(c)
     if delta:
         parts.append(f"<br><b>{e(delta)}</b>")
+    if c.get("nodes_text"):
+        parts.append(f"<br>nodes whose peak rose: {e(c['nodes_text'])}")
+    if c.get("history_text"):
+        parts.append(f"<br>{e(c['history_text'])}")
     if c.get("together"):
         parts.append(
             "<br>crosses the threshold only together with "
@@ -996,6 +1107,11 @@ def _culprit_html(c: Mapping[str, Any]) -> str:
     if c.get("author"):
         parts.append(f"<br>{e(c['author'])}, {e(c['date'] or '')}")
     parts.append("</p>")
+    chart = c.get("nodes_chart") or {}
+    if chart.get("culprit"):
+        parts.append(
+            nodes_svg(c["label"], chart.get("parent") or [], chart["culprit"], chart["pool"])
+        )
     if c.get("files"):
         parts.append(
             "<p>Files changed:</p><ul>"

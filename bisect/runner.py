@@ -65,6 +65,7 @@ from oom_sentinel.daemon.errors import SentinelError
 
 __all__ = [
     "DELTA_PHASE",
+    "HISTORY_PHASE",
     "MEASUREMENTS_FILE",
     "POOLS",
     "ROUND_EVENT",
@@ -84,6 +85,9 @@ DELTA_PHASE = "delta"
 ROUND_EVENT = "round"
 #: a culprit and its parent measured once more before the culprit is named (``--repeat auto``)
 SANDWICH_PHASE = "sandwich"
+#: the phase of a culprit's OOM replayed with torch's native allocator, for its allocator
+#: history only (``--history-with-native-allocator``; cudaMallocAsync records none)
+HISTORY_PHASE = "history"
 #: which peaks a verdict looks at (``--pool``; kept in ``session.json``'s ``extra.pool``)
 POOLS = ("any", "vram", "ram")
 
@@ -187,6 +191,12 @@ def describe_test(test: Test, session: Session) -> str:
     if test.phase == SANDWICH_PHASE:
         assert test.repo is not None
         return f"{repo_label(test.repo)}'s culprit re-checked: {test.state.value(test.repo)[:12]}"
+    if test.phase == HISTORY_PHASE:
+        assert test.repo is not None
+        return (
+            f"{repo_label(test.repo)}'s culprit with torch's native allocator, for the "
+            "allocator history only"
+        )
     if test.phase == "alone":
         (repo,) = test.switched
         return f"{repo_label(repo)} alone on the {session.setup.terms.old} state"
@@ -208,14 +218,18 @@ class Runner:
         events: Events | None = None,
         subject: Callable[[Test], str] | None = None,
         lanes: Sequence[Callable[[State, Threshold | None], Measurement]] = (),
+        measure_history: Callable[[State], Measurement] | None = None,
     ) -> None:
         """``measure(state, stop_threshold)`` switches the workspace and runs one replay.
 
         ``lanes`` (``--parallel N``): N such functions, each with its own workspace and GPU,
         that may run at the same time on different threads; lane 0 is usually ``measure``.
+        ``measure_history(state)`` (``--history-with-native-allocator``) replays a state with
+        torch's native allocator for its allocator history only.
         """
         self.session = session
         self.measure = measure
+        self.measure_history = measure_history
         self.lanes = list(lanes) or [measure]
         #: rounds of measurements this runner made (a --parallel batch is one round)
         self.rounds = 0
@@ -269,7 +283,7 @@ class Runner:
             number += 1
             self.rounds += 1
             self.events.step(number, test, self.session)
-            if test.phase == DELTA_PHASE:
+            if test.phase in (DELTA_PHASE, HISTORY_PHASE):
                 self._complete(test)
             elif self.session.setup.adaptive:
                 self._judge(test)
@@ -316,6 +330,26 @@ class Runner:
                 continue
             if rec.peak_lower_bound and rec.outcome != "oom" and rec.verdict is Verdict.NEW:
                 return Test(c.state, DELTA_PHASE, repo=c.repo)
+        return self._history_test(step) if self.measure_history is not None else None
+
+    def _history_test(self, step: Found | OnlySkippedLeft) -> Test | None:
+        """The next culprit whose OOM had no allocator history because torch ran
+        cudaMallocAsync: replayed once with the native allocator (phase "history"), which
+        neither verdicts nor the Δ use."""
+        measured = read_measurements(self.session.paths.session)
+        have = {m.state for m in measured if m.event == "done" and m.phase == HISTORY_PHASE}
+        refused = {
+            m.state
+            for m in measured
+            if m.event == "done"
+            and m.phase != HISTORY_PHASE
+            and (m.data.get("outcome") or {}).get("kind") == "oom"
+            and not m.data.get("allocator_history")
+            and ((m.data.get("torch") or {}).get("history_refused"))
+        }
+        for c in step.culprits:
+            if c.state in refused and c.state not in have and c.state not in self._completed:
+                return Test(c.state, HISTORY_PHASE, repo=c.repo)
         return None
 
     # -- the sandwich and the verdict with confidence (``--repeat auto``)
@@ -552,7 +586,10 @@ class Runner:
         self.events.run_start(test, 1, 1)
         self._log("launch", test, {})
         self.launched += 1
-        m = self.measure(test.state, None)  # no early stop: the whole prompt
+        if test.phase == HISTORY_PHASE and self.measure_history is not None:
+            m = self.measure_history(test.state)
+        else:
+            m = self.measure(test.state, None)  # no early stop: the whole prompt
         self.finished += 1
         self._log("done", test, m.to_json())
         self.events.run_done(test, m)

@@ -59,6 +59,9 @@ class ReportCulprit:
     subject: str | None
     #: how much the change raised the peak, in words ("+1.52 GB"), when the report says
     delta: str | None = None
+    #: the nodes where its memory rose, in words (``nodes_text``: "ImageScaleBy #2: 1.11 GiB →
+    #: 1.86 GiB RAM"), when the report says
+    nodes: str | None = None
 
     def line(self) -> str:
         commit = self.commit[:10] if re.match(r"^[0-9a-f]{40,64}$", self.commit) else self.commit
@@ -67,6 +70,8 @@ class ReportCulprit:
             text += f' "{self.subject}"'
         if self.delta:
             text += f" ({self.delta})"
+        if self.nodes:
+            text += f"; nodes: {self.nodes}"
         return text
 
 
@@ -110,7 +115,13 @@ class AttachedReport:
             "path": str(self.path),
             "result": self.result,
             "culprits": [
-                {"label": c.label, "commit": c.commit, "subject": c.subject, "delta": c.delta}
+                {
+                    "label": c.label,
+                    "commit": c.commit,
+                    "subject": c.subject,
+                    "delta": c.delta,
+                    "nodes": c.nodes,
+                }
                 for c in self.culprits
             ],
             "message": self.message,
@@ -151,7 +162,11 @@ def _read(folder: Path) -> AttachedReport | None:
             continue
         label = _text(c.get("label")) or _text(c.get("repo")) or "?"
         commit = _text(c.get("commit")) or "?"
-        culprits.append(ReportCulprit(label, commit, _text(c.get("subject")), _delta(c)))
+        culprits.append(
+            ReportCulprit(
+                label, commit, _text(c.get("subject")), _delta(c), _text(c.get("nodes_text"))
+            )
+        )
     measurements = data.get("measurements")
     return AttachedReport(
         folder=folder.name,

@@ -29,6 +29,7 @@ from pathlib import Path
 
 STANDIN_DIR = Path(__file__).resolve().parent / "standin"
 STANDIN_FILES = (
+    "execution.py",
     "main.py",
     "standin_api.py",
     "standin_execution.py",

@@ -67,6 +67,30 @@ def test_two_independent_culprits_in_core_and_a_node_are_both_named(tmp_path: Pa
     assert re.search(rf"custom_nodes/PackA\s+as installed → {inst.nodes['PackA'].head}\n", head)
     assert "+600.00 MiB VRAM in ComfyUI's state (1.28 GiB → 1.87 GiB)" in err
     assert "+600.00 MiB VRAM in custom_nodes/PackB's state (1.28 GiB → 1.87 GiB)" in err
+    # per-node peaks: the node that allocates is the first whose peak rose, by 600 MiB
+    for repo in ("comfyui", "node:PackB"):
+        first = by_repo[repo]["nodes"][0]
+        assert (first["node_id"], first["class_type"], first["pool"]) == (
+            "1",
+            "AllocateVRAM",
+            "vram",
+        )
+        assert first["after_bytes"] - first["before_bytes"] == 600 * MIB
+        # Sleep and PreviewAny show the same rise, but only carry node 1's output: not named
+        assert len(by_repo[repo]["nodes"]) == 1
+        assert by_repo[repo]["nodes_text"].startswith("AllocateVRAM #1: 1.28 GiB → 1.87 GiB VRAM")
+    assert "nodes: AllocateVRAM #1: 1.28 GiB → 1.87 GiB VRAM" in err
+    partial = 0
+    for st in doc["steps"]:
+        types = [n["class_type"] for n in st["node_peaks"]]
+        if st["kind"] == "old":  # ran to the end
+            assert types == ["AllocateVRAM", "Sleep", "PreviewAny"], st
+        else:  # stopped at the threshold: the node then running is there, marked partial
+            assert types[0] == "AllocateVRAM", st
+            partial += st["node_peaks"][-1]["partial"]
+    assert partial > 0
+    page = Path(doc["report"]["html"]).read_text()
+    assert page.count("<svg class='nodes'") == 2 and "AllocateVRAM #1" in page
     say("two_independent_culprits_core_and_node", doc, sr["bound"])
     inst.assert_untouched()
 

@@ -269,3 +269,22 @@ def test_the_bisect_reports_own_delta_line_is_the_one_shown(tmp_path: Path) -> N
     assert answer is not None
     assert answer.culprits[0].delta == first["delta_text"]
     assert answer.culprits[1].delta is None  # no figure: none invented
+
+
+def test_the_snapshot_answer_names_the_nodes_whose_peak_rose(tmp_path: Path) -> None:
+    """A report's ``nodes_text`` (bisect/node_peaks.py) reaches the daemon's answer line."""
+    from oom_sentinel.bisect.node_peaks import culprit_nodes, nodes_text
+
+    doc = report()
+    first = doc["culprits"][0]
+    parent = [{"node_id": "2", "class_type": "ImageScaleBy", "peak_vram_bytes": 2459 * 1024**2}]
+    mine = [{"node_id": "2", "class_type": "ImageScaleBy", "peak_vram_bytes": 4091 * 1024**2}]
+    first["nodes_text"] = nodes_text(culprit_nodes(parent, mine, "vram"))
+    ref = suspected(tmp_path / "data")
+    attach_to_snapshot(ref.path, _files(doc))
+    answer = latest_report(ref.path)
+    assert answer is not None
+    assert answer.culprits[0].nodes == "ImageScaleBy #2: 2.40 GiB → 4.00 GiB VRAM"
+    assert answer.culprits[0].line().endswith("; nodes: ImageScaleBy #2: 2.40 GiB → 4.00 GiB VRAM")
+    assert answer.culprits[1].nodes is None
+    assert answer.to_json()["culprits"][0]["nodes"] == answer.culprits[0].nodes

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import execution
 import standin_api as api
 import standin_memory as mem
 
@@ -589,6 +590,16 @@ class _Progress:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+@dataclass
+class _Run:
+    """What one prompt's nodes share while it runs (ComfyUI's ``execution_list`` slot)."""
+
+    prompt: dict[str, Any]
+    signatures: dict[str, str]
+    outputs: dict[str, tuple[Any, ...]]
+    ui_outputs: dict[str, dict[str, Any]]
+
+
 class PromptExecutor:
     def __init__(self, server: Server, cache_mode: str, lru_size: int = 0) -> None:
         self.server = server
@@ -667,9 +678,13 @@ class PromptExecutor:
         outputs: dict[str, tuple[Any, ...]] = {}
         ui_outputs: dict[str, dict[str, Any]] = {}
         executed: list[str] = []
+        dynprompt = execution.DynamicPrompt(prompt)
+        run = _Run(prompt, signatures, outputs, ui_outputs)
         for node_id in self._execution_order(prompt, execute_outputs, signatures):
-            failure = self._execute_node(
-                prompt, node_id, prompt_id, extra_data, signatures, outputs, ui_outputs, executed
+            # through the module attribute, looked up per node, as ComfyUI's executor does:
+            # the replay bootstrap wraps execution.execute (bisect/bootstrap.py)
+            failure = execution.execute(
+                self.server, dynprompt, self, node_id, extra_data, executed, prompt_id, run, {}
             )
             if failure is not None:
                 error, ex = failure
@@ -686,6 +701,26 @@ class PromptExecutor:
         self.server.last_node_id = None
         if api.RUNTIME.disable_smart_memory:
             api.unload_all_models()
+
+    def run_node(
+        self,
+        node_id: str,
+        prompt_id: str,
+        extra_data: dict[str, Any],
+        executed: list[str],
+        run: _Run,
+    ) -> tuple[dict[str, Any], BaseException] | None:
+        """One node, called through ``execution.execute`` (the hook point)."""
+        return self._execute_node(
+            run.prompt,
+            node_id,
+            prompt_id,
+            extra_data,
+            run.signatures,
+            run.outputs,
+            run.ui_outputs,
+            executed,
+        )
 
     def _execution_order(
         self, prompt: dict[str, Any], execute_outputs: list[str], signatures: dict[str, str]
