@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import io
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from rich.text import Text
 
 from oom_sentinel.bisect.fit import RESULT_FITS, FitResult, Trial
 from oom_sentinel.bisect.fit_candidates import apply_prompt
+from oom_sentinel.bisect.report import svg_element
 from oom_sentinel.bisect.session import outcome_to_json
 from oom_sentinel.bisect.verdict import Ok, Threshold
 from oom_sentinel.daemon.atomic import write_bytes_atomic
@@ -319,13 +319,9 @@ def _chart_svg(doc: Mapping[str, Any]) -> str:
         ax.set_title("Peak memory per change (green: fits)")
         ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
+        return svg_element(fig)
     finally:
         plt.close(fig)
-    svg = buf.getvalue()
-    start = svg.find("<svg")
-    return svg[start:] if start >= 0 else svg
 
 
 _CSS = """

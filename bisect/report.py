@@ -852,6 +852,16 @@ def chart_panels(
     return panels
 
 
+def svg_element(fig: Any) -> str:
+    """A matplotlib figure as an inline ``<svg>`` element for a self-contained HTML page: no
+    XML prologue, and no date, so the same report renders to the same bytes."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    svg = buf.getvalue()
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg
+
+
 def _chart_svg(report: Mapping[str, Any]) -> str:
     """The chart of ``report["chart"]``: a row per panel, bars coloured by verdict, the
     threshold lines, "≥" over lower-bound peaks."""
@@ -953,13 +963,9 @@ def _chart_svg(report: Mapping[str, Any]) -> str:
                 bbox_to_anchor=(1.01, 1.0),
             )
         fig.tight_layout()
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
+        return svg_element(fig)
     finally:
         plt.close(fig)
-    svg = buf.getvalue()
-    start = svg.find("<svg")
-    return svg[start:] if start >= 0 else svg
 
 
 _CSS = """
