@@ -189,7 +189,7 @@ class EnvCache:
         requirement not in it (a mixed set that would run packages against their pins)."""
         env = self.env_dir(lock)
         if (env / _LAST_USED).is_file() and _venv_python(env).exists():
-            (env / _LAST_USED).write_text(f"{time.time():.3f}\n")
+            self._mark_used(env)
             self.last = "cached"
         else:
             self._build(lock, env)
@@ -223,7 +223,7 @@ class EnvCache:
         if same.is_file():
             return base
         if (env / _LAST_USED).is_file() and _venv_python(env).exists():
-            (env / _LAST_USED).write_text(f"{time.time():.3f}\n")
+            self._mark_used(env)
             self.last = "cached"
             return _venv_python(env)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -321,21 +321,33 @@ class EnvCache:
                 if ln.strip().startswith("The package ")
             ]
             (tmp / _PROBLEMS).write_text("".join(ln + "\n" for ln in sorted(found)))
-            (tmp / _LAST_USED).write_text(f"{time.time():.3f}\n")
+            self._mark_used(tmp)
             shutil.rmtree(env, ignore_errors=True)  # a half-removed leftover of an old prune
             os.replace(tmp, env)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def envs(self) -> list[Path]:
-        """The complete envs, least recently used first."""
+    def _stamps(self) -> list[tuple[float, Path]]:
         out = []
         if self.root.is_dir():
             for p in self.root.iterdir():
                 with contextlib.suppress(OSError, ValueError):
                     if not p.name.startswith(".") and (p / _LAST_USED).is_file():
                         out.append((float((p / _LAST_USED).read_text().strip()), p))
-        return [p for _, p in sorted(out)]
+        return sorted(out)
+
+    def _mark_used(self, env: Path) -> None:
+        """Stamp ``env`` as the most recently used. The stamp is above every other env's, not
+        just the clock's: two uses within one clock tick (a cached env asked for right after a
+        build) or a clock stepped back by NTP must still order as they happened, or the prune
+        removes the env just used."""
+        newest = max((t for t, p in self._stamps() if p != env), default=0.0)
+        stamp = max(time.time(), newest + 0.001)
+        (env / _LAST_USED).write_text(f"{stamp:.6f}\n")
+
+    def envs(self) -> list[Path]:
+        """The complete envs, least recently used first."""
+        return [p for _, p in self._stamps()]
 
     def size(self) -> int:
         return disk_usage([self.root])

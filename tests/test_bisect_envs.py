@@ -160,6 +160,33 @@ def test_the_least_recently_used_envs_go_when_the_cache_is_over_budget(
     assert cache.size() <= cache.max_bytes or left == {c.digest()}
 
 
+def test_uses_within_one_clock_tick_still_order_as_they_happened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a fast box a cached env is asked for within a millisecond of another env's build
+    (CI saw the LRU order come out backwards): the stamps must order by use, not by clock."""
+    import oom_sentinel.bisect.envs as envs_mod
+
+    cache = EnvCache(tmp_path / "envs", sys.executable)
+    locks = [lock_for({"sentinel-ballast": v}) for v in ("1.0", "2.0", "3.0")]
+    for lock in locks:  # complete envs as a build leaves them, without running uv
+        python = cache.env_dir(lock) / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+        python.parent.mkdir(parents=True)
+        python.write_text("")
+        (cache.env_dir(lock) / "last-used").write_text("0\n")
+    monkeypatch.setattr(envs_mod.time, "time", lambda: 1_700_000_000.0)  # the clock stands still
+    for lock in [*locks, locks[0]]:  # 1, 2, 3, then 1 again: 2 is now the least recent
+        assert cache.python_for(lock).parent.parent == cache.env_dir(lock)
+    assert [p.name for p in cache.envs()] == [
+        locks[1].digest(),
+        locks[2].digest(),
+        locks[0].digest(),
+    ]
+    monkeypatch.setattr(envs_mod.time, "time", lambda: 1_600_000_000.0)  # stepped back by NTP
+    cache.python_for(locks[1])
+    assert cache.envs()[-1].name == locks[1].digest()
+
+
 def test_torch_builds_keep_their_local_version_and_get_pytorchs_index() -> None:
     lock = lock_for({"torch": "2.8.0+cu128", "torchvision": "0.23.0+cu128", "numpy": "2.2.6"})
     assert lock.lines == (
