@@ -42,6 +42,11 @@ Limits that no follower without an open handle can avoid (documented, tested as 
   follower ever saw it is not read.
 - Truncated and re-written to the same size with the same first bytes and mtime within one
   poll: undetectable without content hashing of the whole file.
+- While the daemon is down, the live file deleted and re-created *on the same inode* (the
+  filesystem reuses it at once) when Manager copies exist: at the restart this cannot be told
+  from the cursor's file rotated out of existence (whose inode the new live file took), so the
+  Manager copies are read again from their start. A copy-truncate is told apart: its copy has
+  the cursor's first bytes, and reading resumes in the copy at the cursor's offset.
 """
 
 from __future__ import annotations
@@ -564,6 +569,8 @@ class LogFollower:
                     self.key,
                     candidate,
                 )
+                if candidate == self.key and self._begin_copy_of(cursor):
+                    return  # copy-truncated: the copy holds what the cursor named
                 if candidate == self.key and self._begin_oldest_rotated():
                     return  # the cursor's file was deleted and its inode reused by the live one
                 restarted = _File(cursor.dev, cursor.ino)
@@ -588,6 +595,32 @@ class LogFollower:
         # That file is gone for good: the start of the live file is the best position now,
         # and saving it at once keeps a second restart from skipping the file we read next.
         self._save_on_adopt = True
+
+    def _begin_copy_of(self, cursor: FileCursor) -> bool:
+        """After a copy-truncate of the cursor's file (logrotate's ``copytruncate``), the
+        rotated copy -- another inode, the same first bytes, at least as long -- holds exactly
+        what the cursor named: resume it at the cursor's offset and walk on from it. Without
+        this the truncated live file looked like a deleted file whose inode was reused, and the
+        Manager copies rotated *before* it were read again after a restart (lines twice)."""
+        for path in self.family.rotated():
+            st = _stat(str(path))
+            if st is None or (st.st_dev, st.st_ino) == (cursor.dev, cursor.ino):
+                continue
+            if st.st_size < cursor.offset or not cursor.fingerprint:
+                continue
+            try:
+                with open_shared(str(path)) as fh:
+                    head = fh.read(FINGERPRINT_BYTES)
+            except OSError:
+                continue
+            if fingerprint(head, cursor.offset) != cursor.fingerprint:
+                continue
+            copy = _File(st.st_dev, st.st_ino, head)
+            self._begin(copy, str(path), cursor.offset)
+            self._save_quietly(copy, cursor.offset)
+            log.info("%s: resuming the copy %s at byte %d", self.key, path, cursor.offset)
+            return True
+        return False
 
     def _begin_oldest_rotated(self) -> bool:
         """After the cursor's file was rotated out of existence (Manager keeps two copies),

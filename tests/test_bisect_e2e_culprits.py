@@ -176,7 +176,7 @@ def test_no_gpu_for_the_replay_stops_with_the_fix_and_caches_nothing(tmp_path: P
     core = inst.core
     args = [
         "--workflow",
-        inst.workflow(vram_workflow()),
+        inst.workflow(vram_workflow(mib=150, hold_s=0.05)),  # --cpu: real host RAM, kept small
         "--good",
         f"comfyui={core.commits[150]}",
         "--bad",

@@ -716,3 +716,30 @@ def test_cursor_whose_file_was_rotated_away_reads_every_copy_rotated_after_it(
         manager_rotate(live)  # the third one deletes the file the cursor names
         append(live, f"run {run} crash\n")
     assert texts(LogFollower(live, store).poll()) == ["run 2 crash", "run 3 crash", "run 4 crash"]
+
+
+def test_a_restart_after_a_copy_truncate_reads_no_manager_copy_twice(tmp_path: Path) -> None:
+    """Found by the stateful model: a Manager rotation, then logrotate's copytruncate of the
+    live file, then a restart. The truncated live file (the cursor's inode, other content) was
+    taken for a deleted file whose inode was reused, so the restart re-read ``.prev.log`` from
+    its start: line 1 counted twice. The copy holds the cursor's content; resume there."""
+
+    live = tmp_path / "comfyui_8188.log"
+    live.touch()
+    store = MemoryOffsetStore()
+    follower = LogFollower(live, store, from_start=True)
+    assert follower.poll() == []
+    append(live, "000001 line\n")
+    manager_rotate(live)
+    append(live, "000002 line\n")
+    got = follower.poll()
+    assert [ln.text for ln in got] == ["000001 line", "000002 line"]
+    follower.commit(got[-1].path, got[-1].end_offset)
+    copy_truncate(live)
+    append(live, "000003 line\n")  # written after the truncate: read once, from byte 0
+    follower = LogFollower(live, store)
+    got = follower.poll()
+    assert [ln.text for ln in got] == ["000003 line"]
+    follower.commit(got[-1].path, got[-1].end_offset)
+    follower = LogFollower(live, store)  # and a second restart repeats nothing
+    assert follower.poll() == []

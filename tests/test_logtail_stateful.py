@@ -7,7 +7,10 @@ The model keeps to the follower's documented limits (logtail's module docstring)
 - at most two Manager rotations happen between two such sync points (Manager keeps two old
   names; the third rotation deletes the file);
 - a file re-created after a delete is polled once before it is rotated away (a file the
-  follower never saw cannot be ordered among the rotated ones).
+  follower never saw cannot be ordered among the rotated ones), and before a restart: a
+  re-created live file that reuses the deleted one's inode, found by a restart, cannot be told
+  from the cursor's file rotated out of existence, so the Manager copies are read again (the
+  limit logtail's docstring states).
 A restart may come at any time, also with read-but-uncommitted lines and a partial line.
 """
 
@@ -138,6 +141,7 @@ class FollowedLog(RuleBasedStateMachine):
             self.synced = True
             self.rotations_since_sync = 0
 
+    @precondition(lambda self: not self.unseen)
     @rule()
     def restart(self) -> None:
         self.uncommitted = []  # read but never handled: they must come again
