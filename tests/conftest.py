@@ -49,7 +49,54 @@ def _nvml_device_count() -> int:
         return 0
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only shard I of N (0-based): whole test files, balanced by tests/durations.json "
+        "(scripts/run_tests.py starts the N shards at once)",
+    )
+
+
+def _shard_of_files(files: list[str], n: int) -> dict[str, int]:
+    """Whole files to shards, longest first onto the least loaded (the seconds each file took
+    in tests/durations.json; a file not listed counts one second)."""
+    import json
+
+    try:
+        seconds = json.loads((ROOT / "tests" / "durations.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        seconds = {}
+    load = [0.0] * n
+    out: dict[str, int] = {}
+    for f in sorted(files, key=lambda f: (-float(seconds.get(f, 1.0)), f)):
+        i = load.index(min(load))
+        out[f] = i
+        load[i] += float(seconds.get(f, 1.0))
+    return out
+
+
+def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    raw = config.getoption("--shard")
+    if not raw:
+        return
+    try:
+        i, n = (int(x) for x in raw.split("/"))
+        assert 0 <= i < n
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"--shard {raw!r}: expected I/N with 0 <= I < N") from None
+    files = sorted({item.nodeid.split("::")[0] for item in items})
+    shard = _shard_of_files(files, n)
+    keep = [item for item in items if shard[item.nodeid.split("::")[0]] == i]
+    dropped = [item for item in items if shard[item.nodeid.split("::")[0]] != i]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _select_shard(config, items)
     need_gpu = [item for item in items if "gpu" in item.keywords]
     if need_gpu and _nvml_device_count() == 0:
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU (NVML found none)")
