@@ -15,6 +15,7 @@ Usage: python scripts/run_tests.py [pytest arguments]
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,8 +43,16 @@ def main(argv: list[str]) -> int:
     pytest = [sys.executable, "-m", "pytest"]
     if n == 1:
         return subprocess.call([*pytest, *argv], cwd=ROOT)
+    with contextlib.ExitStack() as stack:
+        logs = [
+            stack.enter_context(tempfile.TemporaryFile(mode="w+", encoding="utf-8"))
+            for _ in range(n - 1)
+        ]
+        return _run_shards(pytest, argv, n, logs)
+
+
+def _run_shards(pytest: list[str], argv: list[str], n: int, logs: list[IO[str]]) -> int:
     started = time.monotonic()
-    logs = [tempfile.TemporaryFile(mode="w+", encoding="utf-8") for _ in range(n - 1)]
     procs = []
     for i in range(n):
         out = None if i == 0 else logs[i - 1]  # shard 0 streams; the others are shown after
