@@ -19,6 +19,7 @@ from oom_sentinel.daemon.alerts import (
     StormSummary,
 )
 from oom_sentinel.daemon.events import Pool
+from oom_sentinel.daemon.regression import RegressionVerdict
 from oom_sentinel.daemon.snapshot import write_snapshot
 
 
@@ -57,7 +58,9 @@ def test_incident_alert_names_everything_needed_to_act(tmp_path: Path) -> None:
 
 
 def test_suspected_regression_names_the_bisect_command(tmp_path: Path) -> None:
-    section = {"suspected": True, "summary": "ran at 14.1 GiB peak on 2026-01-01 before a pull"}
+    section = RegressionVerdict(
+        True, "ran at 14.1 GiB peak on 2026-01-01 before a pull", "workflow"
+    ).to_section()
     intent, data = _written(tmp_path, sections={"regression": section})
     body = render_incident(intent, data, samples.T0).body
     assert "Suspected regression" in body
