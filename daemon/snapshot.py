@@ -9,8 +9,9 @@ fsyncs the parent. Directory 0700, files 0600: prompts and logs are private. Eve
 through ``redact`` on the way out.
 
 Files: ``snapshot.json`` (versioned; its models are ``snapshot_model.SnapshotDoc``, and
-``snapshot.schema.json``, generated from them, ships next to this module), ``log.txt`` (the record and the lines before it), ``timeline.csv`` (the memory ring
-buffer), and when captured ``prompt.json`` (API format) and ``workflow.json`` (UI format).
+``snapshot.schema.json``, generated from them, ships next to this module), ``log.txt`` (the
+record and the lines before it), ``timeline.csv`` (the memory ring buffer), and when captured
+``prompt.json`` (API format) and ``workflow.json`` (UI format).
 
 Only the daemon writes; ``clean_leftovers`` (at daemon start) removes ``.tmp-*`` and ``.trash-*``
 directories a crash left behind. Retention lives in ``retention.py``.

@@ -534,10 +534,27 @@ def parse_snapshot_doc(data: Any, where: str) -> SnapshotDoc:
 
 
 class _Schema(GenerateJsonSchema):
-    """Pydantic's schema without a title on every property (the names say it)."""
+    """Pydantic's schema without a title on every property (the names say it), and each
+    description (a docstring) on one line."""
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
+
+    def generate(self, schema: Any, mode: Any = "validation") -> Any:
+        return _one_line_descriptions(super().generate(schema, mode))
+
+
+def _one_line_descriptions(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: " ".join(v.split())
+            if k == "description" and isinstance(v, str)
+            else _one_line_descriptions(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_one_line_descriptions(v) for v in node]
+    return node
 
 
 def snapshot_json_schema() -> dict[str, Any]:
