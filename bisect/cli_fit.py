@@ -140,8 +140,7 @@ def _gather(args: FitArgs) -> _Inputs:
             raise InputError(f"snapshot {snap.id}: has no prompt (prompt.json) to replay")
         prompt = start.prompt
         flags = start.flags
-        event_pool = str(snap.event.get("pool") or "")
-        fragmentation = event_pool == "gpu-fragmentation"
+        fragmentation = snap.doc.event.pool == "gpu-fragmentation"
         pool = pool or start.pool
         if vram_budget is None and start.vram_cap_bytes is not None:
             vram_budget = start.vram_cap_bytes  # the user's card, on a bigger one too

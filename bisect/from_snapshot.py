@@ -26,7 +26,6 @@ Where a snapshot keeps things (the daemon writes them; ``daemon/snapshot.schema.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,8 @@ from typing import Any
 from oom_sentinel.bisect.states import State, state_from_install_state
 from oom_sentinel.bisect.verdict import Threshold
 from oom_sentinel.daemon.errors import InputError
-from oom_sentinel.daemon.install_state import InstallState
 from oom_sentinel.daemon.snapshot import Snapshot
+from oom_sentinel.daemon.snapshot_model import InstallStateSection, flags_from_argv
 
 __all__ = [
     "SnapshotStart",
@@ -63,124 +62,77 @@ class SnapshotStart:
     pool: str | None = None
 
 
-def _install_state(raw: Any, where: str) -> InstallState | None:
-    if not isinstance(raw, Mapping):
-        return None
-    if "comfyui" not in raw and isinstance(raw.get("state"), Mapping):
-        raw = raw["state"]
-    return InstallState.from_dict(raw, where)
+def _state(section: InstallStateSection, where: str) -> State:
+    return state_from_install_state(section.to_install_state(where), where)
 
 
 def snapshot_state(snapshot: Snapshot, which: str) -> State:
     """The snapshot's ``good`` or ``bad`` state, or ``crash`` (the state at the crash)."""
-    data = snapshot.data
-    regression = (
-        regression_raw if isinstance(regression_raw := data.get("regression"), Mapping) else {}
-    )
+    doc = snapshot.doc
+    regression = doc.regression
     where = f"snapshot {snapshot.id}"
     if which == "good":
-        for key in ("last_good_state",):
-            ist = _install_state(regression.get(key), f"{where}: regression.{key}")
-            if ist is not None:
-                return state_from_install_state(ist, f"{where}: regression.{key}")
+        if regression is not None and regression.last_good_state is not None:
+            return _state(regression.last_good_state, f"{where}: regression.last_good_state")
         raise InputError(
             f"{where}: records no earlier good state (it is not a suspected regression); "
             "give --good yourself with oom-bisect run"
         )
-    keys = (("regression", "bad_state"),) if which == "bad" else ()
-    for section, key in (*keys, ("", "install_state")):
-        raw = regression.get(key) if section else data.get(key)
-        label = f"{section}.{key}" if section else key
-        ist = _install_state(raw, f"{where}: {label}")
-        if ist is not None:
-            return state_from_install_state(ist, f"{where}: {label}")
+    if which == "bad" and regression is not None and regression.bad_state is not None:
+        return _state(regression.bad_state, f"{where}: regression.bad_state")
+    if doc.install_state is not None:
+        return _state(doc.install_state, f"{where}: install_state")
     raise InputError(f"{where}: records no install state")
 
 
-def flags_from_argv(argv: Sequence[str]) -> tuple[str, ...]:
-    """The words after ``main.py`` in a recorded command line (all of them if none is)."""
-    words = [str(w) for w in argv]
-    for i, w in enumerate(words):
-        if w.replace("\\", "/").rsplit("/", 1)[-1] == "main.py":
-            return tuple(words[i + 1 :])
-    return ()
-
-
-def _int(v: Any) -> int | None:
-    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else None
+def _read_prompt(snapshot: Snapshot) -> dict[str, Any] | None:
+    """``prompt.json`` next to the snapshot (None: not captured, or not an API prompt)."""
+    p = snapshot.path / "prompt.json"
+    if not p.is_file():
+        return None
+    try:
+        loaded = json.loads(p.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{p}: cannot read the prompt: {exc}") from None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def read_snapshot_start(snapshot: Snapshot) -> SnapshotStart:
-    data = snapshot.data
+    doc = snapshot.doc
     where = f"snapshot {snapshot.id}"
-    regression = (
-        regression_raw if isinstance(regression_raw := data.get("regression"), Mapping) else {}
-    )
-    try:
-        good: State | None = snapshot_state(snapshot, "good")
-    except InputError:
-        if regression.get("last_good_state"):
-            raise
-        good = None
+    regression = doc.regression
+    good = snapshot_state(snapshot, "good") if regression and regression.last_good_state else None
     try:
         bad: State | None = snapshot_state(snapshot, "bad")
     except InputError:
         bad = None
-    prompt = None
-    p = snapshot.path / "prompt.json"
-    if p.is_file():
-        try:
-            loaded = json.loads(p.read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{p}: cannot read the prompt: {exc}") from None
-        if isinstance(loaded, dict):
-            prompt = loaded
-    process = process_raw if isinstance(process_raw := data.get("process"), Mapping) else {}
-    flags: tuple[str, ...] | None = None
-    if isinstance(process.get("argv"), list):
-        flags = flags_from_argv(process["argv"])
-    elif isinstance(process.get("flags"), list):
-        flags = tuple(str(w) for w in process["flags"])
-    instance = instance_raw if isinstance(instance_raw := data.get("instance"), Mapping) else {}
-    comfyui = Path(instance["path"]) if isinstance(instance.get("path"), str) else None
-    python = None
-    ist = (
-        install_state_raw
-        if isinstance(install_state_raw := data.get("install_state"), Mapping)
-        else {}
+    prompt = _read_prompt(snapshot)
+    process = doc.process
+    flags = process.flag_words() if process is not None else None
+    comfyui = Path(doc.instance.path) if doc.instance.path else None
+    ist = doc.install_state
+    python = (ist.interpreter.executable if ist and ist.interpreter else None) or (
+        process.interpreter if process is not None else None
     )
-    interp = (
-        interpreter_raw if isinstance(interpreter_raw := ist.get("interpreter"), Mapping) else None
-    )
-    if interp is None and isinstance(ist.get("state"), Mapping):
-        inner = ist["state"].get("interpreter")
-        interp = inner if isinstance(inner, Mapping) else None
-    if interp and isinstance(interp.get("executable"), str) and interp["executable"]:
-        python = interp["executable"]
-    elif isinstance(process.get("interpreter"), str):
-        python = process["interpreter"]
     budget = None
-    raw_budget = regression.get("budget")
-    if isinstance(raw_budget, Mapping):
-        budget = Threshold(_int(raw_budget.get("vram_bytes")), _int(raw_budget.get("ram_bytes")))
+    if regression is not None and regression.budget is not None:
+        budget = Threshold(
+            regression.budget.vram_bytes or None, regression.budget.ram_bytes or None
+        )
         if budget.vram_bytes is None and budget.ram_bytes is None:
             budget = None
-    event = event_raw if isinstance(event_raw := data.get("event"), Mapping) else {}
-    cap = (
-        _int(event.get("total_bytes"))
-        if event.get("pool") in ("gpu", "gpu-fragmentation")
-        else None
-    )
-    if cap is None and event.get("pool") in ("gpu", "gpu-fragmentation"):
-        memory = memory_raw if isinstance(memory_raw := data.get("memory"), Mapping) else {}
-        gpus = gpus_raw if isinstance(gpus_raw := memory.get("gpus"), list) else []
-        index = event.get("gpu_index") or 0
-        for g in gpus:
-            if isinstance(g, Mapping) and g.get("index", 0) == index:
-                cap = _int(g.get("total_bytes"))
+    event = doc.event
+    cap = None
+    if event.pool in ("gpu", "gpu-fragmentation"):
+        # the card that ran out: the event's figure, else the snapshot's sample of that GPU
+        cap = event.total_bytes or None
+        index = event.gpu_index or 0
+        for g in doc.memory.gpus if cap is None and doc.memory is not None else ():
+            if g.index == index:
+                cap = g.total_bytes or None
     if prompt is None and good is None and bad is None:
         raise InputError(f"{where}: holds neither a prompt nor install states to bisect")
-    pool = _POOLS.get(str(event.get("pool")))
+    pool = _POOLS.get(event.pool)
     return SnapshotStart(snapshot, good, bad, prompt, flags, comfyui, python, budget, cap, pool)
 
 

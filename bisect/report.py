@@ -20,7 +20,6 @@ import contextlib
 import datetime as _dt
 import html
 import io
-import json
 import os
 import re
 import secrets
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
@@ -67,7 +67,9 @@ from oom_sentinel.bisect.states import (
 )
 from oom_sentinel.bisect.verdict import Oom, Skip, Timeout, Verdict
 from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
+from oom_sentinel.daemon.bisect_report_model import REPORT_FORMAT, BisectReport
 from oom_sentinel.daemon.errors import SentinelError
+from oom_sentinel.daemon.snapshot_model import validation_problem
 from oom_sentinel.daemon.units import MIB, format_bytes
 
 __all__ = [
@@ -92,7 +94,6 @@ __all__ = [
     "write_reports",
 ]
 
-REPORT_FORMAT = 1
 RESULT_FOUND = "found"
 RESULT_AMBIGUOUS = "ambiguous"
 RESULT_NOT_REPRODUCED = "not-reproduced"
@@ -1138,8 +1139,14 @@ class WrittenReports:
 
 
 def _files(report: Mapping[str, Any]) -> dict[str, bytes]:
+    """report.json as its model (``daemon/bisect_report_model.py``, what the daemon reads
+    back) and the page drawn from it."""
+    try:
+        doc = BisectReport.model_validate(report)
+    except ValidationError as exc:  # a bug in build_report: say which field, in one line
+        raise ValueError(f"report.json: {validation_problem(exc)}") from None
     return {
-        "report.json": (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
+        "report.json": doc.model_dump_json(indent=2, exclude_unset=True).encode("utf-8") + b"\n",
         "report.html": render_html(report).encode("utf-8"),
     }
 

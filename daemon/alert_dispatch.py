@@ -43,7 +43,7 @@ from oom_sentinel.daemon.alerts import (
     PolicyConfig,
 )
 from oom_sentinel.daemon.bisect_results import ReportWatch, followup_alert
-from oom_sentinel.daemon.errors import StoreError
+from oom_sentinel.daemon.errors import InputError, StoreError
 from oom_sentinel.daemon.incidents import (
     Action,
     CloseIncident,
@@ -53,7 +53,8 @@ from oom_sentinel.daemon.incidents import (
     WriteSnapshot,
 )
 from oom_sentinel.daemon.notifiers import AlertChannel, SendResult
-from oom_sentinel.daemon.snapshot import SnapshotRef
+from oom_sentinel.daemon.snapshot import SnapshotRef, load_snapshot
+from oom_sentinel.daemon.snapshot_model import SnapshotDoc
 from oom_sentinel.daemon.store import Store
 
 __all__ = ["POLICY_META_KEY", "AlertDispatcher"]
@@ -63,12 +64,14 @@ log = logging.getLogger("oom_sentinel.alerts")
 POLICY_META_KEY = "alerts.policy"
 
 
-def _read_snapshot_json(ref: SnapshotRef) -> Mapping[str, Any] | None:
+def _read_snapshot(ref: SnapshotRef) -> SnapshotDoc | None:
+    """The snapshot just written, as its model; None when it does not read (the alert is
+    then made from the incident's facts alone, and says less)."""
     try:
-        data = json.loads((Path(ref.path) / "snapshot.json").read_text("utf-8"))
-    except (OSError, ValueError):
+        return load_snapshot(ref.path).doc
+    except InputError as exc:
+        log.warning("alert for snapshot %s without its details: %s", ref.id, exc)
         return None
-    return data if isinstance(data, Mapping) else None
 
 
 class AlertDispatcher:
@@ -147,19 +150,19 @@ class AlertDispatcher:
         self,
         incident: Incident,
         ref: SnapshotRef,
-        snapshot_json: Mapping[str, Any] | None = None,
+        snapshot: SnapshotDoc | None = None,
     ) -> list[Alert]:
         """After a ``WriteSnapshot``: alert the new incident (or fold it into its group).
-        ``snapshot_json`` saves re-reading ``ref``'s snapshot.json when the caller has it."""
+        ``snapshot`` saves re-reading ``ref``'s snapshot.json when the caller has it."""
         now = self._clock()
-        snapshot = snapshot_json if snapshot_json is not None else _read_snapshot_json(ref)
+        snapshot = snapshot if snapshot is not None else _read_snapshot(ref)
         facts = IncidentFacts.from_incident(incident, ref)
-        regression = (snapshot or {}).get("regression")
-        if isinstance(regression, Mapping) and regression.get("suspected") is True:
+        regression = snapshot.regression if snapshot is not None else None
+        if regression is not None and regression.suspected:
             # The same failure under a new install state is news, not a storm repeat: an update
             # made it happen, and the alert must carry the oom-bisect command at once.
             facts = dataclasses.replace(
-                facts, group=f"{facts.group}@{regression.get('bad_state_id') or 'changed'}"
+                facts, group=f"{facts.group}@{regression.bad_state_id or 'changed'}"
             )
         intents = self.policy.on_incident_written(facts, now)
         return self._queue(intents, now, snapshot)
@@ -186,13 +189,13 @@ class AlertDispatcher:
         self,
         action: Action,
         ref: SnapshotRef | None = None,
-        snapshot_json: Mapping[str, Any] | None = None,
+        snapshot: SnapshotDoc | None = None,
     ) -> list[Alert]:
         """Any tracker action; a ``WriteSnapshot`` needs the ``ref`` of the snapshot written."""
         if isinstance(action, WriteSnapshot):
             if ref is None:
                 raise ValueError("a WriteSnapshot action needs the SnapshotRef it produced")
-            return self.on_incident_written(action.incident, ref, snapshot_json)
+            return self.on_incident_written(action.incident, ref, snapshot)
         if isinstance(action, UpdateIncident):
             return self.on_incident_updated(action.incident)
         if isinstance(action, CloseIncident):
@@ -251,7 +254,7 @@ class AlertDispatcher:
         return IncidentFacts.from_incident(incident)
 
     def _queue(
-        self, intents: list[Intent], now: float, snapshot: Mapping[str, Any] | None = None
+        self, intents: list[Intent], now: float, snapshot: SnapshotDoc | None = None
     ) -> list[Alert]:
         alerts: list[Alert] = []
         ids = [c.id for c in self.channels]

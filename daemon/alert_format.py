@@ -5,16 +5,16 @@ units (what was asked for, what was free, what PyTorch held, what else was on th
 snapshot id and path with the command that tells the whole story, the top advice and -- when
 the snapshot's ``regression`` section says ``suspected: true`` -- the ``oom-bisect`` command
 that finds the update that broke it. The snapshot document is the source (it is what the user
-will open), read defensively: any section may be missing or of an older shape.
+will open), read as its model (``snapshot_model.SnapshotDoc``): an optional section may be
+absent; a snapshot that does not read makes an alert from the incident's facts alone.
 
 Pure functions; every text passes through ``redact_text`` before it leaves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from oom_sentinel.daemon.alerts import (
     Alert,
@@ -28,6 +28,13 @@ from oom_sentinel.daemon.alerts import (
     StormSummary,
 )
 from oom_sentinel.daemon.redact import redact_text
+from oom_sentinel.daemon.snapshot_model import (
+    AdviceEntry,
+    EventModel,
+    MemorySection,
+    RegressionSection,
+    SnapshotDoc,
+)
 from oom_sentinel.daemon.units import format_bytes
 
 __all__ = ["render", "render_incident", "sample_alert"]
@@ -43,22 +50,6 @@ _POOL_NAMES = {
     "unified-mps": "Apple unified memory exhausted",
     "killed-by-os": "Killed for lack of memory",
 }
-
-
-def _get(data: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(data, Mapping):
-            return None
-        data = data.get(key)
-    return data
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 def _clock(seconds: float) -> str:
@@ -106,165 +97,142 @@ def _finish(
 # --- incident ---------------------------------------------------------------------------------
 
 
-def _numbers(event: Any) -> list[str]:
+def _numbers(event: EventModel) -> list[str]:
     parts: list[str] = []
-    requested = _int(_get(event, "requested_bytes"))
-    free = _int(_get(event, "free_bytes"))
-    total = _int(_get(event, "total_bytes"))
-    allocated = _int(_get(event, "allocated_bytes"))
-    reserved = _int(_get(event, "reserved_unallocated_bytes"))
+    requested, free, total = event.requested_bytes, event.free_bytes, event.total_bytes
     if requested is not None:
         parts.append(f"tried to allocate {format_bytes(requested)}")
     if free is not None and total is not None:
         parts.append(f"{format_bytes(free)} free of {format_bytes(total)}")
     elif total is not None:
         parts.append(f"capacity {format_bytes(total)}")
-    if allocated is not None:
-        parts.append(f"{format_bytes(allocated)} allocated by PyTorch")
-    if reserved is not None:
-        parts.append(f"{format_bytes(reserved)} reserved but unallocated")
-    mps_max = _int(_get(event, "mps_max_allowed_bytes"))
-    if mps_max is not None:
-        parts.append(f"MPS limit {format_bytes(mps_max)}")
+    if event.allocated_bytes is not None:
+        parts.append(f"{format_bytes(event.allocated_bytes)} allocated by PyTorch")
+    if event.reserved_unallocated_bytes is not None:
+        parts.append(f"{format_bytes(event.reserved_unallocated_bytes)} reserved but unallocated")
+    if event.mps_max_allowed_bytes is not None:
+        parts.append(f"MPS limit {format_bytes(event.mps_max_allowed_bytes)}")
     return parts
 
 
-def _memory_lines(memory: Any) -> list[str]:
+def _memory_lines(memory: MemorySection | None) -> list[str]:
+    if memory is None:
+        return []
     lines: list[str] = []
-    gpus = _get(memory, "gpus")
-    if isinstance(gpus, list):
-        for gpu in gpus[:4]:
-            used, total = _int(_get(gpu, "used_bytes")), _int(_get(gpu, "total_bytes"))
-            if used is None and total is None:
-                continue
-            name = _str(_get(gpu, "name")) or "GPU"
-            index = _int(_get(gpu, "index"))
-            label = f"GPU {index} ({name})" if index is not None else name
-            lines.append(f"{label}: {format_bytes(used)} used of {format_bytes(total)}")
-    host = _get(memory, "host")
-    available, total = _int(_get(host, "ram_available_bytes")), _int(_get(host, "ram_total_bytes"))
-    if available is not None and total is not None:
-        lines.append(f"RAM: {format_bytes(available)} available of {format_bytes(total)}")
+    for gpu in memory.gpus[:4]:
+        if gpu.used_bytes is None and gpu.total_bytes is None:
+            continue
+        lines.append(
+            f"GPU {gpu.index} ({gpu.name or 'GPU'}): {format_bytes(gpu.used_bytes)} used of "
+            f"{format_bytes(gpu.total_bytes)}"
+        )
+    host = memory.host
+    if host is not None and None not in (host.ram_available_bytes, host.ram_total_bytes):
+        lines.append(
+            f"RAM: {format_bytes(host.ram_available_bytes)} available of "
+            f"{format_bytes(host.ram_total_bytes)}"
+        )
     return lines
 
 
-def _other_processes(data: Mapping[str, Any]) -> str | None:
+def _other_processes(doc: SnapshotDoc) -> str | None:
     procs: list[str] = []
-    gpu_procs = _get(data, "memory", "gpu_processes")
-    if isinstance(gpu_procs, list):
-        for proc in gpu_procs:
-            if _get(proc, "watched") is True:
-                continue
-            pid = _int(_get(proc, "pid"))
-            if pid is None:
-                continue
-            name = _str(_get(proc, "name"))
-            used = _int(_get(proc, "used_bytes"))
-            text = f"pid {pid}" + (f" ({name})" if name else "")
-            if used is not None:
-                text += f" {format_bytes(used)}"
-            procs.append(text)
+    for proc in doc.memory.gpu_processes if doc.memory is not None else ():
+        if proc.watched:
+            continue
+        text = f"pid {proc.pid}" + (f" ({proc.name})" if proc.name else "")
+        if proc.used_bytes is not None:
+            text += f" {format_bytes(proc.used_bytes)}"
+        procs.append(text)
     if not procs:
-        others = _get(data, "event", "other_processes")
-        if isinstance(others, list):
-            for proc in others:
-                pid = _int(_get(proc, "pid"))
-                if pid is not None:
-                    used = _int(_get(proc, "bytes"))
-                    procs.append(f"pid {pid}" + (f" {format_bytes(used)}" if used else ""))
+        for other in doc.event.other_processes:
+            used = other.bytes
+            procs.append(f"pid {other.pid}" + (f" {format_bytes(used)}" if used else ""))
     if not procs:
         return None
     shown = ", ".join(procs[:4]) + (f" and {len(procs) - 4} more" if len(procs) > 4 else "")
     return f"Other processes on the GPU: {shown}"
 
 
-def _regression_lines(data: Mapping[str, Any], snapshot_id: str | None) -> list[str]:
-    regression = data.get("regression")
-    if not isinstance(regression, Mapping) or regression.get("suspected") is not True:
+def _regression_lines(regression: RegressionSection | None, snapshot_id: str | None) -> list[str]:
+    if regression is None or not regression.suspected:
         return []
-    command = _str(regression.get("bisect_command"))
+    command = regression.bisect_command
     if command is None or not command.startswith("oom-bisect"):
         command = f"oom-bisect {snapshot_id}" if snapshot_id else None
-    why = _str(regression.get("summary")) or _str(regression.get("reason"))
     lines = [
         "Suspected regression: this workflow ran without running out of memory before "
         "the install changed."
     ]
-    if why:
-        lines.append(f"  {why}")
+    if regression.reason:
+        lines.append(f"  {regression.reason}")
     if command:
         lines.append(f"  Find the update that broke it: {command}")
     return lines
 
 
-def _advice_lines(data: Mapping[str, Any]) -> list[str]:
-    advice = data.get("advice")
-    if not isinstance(advice, list):
-        return []
-    texts = [text for item in advice if (text := _str(_get(item, "text")))][:TOP_ADVICE]
-    lines: list[str] = []
-    for n, text in enumerate(texts):
-        lines.append(("Try first: " if n == 0 else "Then: ") + text)
-    return lines
+def _advice_lines(advice: Sequence[AdviceEntry]) -> list[str]:
+    texts = [item.text for item in advice if item.text][:TOP_ADVICE]
+    return [("Try first: " if n == 0 else "Then: ") + text for n, text in enumerate(texts)]
 
 
-def render_incident(alert: IncidentAlert, snapshot: Mapping[str, Any] | None, now: float) -> Alert:
-    """The message for a new incident, from its snapshot.json (None: from the facts alone)."""
+def render_incident(alert: IncidentAlert, snapshot: SnapshotDoc | None, now: float) -> Alert:
+    """The message for a new incident, from its snapshot.json (None: unreadable, or not
+    written: from the facts alone)."""
     facts = alert.facts
-    data: Mapping[str, Any] = snapshot if isinstance(snapshot, Mapping) else {}
-    event = data.get("event") if isinstance(data.get("event"), Mapping) else {}
-    instance = _str(_get(data, "instance", "name")) or facts.instance
-    host = _str(_get(data, "host", "hostname"))
-    pool = _str(_get(event, "pool")) or facts.pool
-    node_type = _str(_get(event, "node_type"))
-    node_id = _str(_get(event, "node_id"))
+    doc = snapshot
+    event = doc.event if doc is not None else None
+    instance = (doc.instance.name if doc is not None else "") or facts.instance
+    host = (doc.host.hostname if doc is not None else "") or None
+    pool = event.pool if event is not None else facts.pool
+    node_type = event.node_type if event is not None else None
+    node_id = event.node_id if event is not None else None
     where = f"{instance} on {host}" if host else instance
     title = f"OOM: {_POOL_NAMES.get(pool, pool + ' out of memory')} on {where}"
     if node_type:
         title += f" in {node_type}"
 
-    lines: list[str] = [_str(data.get("summary")) or facts.summary]
-    install = _str(_get(data, "instance", "path"))
+    lines: list[str] = [(doc.summary if doc is not None else "") or facts.summary]
+    install = doc.instance.path if doc is not None else None
     lines.append(
         f"Instance: {instance}"
         + (f" ({install})" if install else "")
         + (f" on host {host}" if host else "")
     )
     detail = [f"pool {pool}"]
-    backend = _str(_get(event, "backend"))
-    if backend and backend != "unknown":
-        detail[0] += f" ({backend})"
+    if event is not None and event.backend != "unknown":
+        detail[0] += f" ({event.backend})"
     if node_type:
         detail.append(f"node {node_type}" + (f" #{node_id}" if node_id else ""))
-    exception = _str(_get(event, "exception_type"))
-    if exception:
-        detail.append(exception)
-    killer = _str(_get(event, "killer"))
-    if killer:
-        detail.append(f"killed by {killer}")
+    if event is not None and event.exception_type:
+        detail.append(event.exception_type)
+    if event is not None and event.killer:
+        detail.append(f"killed by {event.killer}")
     lines.append("What: " + ", ".join(detail))
-    numbers = _numbers(event)
+    numbers = _numbers(event) if event is not None else []
     if numbers:
         lines.append("Numbers: " + ", ".join(numbers))
-    lines += _memory_lines(data.get("memory"))
-    others = _other_processes(data)
-    if others:
-        lines.append(others)
-    count = _int(_get(data, "incident", "count")) or facts.count
+    if doc is not None:
+        lines += _memory_lines(doc.memory)
+        others = _other_processes(doc)
+        if others:
+            lines.append(others)
+    count = doc.incident.count if doc is not None else facts.count
     if count > 1:
         lines.append(f"Repeats: {count} failures so far in this storm")
     if alert.earlier_failures:
         lines.append(
             f"Also {alert.earlier_failures} earlier failure(s) of the same kind not yet reported"
         )
-    snapshot_id = facts.snapshot_id or _str(data.get("id"))
+    snapshot_id = facts.snapshot_id or (doc.id if doc is not None else None)
     if snapshot_id:
         lines.append(f"Snapshot: {snapshot_id}")
         if facts.snapshot_path:
             lines.append(f"  {facts.snapshot_path}")
         lines.append(f"  Read it: oom-sentinel snapshots show {snapshot_id}")
-    lines += _advice_lines(data)
-    lines += _regression_lines(data, snapshot_id)
+    if doc is not None:
+        lines += _advice_lines(doc.advice)
+        lines += _regression_lines(doc.regression, snapshot_id)
     return _finish(
         key=alert.key,
         kind=AlertKind.INCIDENT,
@@ -387,7 +355,7 @@ def _render_held(held: HeldBackSummary, now: float) -> Alert:
     )
 
 
-def render(intent: Intent, now: float, snapshot: Mapping[str, Any] | None = None) -> Alert:
+def render(intent: Intent, now: float, snapshot: SnapshotDoc | None = None) -> Alert:
     """The message for any policy output (``snapshot``: the incident's snapshot.json)."""
     if isinstance(intent, IncidentAlert):
         return render_incident(intent, snapshot, now)

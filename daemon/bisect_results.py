@@ -6,7 +6,8 @@ the daemon's side of that: it reads the reports (``snapshots show`` names the cu
 ``snapshots export`` ships them), and ``ReportWatch`` notices a new one so the alert outbox can
 send one follow-up alert for it.
 
-The daemon never imports the bisect: ``report.json`` is read as data, and every field may be
+The daemon never imports the bisect: ``report.json`` is read into ``BisectReport``
+(``bisect_report_model.py``, the model the bisect writes it from), where every field may be
 missing (an older or newer bisect wrote it).
 
 How the daemon learns of a finished bisect: attaching a report creates a folder in the snapshot
@@ -20,15 +21,17 @@ restart that rescans everything queues nothing twice, and reports older than ``M
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from oom_sentinel.daemon.alerts import Alert, AlertKind, Severity
+from oom_sentinel.daemon.bisect_report_model import BisectReport, ReportCulpritEntry
 from oom_sentinel.daemon.redact import redact_text
 from oom_sentinel.daemon.units import format_bytes
 
@@ -129,52 +132,48 @@ class AttachedReport:
         }
 
 
-def _text(value: Any) -> str | None:
-    return value.strip() or None if isinstance(value, str) else None
+def _text(value: str | None) -> str | None:
+    return (value.strip() or None) if value is not None else None
 
 
-def _delta(c: Mapping[str, Any]) -> str | None:
+def _delta(c: ReportCulpritEntry) -> str | None:
     """The culprit's own rise in peak: the report's own line (``delta_text``, written by
     ``oom_sentinel.bisect.report``), else the bytes of its ``delta`` object."""
-    text = _text(c.get("delta_text"))
+    text = _text(c.delta_text)
     if text:
         return text
-    delta = c.get("delta")
-    value = delta.get("delta_bytes") if isinstance(delta, Mapping) else None
-    if isinstance(value, int) and not isinstance(value, bool):
-        sign = "+" if value >= 0 else "-"
-        return f"{sign}{format_bytes(abs(value))}"
-    return None
+    if c.delta is None:
+        return None
+    value = c.delta.delta_bytes
+    return f"{'+' if value >= 0 else '-'}{format_bytes(abs(value))}"
 
 
 def _read(folder: Path) -> AttachedReport | None:
+    """The report in ``folder``; None when it is missing or not a report this daemon reads
+    (corrupt, or a field of another type than ``BisectReport`` says)."""
     page = folder / "report.json"
     try:
         mtime = page.stat().st_mtime
-        data = json.loads(page.read_text("utf-8"))
-    except (OSError, ValueError):
+        doc = BisectReport.model_validate_json(page.read_bytes())
+    except (OSError, ValidationError):
         return None
-    if not isinstance(data, Mapping):
-        return None
-    culprits: list[ReportCulprit] = []
-    for c in data.get("culprits") or ():
-        if not isinstance(c, Mapping):
-            continue
-        label = _text(c.get("label")) or _text(c.get("repo")) or "?"
-        commit = _text(c.get("commit")) or "?"
-        culprits.append(
-            ReportCulprit(
-                label, commit, _text(c.get("subject")), _delta(c), _text(c.get("nodes_text"))
-            )
+    culprits = tuple(
+        ReportCulprit(
+            _text(c.label) or _text(c.repo) or "?",
+            _text(c.commit) or "?",
+            _text(c.subject),
+            _delta(c),
+            _text(c.nodes_text),
         )
-    measurements = data.get("measurements")
+        for c in doc.culprits
+    )
     return AttachedReport(
         folder=folder.name,
         path=folder,
-        result=_text(data.get("result")) or "unknown",
-        culprits=tuple(culprits),
-        message=_text(data.get("message")),
-        measurements=measurements if isinstance(measurements, int) else None,
+        result=_text(doc.result) or "unknown",
+        culprits=culprits,
+        message=_text(doc.message),
+        measurements=doc.measurements,
         mtime_s=mtime,
     )
 

@@ -38,6 +38,7 @@ from oom_sentinel.daemon.snapshot import (
     parse_iso_utc,
     snapshots_dir,
 )
+from oom_sentinel.daemon.snapshot_model import EventModel, MemorySection
 from oom_sentinel.daemon.store import IncidentRow, Store
 from oom_sentinel.daemon.units import format_bytes
 
@@ -343,14 +344,6 @@ _POOL_STORY = {
 }
 
 
-def _get(mapping: Any, key: str) -> Any:
-    return mapping.get(key) if isinstance(mapping, Mapping) else None
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list) else []
-
-
 def _bisect_lines(report: AttachedReport) -> list[str]:
     lines = [report.headline()]
     lines += [f"  {c.line()}" for c in report.culprits]
@@ -363,19 +356,19 @@ def _bisect_lines(report: AttachedReport) -> list[str]:
 
 
 def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
-    """The human account of one snapshot; every section tolerates missing data."""
-    data = snap.data
-    event = snap.event
+    """The human account of one snapshot (its typed document: every optional part may be
+    absent)."""
+    doc = snap.doc
+    event = doc.event
     report = latest_report(snap.path)
     answered = report is not None and report.finished
-    summary = str(data.get("summary", "")).strip() or "An out-of-memory incident"
+    summary = doc.summary.strip() or "An out-of-memory incident"
     if answered:
         summary = summary.split(SUMMARY_SUFFIX, 1)[0]
     lines: list[str] = [summary]
     lines += _fit_lead(snap.path)
     lines.append(f"Snapshot {snap.id}, taken {_local_time(snap.created, with_zone=True)}")
-    instance = _get(data, "instance") or {}
-    where = [str(instance.get(k)) for k in ("name", "path", "url") if instance.get(k)]
+    where = [v for v in (doc.instance.name, doc.instance.path, doc.instance.url) if v]
     if where:
         lines.append("Instance " + " · ".join(where))
     if report is not None:
@@ -384,10 +377,10 @@ def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
 
     lines += ["", "What failed"]
     lines += [f"  {text}" for text in _what_failed(event)]
-    sources = ", ".join(str(s) for s in _list(data.get("sources")))
+    sources = ", ".join(doc.sources)
     if sources:
         lines.append(f"  Reported by: {sources}.")
-    count = int(_get(data.get("incident"), "count") or 1)
+    count = doc.incident.count
     if row is not None and row.count > count:
         count = row.count
         lines.append(
@@ -398,17 +391,14 @@ def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
         lines.append(f"  It happened {count} times; this snapshot describes the first.")
 
     lines += ["", "Which memory ran out"]
-    pool = str(event.get("pool", ""))
-    story = _POOL_STORY.get(pool, f"{pool or 'unknown'}.")
-    if pool == "killed-by-os" and event.get("killer"):
-        story = story.rstrip(".") + f" (killer: {event['killer']})."
+    pool = event.pool
+    story = _POOL_STORY.get(pool, f"{pool}.")
+    if pool == "killed-by-os" and event.killer:
+        story = story.rstrip(".") + f" (killer: {event.killer})."
     lines.append(f"  {story}")
 
-    memory = data.get("memory")
-    lines += [
-        "",
-        "Memory at the time" + (f" ({_clock(at)})" if (at := _get(memory, "time")) else ""),
-    ]
+    memory = doc.memory
+    lines += ["", "Memory at the time" + (f" ({_clock(memory.time)})" if memory else "")]
     lines += [f"  {text}" for text in _memory_lines(memory)]
 
     lines += ["", "What else held the GPU"]
@@ -424,24 +414,24 @@ def render_story(snap: Snapshot, row: IncidentRow | None = None) -> str:
         lines += ["", "Log (last lines of log.txt)"]
         lines += [f"  | {text}" for text in tail]
 
-    files = _get(data, "files") or {}
+    files = doc.files
     lines += ["", f"Files in {snap.path}"]
     lines.append("  log.txt (the failure and the lines before it), timeline.csv (memory over time)")
-    if files.get("prompt"):
+    if files.prompt:
         replay = "" if answered else f"; replay it with `oom-bisect {snap.id}`"
         lines.append(f"  prompt.json: the prompt that ran{replay}")
     if report is not None:
         lines.append(f"  {report.folder}/: the bisect's report (report.html, report.json)")
-    if files.get("workflow"):
+    if files.workflow:
         lines.append("  workflow.json: the workflow; drag it into ComfyUI to open it")
     lines.append(f"  Attach it to a bug report: oom-sentinel snapshots export {snap.id}")
 
-    advice = [a for a in _list(data.get("advice")) if _get(a, "text")]
+    advice = [a for a in doc.advice if a.text]
     if answered:  # the bisect ran: its answer is above, not a request to run it
-        advice = [a for a in advice if _get(a, "key") != BISECT_ADVICE_KEY]
+        advice = [a for a in advice if a.key != BISECT_ADVICE_KEY]
     lines += ["", "What to try"]
     if advice:
-        lines += [f"  {i}. {a['text']}" for i, a in enumerate(advice, 1)]
+        lines += [f"  {i}. {a.text}" for i, a in enumerate(advice, 1)]
     else:
         lines.append("  No specific advice was recorded for this incident.")
     return "\n".join(lines)
@@ -472,104 +462,94 @@ def _fit_lead(path: Path) -> list[str]:
     return [f"oom-bisect fit: {text}"] if text else []
 
 
-def _what_failed(event: Mapping[str, Any]) -> list[str]:
+def _what_failed(event: EventModel) -> list[str]:
     out: list[str] = []
-    node = event.get("node_type")
-    node_id = event.get("node_id")
-    exc = event.get("exception_type")
-    backend = event.get("backend")
-    gpu = event.get("gpu_index")
+    node, node_id, exc = event.node_type, event.node_id, event.exception_type
+    backend, gpu = event.backend, event.gpu_index
     who = f"{node} (node {node_id})" if node and node_id else (node or "A node")
-    if event.get("pool") == "killed-by-os":
-        pid = event.get("killed_pid")
+    if event.pool == "killed-by-os":
+        pid = event.killed_pid
         out.append(f"ComfyUI{f' (pid {pid})' if pid is not None else ''} was killed.")
     else:
         device = ""
-        if backend and backend != "unknown":
+        if backend != "unknown":
             device = f" on {backend}" + (f" device {gpu}" if gpu is not None else "")
         out.append(f"{who} raised {exc or 'an out-of-memory error'}{device}.")
     numbers: list[str] = []
-    if event.get("requested_bytes") is not None:
-        numbers.append(f"It asked for {format_bytes(event['requested_bytes'])}")
-    if event.get("free_bytes") is not None and event.get("total_bytes") is not None:
+    if event.requested_bytes is not None:
+        numbers.append(f"It asked for {format_bytes(event.requested_bytes)}")
+    if event.free_bytes is not None and event.total_bytes is not None:
         numbers.append(
-            f"{format_bytes(event['free_bytes'])} of {format_bytes(event['total_bytes'])} was free"
+            f"{format_bytes(event.free_bytes)} of {format_bytes(event.total_bytes)} was free"
         )
     if numbers:
         out.append("; ".join(numbers) + ".")
     torch: list[str] = []
-    if event.get("allocated_bytes") is not None:
-        torch.append(f"{format_bytes(event['allocated_bytes'])} allocated")
-    if event.get("reserved_unallocated_bytes") is not None:
-        torch.append(
-            f"{format_bytes(event['reserved_unallocated_bytes'])} reserved but unallocated"
-        )
+    if event.allocated_bytes is not None:
+        torch.append(f"{format_bytes(event.allocated_bytes)} allocated")
+    if event.reserved_unallocated_bytes is not None:
+        torch.append(f"{format_bytes(event.reserved_unallocated_bytes)} reserved but unallocated")
     if torch:
         out.append("PyTorch had " + " and ".join(torch) + ".")
-    message = str(event.get("message", "")).strip()
+    message = event.message.strip()
     if message:
         out.append(f"Message: {message if len(message) <= 300 else message[:297] + '...'}")
     return out
 
 
-def _memory_lines(memory: Any) -> list[str]:
-    if not isinstance(memory, Mapping):
+def _memory_lines(memory: MemorySection | None) -> list[str]:
+    if memory is None:
         return ["No memory sample was taken."]
     out: list[str] = []
-    for gpu in _list(memory.get("gpus")):
+    for gpu in memory.gpus:
         out.append(
-            f"GPU {gpu.get('index')} {gpu.get('name') or ''}".rstrip()
-            + f": {format_bytes(gpu.get('used_bytes'))} used of "
-            f"{format_bytes(gpu.get('total_bytes'))}, {format_bytes(gpu.get('free_bytes'))} free"
+            f"GPU {gpu.index} {gpu.name}".rstrip() + f": {format_bytes(gpu.used_bytes)} used of "
+            f"{format_bytes(gpu.total_bytes)}, {format_bytes(gpu.free_bytes)} free"
         )
-    host = memory.get("host")
-    if isinstance(host, Mapping):
+    host = memory.host
+    if host is not None:
         out.append(
-            f"RAM: {format_bytes(host.get('ram_available_bytes'))} available of "
-            f"{format_bytes(host.get('ram_total_bytes'))}; swap: "
-            f"{format_bytes(host.get('swap_used_bytes'))} used of "
-            f"{format_bytes(host.get('swap_total_bytes'))}"
+            f"RAM: {format_bytes(host.ram_available_bytes)} available of "
+            f"{format_bytes(host.ram_total_bytes)}; swap: "
+            f"{format_bytes(host.swap_used_bytes)} used of "
+            f"{format_bytes(host.swap_total_bytes)}"
         )
-        if host.get("committed_bytes") is not None:
+        if host.committed_bytes is not None:
             out.append(
-                f"Commit charge: {format_bytes(host.get('committed_bytes'))} of "
-                f"{format_bytes(host.get('commit_limit_bytes'))}"
+                f"Commit charge: {format_bytes(host.committed_bytes)} of "
+                f"{format_bytes(host.commit_limit_bytes)}"
             )
-    for tree in _list(memory.get("process_trees")):
-        peak = tree.get("peak_rss_bytes")
+    for tree in memory.process_trees:
+        peak = tree.peak_rss_bytes
         out.append(
-            f"ComfyUI process {tree.get('root_pid')}: {format_bytes(tree.get('rss_bytes'))} "
+            f"ComfyUI process {tree.root_pid}: {format_bytes(tree.rss_bytes)} "
             "resident" + (f" (peak {format_bytes(peak)})" if peak is not None else "")
         )
     return out or ["The sample holds no devices or processes."]
 
 
-def _others_lines(memory: Any, event: Mapping[str, Any]) -> list[str]:
+def _others_lines(memory: MemorySection | None, event: EventModel) -> list[str]:
     out: list[str] = []
     seen: set[int] = set()
-    for proc in _list(_get(memory, "gpu_processes")):
-        if proc.get("watched"):
+    for proc in memory.gpu_processes if memory is not None else ():
+        if proc.watched:
             continue
-        pid = proc.get("pid")
-        seen.add(pid)
-        name = proc.get("name") or "?"
-        cmdline = " ".join(str(a) for a in _list(proc.get("cmdline")))
-        label = f"pid {pid} {name}" + (f" ({cmdline[:80]})" if cmdline else "")
+        seen.add(proc.pid)
+        cmdline = " ".join(proc.cmdline or ())
+        label = f"pid {proc.pid} {proc.name or '?'}" + (f" ({cmdline[:80]})" if cmdline else "")
         out.append(
-            f"{label}: {format_bytes(proc.get('used_bytes'), 'amount unknown')} on GPU "
-            f"{proc.get('device_index')}"
+            f"{label}: {format_bytes(proc.used_bytes, 'amount unknown')} on GPU {proc.device_index}"
         )
-    for other in _list(event.get("other_processes")):
-        if other.get("pid") in seen:
+    for other in event.other_processes:
+        if other.pid in seen:
             continue
         out.append(
-            f"pid {other.get('pid')} (named in the error): "
-            f"{format_bytes(other.get('bytes'), 'amount unknown')}"
+            f"pid {other.pid} (named in the error): {format_bytes(other.bytes, 'amount unknown')}"
         )
     if not out:
-        if event.get("other_process_named"):
+        if event.other_process_named:
             return ["The error says another process held GPU memory, but no sample names it."]
-        if _get(memory, "gpu_processes") is None:
+        if memory is None:
             return ["Unknown: no GPU process sample was taken."]
         return ["Nothing else: only the watched ComfyUI used the GPU."]
     return out

@@ -363,34 +363,28 @@ def read_incidents(
             snap = load_snapshot(directory, validate=False)
         except InputError:
             continue
-        instance = snap.data.get("instance")
-        instance = instance if isinstance(instance, Mapping) else {}
+        head = snap.head
         if target is not None:
-            path = instance.get("path")
-            if isinstance(path, str) and path and target.path:
+            path = head.instance.path
+            if path and target.path:
                 if _norm(path) != _norm(target.path):
                     continue
-            elif instance.get("name") != target.name:
+            elif head.instance.name != target.name:
                 continue
         total += 1
         if len(found) >= limit:
             continue
-        event = snap.event
-        incident = snap.data.get("incident")
-        count = incident.get("count") if isinstance(incident, Mapping) else None
-        regression = snap.data.get("regression")
+        count = head.incident.count if head.incident is not None else None
         found.append(
             IncidentFacts(
                 id=snap.id,
                 created_s=parse_iso_utc(snap.created),
-                instance=str(instance.get("name") or ""),
-                pool=_opt_str(event.get("pool")),
-                node_type=_opt_str(event.get("node_type")),
-                count=count if isinstance(count, int) and count > 0 else 1,
+                instance=head.instance.name,
+                pool=head.event.pool,
+                node_type=head.event.node_type,
+                count=count if count is not None and count > 0 else 1,
                 summary=snap.summary,
-                regression_suspected=bool(
-                    isinstance(regression, Mapping) and regression.get("suspected")
-                ),
+                regression_suspected=head.regression is not None and head.regression.suspected,
             )
         )
     return tuple(found), total

@@ -8,9 +8,10 @@ directory, fsyncs every file and the directory, then renames it to
 fsyncs the parent. Directory 0700, files 0600: prompts and logs are private. Everything goes
 through ``redact`` on the way out.
 
-Files: ``snapshot.json`` (versioned, validated by ``snapshot.schema.json`` which ships next to
-this module), ``log.txt`` (the record and the lines before it), ``timeline.csv`` (the memory ring
-buffer), and when captured ``prompt.json`` (API format) and ``workflow.json`` (UI format).
+Files: ``snapshot.json`` (versioned; its models are ``snapshot_model.SnapshotDoc``, and
+``snapshot.schema.json``, generated from them, ships next to this module), ``log.txt`` (the
+record and the lines before it), ``timeline.csv`` (the memory ring buffer), and when captured
+``prompt.json`` (API format) and ``workflow.json`` (UI format).
 
 Only the daemon writes; ``clean_leftovers`` (at daemon start) removes ``.tmp-*`` and ``.trash-*``
 directories a crash left behind. Retention lives in ``retention.py``.
@@ -33,9 +34,10 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from oom_sentinel.daemon.advice import Advice
 from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
@@ -43,6 +45,28 @@ from oom_sentinel.daemon.errors import InputError, SentinelError
 from oom_sentinel.daemon.incidents import FoldedRecord, Incident
 from oom_sentinel.daemon.probes import MemorySample
 from oom_sentinel.daemon.redact import redact, redact_text
+from oom_sentinel.daemon.snapshot_model import (
+    SCHEMA_FILE,
+    SCHEMA_VERSION,
+    AdviceEntry,
+    EventModel,
+    FilesSection,
+    GpuEntry,
+    GpuProcessEntry,
+    HostMemory,
+    HostSection,
+    IncidentSection,
+    InstanceSection,
+    MemorySection,
+    ObservationEntry,
+    ProcessTreeEntry,
+    RecordEntry,
+    SnapshotDoc,
+    SnapshotHead,
+    SnapshotRecords,
+    parse_snapshot_doc,
+    validation_problem,
+)
 
 __all__ = [
     "OPTIONAL_SECTIONS",
@@ -58,6 +82,7 @@ __all__ = [
     "SnapshotNotFound",
     "SnapshotRef",
     "SnapshotWriteError",
+    "build_snapshot",
     "build_snapshot_json",
     "clean_leftovers",
     "collect_host_facts",
@@ -75,8 +100,8 @@ __all__ = [
     "write_snapshot",
 ]
 
-SCHEMA_VERSION = 1
-SCHEMA_PATH = Path(__file__).parent / "snapshot.schema.json"
+#: generated from ``snapshot_model`` (``scripts/snapshot_schema.py``), shipped for other tools
+SCHEMA_PATH = SCHEMA_FILE
 #: names of snapshot directories we wrote (retention and lookup touch nothing else)
 SNAPSHOT_NAME_RE = re.compile(r"^(\d{8}T\d{6}Z)_[A-Za-z0-9._+-]+$")
 #: optional top-level sections later issues fill; each is a JSON object when present
@@ -260,177 +285,204 @@ def _jsonable(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
-def _memory_json(sample: MemorySample) -> dict[str, Any]:
+def _memory_section(sample: MemorySample) -> MemorySection:
     watched = {tree.root_pid for tree in sample.process_trees}
     host = sample.host
-    return {
-        "time": iso_utc(sample.time_s),
-        "gpus": [
-            {
-                "index": g.index,
-                "name": g.name,
-                "uuid": g.uuid,
-                "total_bytes": g.total_bytes,
-                "used_bytes": g.used_bytes,
-                "free_bytes": g.free_bytes,
-                "reserved_bytes": g.reserved_bytes,
-            }
+    return MemorySection(
+        time=iso_utc(sample.time_s),
+        gpus=[
+            GpuEntry(
+                index=g.index,
+                name=g.name,
+                uuid=g.uuid,
+                total_bytes=g.total_bytes,
+                used_bytes=g.used_bytes,
+                free_bytes=g.free_bytes,
+                reserved_bytes=g.reserved_bytes,
+            )
             for g in sample.gpus
         ],
-        "gpu_processes": [
-            {
-                "pid": p.pid,
-                "device_index": p.device_index,
-                "used_bytes": p.used_bytes,
-                "name": p.name,
-                "cmdline": list(p.cmdline) if p.cmdline is not None else None,
-                "watched": p.pid in watched,
-            }
+        gpu_processes=[
+            GpuProcessEntry(
+                pid=p.pid,
+                device_index=p.device_index,
+                used_bytes=p.used_bytes,
+                name=p.name,
+                cmdline=list(p.cmdline) if p.cmdline is not None else None,
+                watched=p.pid in watched,
+            )
             for p in sample.gpu_processes
         ],
-        "host": None
+        host=None
         if host is None
-        else {
-            "ram_total_bytes": host.ram_total_bytes,
-            "ram_available_bytes": host.ram_available_bytes,
-            "swap_total_bytes": host.swap_total_bytes,
-            "swap_used_bytes": host.swap_used_bytes,
-            "commit_limit_bytes": host.commit_limit_bytes,
-            "committed_bytes": host.committed_bytes,
-        },
-        "process_trees": [
-            {"root_pid": t.root_pid, "rss_bytes": t.rss_bytes, "peak_rss_bytes": t.peak_rss_bytes}
+        else HostMemory(
+            ram_total_bytes=host.ram_total_bytes,
+            ram_available_bytes=host.ram_available_bytes,
+            swap_total_bytes=host.swap_total_bytes,
+            swap_used_bytes=host.swap_used_bytes,
+            commit_limit_bytes=host.commit_limit_bytes,
+            committed_bytes=host.committed_bytes,
+        ),
+        process_trees=[
+            ProcessTreeEntry(
+                root_pid=t.root_pid, rss_bytes=t.rss_bytes, peak_rss_bytes=t.peak_rss_bytes
+            )
             for t in sample.process_trees
         ],
-    }
+    )
 
 
-def _advice_json(items: Sequence[Any]) -> list[dict[str, str]]:
-    out: list[dict[str, str]] = []
-    for item in items:
-        if isinstance(item, Mapping):
-            key, text = item.get("key"), item.get("text")
-        else:
-            key, text = getattr(item, "key", None), getattr(item, "text", None)
-        if text:
-            out.append({"key": str(key or ""), "text": str(text)})
-    return out
+def _advice_entries(items: Sequence[AdviceItem]) -> list[AdviceEntry]:
+    return [AdviceEntry(key=item.key or "", text=item.text) for item in items if item.text]
 
 
-def _record_json(record: FoldedRecord) -> dict[str, Any]:
-    return {
-        "id": record.record_id,
-        "failure": record.failure,
-        "source": record.source,
-        "rule": record.rule,
-        "at_s": record.at_s,
-        "prompt_id": record.prompt_id,
-    }
+def _record_entry(record: FoldedRecord) -> RecordEntry:
+    return RecordEntry(
+        id=record.record_id,
+        failure=record.failure,
+        source=record.source,
+        rule=record.rule,
+        at_s=record.at_s,
+        prompt_id=record.prompt_id,
+    )
 
 
-def snapshot_records(data: Mapping[str, Any]) -> list[FoldedRecord]:
-    """The records a ``snapshot.json`` says its incident had counted (none for old ones)."""
-    inc = data.get("incident")
-    items = inc.get("records") if isinstance(inc, Mapping) else None
+def snapshot_records(data: Snapshot | Mapping[str, Any]) -> list[FoldedRecord]:
+    """The records a snapshot says its incident had counted (none for old ones); a record
+    that does not read as one is left out, the others still count."""
+    try:
+        items = SnapshotRecords.model_validate(
+            data.data if isinstance(data, Snapshot) else data
+        ).incident.records
+    except ValidationError:
+        return []
     out: list[FoldedRecord] = []
-    for item in items if isinstance(items, list) else ():
-        if not isinstance(item, Mapping) or not isinstance(item.get("id"), str):
-            continue
+    for item in items:
         try:
-            out.append(
-                FoldedRecord(
-                    item["id"],
-                    int(item.get("failure") or 1),
-                    str(item.get("source") or ""),
-                    str(item.get("rule") or ""),
-                    float(item.get("at_s") or 0.0),
-                    item.get("prompt_id") if isinstance(item.get("prompt_id"), str) else None,
-                )
-            )
-        except (TypeError, ValueError):
+            r = RecordEntry.model_validate(item)
+        except ValidationError:
             continue
+        out.append(FoldedRecord(r.id, r.failure, r.source, r.rule, r.at_s, r.prompt_id))
     return out
 
 
-def build_snapshot_json(content: SnapshotContent, snapshot_id: str) -> dict[str, Any]:
-    """The ``snapshot.json`` document for ``content``, redacted and JSON-ready."""
+def build_snapshot(content: SnapshotContent, snapshot_id: str) -> SnapshotDoc:
+    """The ``snapshot.json`` document for ``content``, redacted.
+
+    Built as models (a field of the wrong type fails here, in the writer's tests, not in a
+    reader months later), redacted as plain JSON, and checked again after redaction, so
+    what is written is a valid document."""
     inc = content.incident
     unknown_sections = set(content.sections) - set(OPTIONAL_SECTIONS)
     if unknown_sections:
         raise ValueError(f"unknown snapshot sections: {sorted(unknown_sections)}")
-    data: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "id": snapshot_id,
-        "created": iso_utc(content.created_s),
-        "incident": {
-            "id": inc.id,
-            "fingerprint": inc.fingerprint,
-            "first_seen": iso_utc(inc.first_seen_s),
-            "last_seen": iso_utc(inc.last_seen_s),
-            "count": inc.count,
-            **({"records": [_record_json(r) for r in content.records]} if content.records else {}),
-        },
-        "instance": {
-            "name": content.instance.name,
-            "path": content.instance.path,
-            "url": content.instance.url,
-        },
-        "summary": inc.summary,
-        "event": inc.event.to_json(),
-        "observations": [
-            {
-                "source": o.source,
-                "at": iso_utc(o.at_s),
-                "event": o.event.to_json(),
-                "evidence": dict(o.evidence),
-            }
+    files = FilesSection(
+        log="log.txt",
+        timeline="timeline.csv",
+        prompt="prompt.json" if content.prompt is not None else None,
+        workflow="workflow.json" if content.workflow is not None else None,
+    )
+    built = SnapshotDoc(
+        schema_version=SCHEMA_VERSION,
+        id=snapshot_id,
+        created=iso_utc(content.created_s),
+        incident=IncidentSection(
+            id=inc.id,
+            fingerprint=inc.fingerprint,
+            first_seen=iso_utc(inc.first_seen_s),
+            last_seen=iso_utc(inc.last_seen_s),
+            count=inc.count,
+            # absent, not empty, when there are none: the shape snapshots always had
+            **({"records": [_record_entry(r) for r in content.records]} if content.records else {}),
+        ),
+        instance=InstanceSection(
+            name=content.instance.name, path=content.instance.path, url=content.instance.url
+        ),
+        summary=inc.summary,
+        event=EventModel.model_validate(_jsonable(inc.event.to_json())),
+        observations=[
+            ObservationEntry(
+                source=o.source,
+                at=iso_utc(o.at_s),
+                event=EventModel.model_validate(_jsonable(o.event.to_json())),
+                evidence=_jsonable(dict(o.evidence)),
+            )
             for o in inc.observations
         ],
-        "sources": list(inc.sources),
-        "advice": _advice_json(content.advice),
-        "memory": _memory_json(content.memory) if content.memory is not None else None,
-        "host": content.host.to_json(),
-        "files": {
-            "log": "log.txt",
-            "timeline": "timeline.csv",
-            "prompt": "prompt.json" if content.prompt is not None else None,
-            "workflow": "workflow.json" if content.workflow is not None else None,
-        },
-    }
+        sources=list(inc.sources),
+        advice=_advice_entries(content.advice),
+        memory=_memory_section(content.memory) if content.memory is not None else None,
+        host=HostSection.model_validate(content.host.to_json()),
+        files=files,
+    )
+    data = built.model_dump(mode="json", exclude_unset=True)
     for name in OPTIONAL_SECTIONS:
         if name in content.sections:
-            data[name] = dict(content.sections[name])
-    cleaned = redact(_jsonable(data))
+            data[name] = _jsonable(dict(content.sections[name]))
+    cleaned = redact(data)
     # Structural fields must survive redaction untouched (a key named "token" in evidence is
     # redacted, but the id and file names are ours).
     cleaned["id"] = snapshot_id
-    cleaned["files"] = data["files"]
-    _fill_snapshot_id(cleaned, snapshot_id)
-    return cleaned
+    cleaned["files"] = files.model_dump(mode="json")
+    doc = _checked(cleaned, snapshot_id)
+    return _fill_snapshot_id(doc, snapshot_id)
 
 
-def _fill_snapshot_id(data: dict[str, Any], snapshot_id: str) -> None:
+def _checked(data: dict[str, Any], snapshot_id: str) -> SnapshotDoc:
+    """``data`` as a valid document. An optional section that does not match its model (a
+    bug in the module that made it) is left out and named in ``dropped_sections``: the
+    incident is still recorded, and readable, rather than lost with its snapshot."""
+    while True:
+        try:
+            return SnapshotDoc.model_validate(data)
+        except ValidationError as exc:
+            bad = sorted(
+                {str(e["loc"][0]) for e in exc.errors() if e["loc"]} & set(OPTIONAL_SECTIONS)
+            )
+            if not bad:  # our own part: a bug in this writer or in redact's rules
+                raise ValueError(f"snapshot {snapshot_id}: {validation_problem(exc)}") from None
+            dropped = dict(data.get("dropped_sections") or {})
+            for name in bad:
+                del data[name]
+                dropped[name] = validation_problem(exc, within=name)
+            data["dropped_sections"] = dropped
+
+
+def build_snapshot_json(content: SnapshotContent, snapshot_id: str) -> dict[str, Any]:
+    """``build_snapshot`` as JSON-ready data (what ``snapshot.json`` holds)."""
+    return build_snapshot(content, snapshot_id).model_dump(mode="json", exclude_unset=True)
+
+
+def _fill_snapshot_id(doc: SnapshotDoc, snapshot_id: str) -> SnapshotDoc:
     """Replace ``SNAPSHOT_ID_PLACEHOLDER`` where the text names this snapshot (the id is only
     known once the directory has its name)."""
 
-    def fill(value: Any) -> Any:
-        return (
-            value.replace(SNAPSHOT_ID_PLACEHOLDER, snapshot_id) if isinstance(value, str) else value
-        )
+    def fill(value: str) -> str:
+        return value.replace(SNAPSHOT_ID_PLACEHOLDER, snapshot_id)
 
-    data["summary"] = fill(data.get("summary"))
-    for item in data.get("advice") or ():
-        if isinstance(item, dict):
-            item["text"] = fill(item.get("text"))
-    regression = data.get("regression")
-    if isinstance(regression, dict):
-        for key in ("bisect_command", "reason"):
-            if key in regression:
-                regression[key] = fill(regression[key])
+    update: dict[str, Any] = {
+        "summary": fill(doc.summary),
+        "advice": [a.model_copy(update={"text": fill(a.text)}) for a in doc.advice],
+    }
+    if doc.regression is not None:
+        command = doc.regression.bisect_command
+        update["regression"] = doc.regression.model_copy(
+            update={
+                "reason": fill(doc.regression.reason),
+                "bisect_command": None if command is None else fill(command),
+            }
+        )
+    return doc.model_copy(update=update)
 
 
 def _dump_json(data: Any) -> bytes:
     return (json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def _dump_doc(doc: SnapshotDoc) -> bytes:
+    """snapshot.json: the fields the writer set (an optional section it had nothing for stays
+    absent, as in every earlier version)."""
+    return doc.model_dump_json(indent=2, exclude_unset=True).encode() + b"\n"
 
 
 def _dump_document(document: Mapping[str, Any]) -> bytes:
@@ -485,7 +537,7 @@ def write_snapshot(snapshots_dir: str | os.PathLike[str], content: SnapshotConte
             final = root / name
             if os.path.lexists(final):
                 continue
-            _write_private(tmp / "snapshot.json", _dump_json(build_snapshot_json(content, name)))
+            _write_private(tmp / "snapshot.json", _dump_doc(build_snapshot(content, name)))
             fsync_dir(tmp)
             try:
                 os.rename(tmp, final)
@@ -530,83 +582,92 @@ def clean_leftovers(snapshots_dir: str | os.PathLike[str]) -> list[str]:
 # --- reading ----------------------------------------------------------------------------------
 
 
-@cache
-def _validator() -> Any:
-    import jsonschema
-
-    schema = json.loads(SCHEMA_PATH.read_text("utf-8"))
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
-
-
-def validate_snapshot_json(data: Any) -> str | None:
-    """None when ``data`` is a valid snapshot.json document, else one line saying where not."""
-    if not isinstance(data, Mapping):
-        return "snapshot.json is not a JSON object"
+def _newer_version(data: Mapping[str, Any]) -> str | None:
     version = data.get("schema_version")
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         return (
             f"schema_version {version} was written by a newer oom-sentinel "
             f"(this one reads up to {SCHEMA_VERSION})"
         )
-    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
-    if not errors:
-        return None
-    err = errors[0]
-    where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-    message = " ".join(err.message.split())
-    if len(message) > 160:
-        message = message[:157] + "..."
-    return f"{where}: {message}"
+    return None
 
 
-@dataclass(frozen=True, slots=True)
+def validate_snapshot_json(data: Any) -> str | None:
+    """None when ``data`` is a valid snapshot.json document, else one line saying where not."""
+    if not isinstance(data, Mapping):
+        return "snapshot.json is not a JSON object"
+    newer = _newer_version(data)
+    if newer:
+        return newer
+    try:
+        SnapshotDoc.model_validate(data)
+    except ValidationError as exc:
+        return validation_problem(exc)
+    return None
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """A snapshot read back from disk (``data`` is its snapshot.json)."""
+    """A snapshot read back from disk.
+
+    ``data`` is its snapshot.json as written (``show --json`` and ``export`` pass it on
+    unchanged); ``head`` the fields a listing reads; ``doc`` the whole typed document, checked
+    when ``load_snapshot`` was asked to validate, else on first use (``InputError`` then)."""
 
     id: str
     path: Path
     data: Mapping[str, Any]
+    head: SnapshotHead
+    _doc: SnapshotDoc | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def doc(self) -> SnapshotDoc:
+        if self._doc is None:
+            object.__setattr__(
+                self, "_doc", parse_snapshot_doc(self.data, str(self.path / "snapshot.json"))
+            )
+        assert self._doc is not None
+        return self._doc
 
     @property
     def created(self) -> str:
-        return str(self.data.get("created", ""))
+        return self.head.created
 
     @property
-    def event(self) -> Mapping[str, Any]:
-        event = self.data.get("event")
-        return event if isinstance(event, Mapping) else {}
+    def event(self) -> dict[str, Any]:
+        """The event as a plain dict (the listing's fields checked, the rest as written), for
+        the callers that still read it as a mapping (the service's recovery)."""
+        return self.head.event.model_dump()
 
     @property
     def instance_name(self) -> str:
-        instance = self.data.get("instance")
-        return str(instance.get("name", "")) if isinstance(instance, Mapping) else ""
+        return self.head.instance.name
 
     @property
     def summary(self) -> str:
-        return str(self.data.get("summary", ""))
+        return self.head.summary
 
     def list_entry(self) -> dict[str, Any]:
         """The ``snapshots list --json`` object for this snapshot."""
-        event = self.event
-        incident = self.data.get("incident")
+        event = self.head.event
         return {
             "id": self.id,
             "created": self.created,
             "instance": self.instance_name,
-            "pool": event.get("pool"),
-            "backend": event.get("backend"),
-            "node_type": event.get("node_type"),
-            "exception_type": event.get("exception_type"),
+            "pool": event.pool,
+            "backend": event.backend,
+            "node_type": event.node_type,
+            "exception_type": event.exception_type,
             "summary": self.summary,
-            "count": incident.get("count") if isinstance(incident, Mapping) else None,
+            "count": self.head.incident.count if self.head.incident is not None else None,
             "path": str(self.path),
         }
 
 
 def load_snapshot(path: str | os.PathLike[str], *, validate: bool = True) -> Snapshot:
-    """Read one snapshot directory; ``InputError`` (one line) for a foreign or corrupt one."""
+    """Read one snapshot directory; ``InputError`` (one line: the file, the field, what is
+    wrong) for a foreign or corrupt one. ``validate=False`` checks only what a listing reads
+    (hundreds list quickly, and one odd snapshot does not hide from the restart recovery)."""
     directory = Path(path)
     doc = directory / "snapshot.json"
     try:
@@ -628,29 +689,17 @@ def load_snapshot(path: str | os.PathLike[str], *, validate: bool = True) -> Sna
         raise InputError(f"{doc}: nested too deeply; the snapshot is corrupt") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise InputError(f"{doc}: not an oom-sentinel snapshot (no schema_version)")
+    newer = _newer_version(data)
+    if newer:
+        raise InputError(f"{doc}: {newer}")
     try:
-        problem = validate_snapshot_json(data) if validate else _quick_check(data)
+        head = SnapshotHead.model_validate(data)
+        full = parse_snapshot_doc(data, str(doc)) if validate else None
+    except ValidationError as exc:
+        raise InputError(f"{doc}: {validation_problem(exc)}") from None
     except RecursionError:
-        problem = "nested too deeply; the snapshot is corrupt"
-    if problem:
-        raise InputError(f"{doc}: {problem}")
-    return Snapshot(id=directory.name, path=directory, data=data)
-
-
-def _quick_check(data: Mapping[str, Any]) -> str | None:
-    """What ``list`` needs, without the full schema (hundreds of snapshots list quickly)."""
-    version = data.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        return "schema_version is not an integer"
-    if version > SCHEMA_VERSION:
-        return (
-            f"schema_version {version} was written by a newer oom-sentinel "
-            f"(this one reads up to {SCHEMA_VERSION})"
-        )
-    for key, kind in (("created", str), ("event", dict), ("instance", dict), ("summary", str)):
-        if not isinstance(data.get(key), kind):
-            return f"{key}: missing or of the wrong type"
-    return None
+        raise InputError(f"{doc}: nested too deeply; the snapshot is corrupt") from None
+    return Snapshot(id=directory.name, path=directory, data=data, head=head, _doc=full)
 
 
 def snapshot_dirs(snapshots_dir: str | os.PathLike[str]) -> list[Path]:

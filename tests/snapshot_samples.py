@@ -226,3 +226,92 @@ def content(
         sections={"process": {"pid": 4242, "argv": ["python", "main.py"], "exit_code": None}},
     )
     return replace(base, **changes)
+
+
+def full_content() -> SnapshotContent:
+    """Every optional section filled as its writer fills it: a suspected regression with both
+    endpoint states and their diff, the install state with its attribution, the process, the
+    kernel's word, ComfyUI's system stats and log tail, and the incident's records.
+    ``tests/snapshots_v1/`` holds what the writer made of it before the typed models."""
+    from oom_sentinel.daemon.incidents import FoldedRecord
+    from oom_sentinel.daemon.install_state import (
+        CoreState,
+        CustomNode,
+        InstallState,
+        InterpreterFacts,
+    )
+    from oom_sentinel.daemon.regression import GoodRun, RegressionVerdict
+    from oom_sentinel.daemon.state_diff import diff_states
+
+    good = InstallState(
+        CoreState(commit="a" * 40),
+        nodes=(
+            CustomNode("pack", "git", commit="1" * 40),
+            CustomNode("reg", "cnr", version="1.0.0"),
+        ),
+        pip=("torch==2.5.1",),
+    )
+    bad = InstallState(
+        CoreState(commit="b" * 40),
+        nodes=(
+            CustomNode("pack", "git", commit="2" * 40),
+            CustomNode("reg", "cnr", version="1.1.0"),
+        ),
+        pip=("torch==2.5.1",),
+        interpreter=InterpreterFacts(executable="/opt/ComfyUI/.venv/bin/python"),
+    )
+    run = GoodRun("p-0", "main", "fp", good.state_id, T0 - 86400, 20 * GIB, 9 * GIB, 21 * GIB)
+    verdict = RegressionVerdict(
+        True,
+        "the workflow last fitted under another install state",
+        "workflow",
+        "fp",
+        bad,
+        good,
+        run,
+        diff_states(good, bad),
+    )
+    sections: dict[str, Any] = {
+        "process": {
+            "pid": 4242,
+            "argv": ["/opt/ComfyUI/.venv/bin/python", "main.py", "--lowvram"],
+            "interpreter": "/opt/ComfyUI/.venv/bin/python",
+            "flags": {"lowvram": True, "memory_args": ["--lowvram"]},
+            "alive": False,
+            "exit": {"died_at_s": T0, "signal": None, "exit_code": 1, "os_kill": False},
+        },
+        "kernel": {
+            "verdict": "evidence",
+            "pid": 4242,
+            "killer": None,
+            "sources": [{"source": "kmsg", "status": "no-kill", "reason": None, "detail": None}],
+        },
+        "install_state": {
+            **bad.to_dict(),
+            "observed_at": "2026-01-02T09:00:00.000Z",
+            "observed_source": "capture",
+            "attribution": {
+                "by": "process-start",
+                "ambiguous": False,
+                "other_state_id": None,
+                "other_observed_at": None,
+                "reason": "the state in effect when this ComfyUI process started",
+            },
+        },
+        "regression": verdict.to_section(),
+        "system_stats": {
+            "captured": "2026-01-02T10:11:11.000Z",
+            "system": {"os": "posix"},
+            "devices": [{"name": "cuda:0", "vram_total": 24 * GIB}],
+        },
+        "internal_logs": {
+            "captured": "2026-01-02T10:11:12.000Z",
+            "lines": 2,
+            "tail": "got prompt\n",
+        },
+    }
+    return replace(
+        content(),
+        sections=sections,
+        records=(FoldedRecord("log:1", 1, "log", "cuda-oom", T0, "p-1"),),
+    )

