@@ -438,9 +438,18 @@ def normalize_remote_url(url: str | None) -> str | None:
 
 
 def url_key(url: str | None) -> str | None:
-    """Comparison key for two remote URLs (case-insensitive, as GitHub treats owner/repo)."""
+    """Comparison key for two remote URLs: the normalized spelling, case-insensitive (GitHub
+    and GitLab treat owner/repo so) and ``http`` read as ``https`` (one repository either way).
+
+    The one comparison of remote URLs in the project: the daemon's state diff and Manager
+    reader and the bisect's Manager-snapshot matching all use it, so
+    ``git@gitlab.com:O/R.git``, ``ssh://git@gitlab.com/o/r`` and ``https://gitlab.com/O/R/``
+    are one repository everywhere."""
     normalized = normalize_remote_url(url)
-    return None if normalized is None else normalized.lower()
+    if normalized is None:
+        return None
+    key = normalized.lower()
+    return "https://" + key[len("http://") :] if key.startswith("http://") else key
 
 
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*(?::\s*str\s*)?=\s*(['"])([^'"]+)\1""", re.M)

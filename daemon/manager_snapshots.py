@@ -20,11 +20,11 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.errors import InputError
@@ -44,6 +44,7 @@ __all__ = [
     "OUR_POSTFIX",
     "ManagerSnapshotFile",
     "find_manager_snapshots",
+    "git_pack_matcher",
     "manager_snapshot_dirs",
     "manager_snapshot_filename",
     "node_name_from_url",
@@ -72,6 +73,8 @@ _MANAGER_KEYS = ("comfyui", "git_custom_nodes", "cnr_custom_nodes", "file_custom
 _HEX = re.compile(r"^[0-9a-fA-F]{7,64}$")
 _NAME_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2})")
 _SNAPSHOT_SUFFIXES = (".json", ".yaml", ".yml")
+
+K = TypeVar("K")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,25 +287,48 @@ def parse_snapshot_filename_time(name: str) -> float | None:
 # Pure: combine a Manager state with what is on disk
 
 
+def git_pack_matcher(
+    installed: Iterable[tuple[K, str, Iterable[str | None]]],
+) -> Callable[[CustomNode], K | None]:
+    """How a Manager snapshot's git entry finds the installed pack it means, given the
+    installed git packs as (key, folder name, remote URLs): by remote URL first (``url_key``,
+    so SSH, HTTPS, ``ssh://``, ``.git``, a trailing slash and case all match; any of a pack's
+    remotes; the first pack listed wins), else by folder name (Manager clones a URL into its
+    basename, which is the entry's ``name``). ``None``: the pack is not installed.
+
+    The one matching rule: ``resolve_unknown_commits`` here and the bisect's Manager
+    snapshot states (``bisect/states.py``) both use it."""
+    by_url: dict[str, K] = {}
+    by_name: dict[str, K] = {}
+    for key, name, urls in installed:
+        for url in urls:
+            ukey = url_key(url)
+            if ukey is not None:
+                by_url.setdefault(ukey, key)
+        by_name.setdefault(name, key)
+
+    def match(node: CustomNode) -> K | None:
+        ukey = url_key(node.url)
+        if ukey is not None and ukey in by_url:
+            return by_url[ukey]
+        return by_name.get(node.name)
+
+    return match
+
+
 def resolve_unknown_commits(snapshot: InstallState, disk: InstallState) -> InstallState:
     """Fill the commits a Manager file left ``"unknown"`` from a capture of the install, for
-    packs present on disk (matched by normalized URL, then by name). Packs not on disk keep
-    ``None``: nothing can tell what they were."""
-    by_url: dict[str, CustomNode] = {}
-    by_name: dict[str, CustomNode] = {}
-    for node in disk.nodes:
-        if node.kind != "git":
-            continue
-        key = url_key(node.url)
-        if key and key not in by_url:
-            by_url[key] = node
-        by_name.setdefault(node.name, node)
+    packs present on disk (``git_pack_matcher``: by normalized URL, then by name). Packs not
+    on disk keep ``None``: nothing can tell what they were."""
+    on_disk = [n for n in disk.nodes if n.kind == "git"]
+    match = git_pack_matcher((i, n.name, (n.url,)) for i, n in enumerate(on_disk))
     resolved: list[CustomNode] = []
     for node in snapshot.nodes:
         if node.kind == "git" and node.commit is None:
-            match = by_url.get(url_key(node.url) or "") or by_name.get(node.name)
-            if match is not None and match.commit is not None:
-                node = replace(node, commit=match.commit)
+            found = match(node)
+            commit = None if found is None else on_disk[found].commit
+            if commit is not None:
+                node = replace(node, commit=commit)
         resolved.append(node)
     return replace(snapshot, nodes=tuple(resolved))
 

@@ -39,7 +39,6 @@ def test_long_use_leaves_no_git_process_and_no_open_handle(tmp_path: Path) -> No
         assert gitrepo.first_parent_range(inst.root, inst.core[3], head, "ComfyUI") == tuple(
             inst.core[4:]
         )
-        assert gitrepo.remote_urls(node) == ("https://github.com/Someone/Node-A.git",)
         assert gitrepo.core_node_entries(inst.root, [head], "ComfyUI") == {
             "websocket_image_save.py",
             "example_node.py.example",
