@@ -342,9 +342,8 @@ def test_a_custom_nodes_only_manager_snapshot_keeps_the_core(inst, tmp_path: Pat
 def test_an_abbreviated_manager_hash_resolves_in_the_node_repo(inst, tmp_path: Path) -> None:
     data = _manager_snapshot(inst)
     data["comfyui"] = inst.core[2][:10]
-    data["git_custom_nodes"]["git@github.com:someone/node-a.git"]["hash"] = inst.nodes["node_a"][
-        1
-    ][:9]
+    short = inst.nodes["node_a"][1][:9]
+    data["git_custom_nodes"]["git@github.com:someone/node-a.git"]["hash"] = short
     path = tmp_path / "short.json"
     path.write_text(json.dumps(data))
     s = resolve_state(str(path), scan_install(inst.root))
