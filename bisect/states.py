@@ -58,7 +58,6 @@ reflogs are read as files by the daemon's reader.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -97,7 +96,6 @@ __all__ = [
     "package_key",
     "packages_from_freeze",
     "parse_state_tokens",
-    "read_manager_snapshot",
     "repo_label",
     "resolve_state",
     "scan_install",
@@ -499,7 +497,10 @@ def _resolve_state(
 ) -> State:
     tokens = split_state_arg(arg)
     if not tokens:
-        raise BadRef("empty state: give REPO=REF pairs, a snapshot, or before-last-update")
+        raise BadRef(
+            "empty state: give REPO=REF pairs, a manager snapshot file, a crash snapshot id, "
+            "HEAD@{N} or before-last-update"
+        )
     if len(tokens) == 1:
         word = tokens[0]
         if word == "before-last-update":
@@ -514,7 +515,9 @@ def _resolve_state(
             if path.suffix.lower() in (".json", ".yaml", ".yml"):
                 if not path.is_file():
                     raise InputError(f"{path}: no such manager snapshot file")
-                manager = read_manager_snapshot(path)
+                from oom_sentinel.daemon.manager_snapshots import read_manager_snapshot
+
+                manager = read_manager_snapshot(path)  # the daemon's reader: one way to read it
                 return state_from_manager_snapshot(
                     manager, install, _installed_git_packs(install), str(path)
                 )
@@ -561,14 +564,9 @@ def _resolve_value(install: Install, repo: str, ref: str) -> str:
 
 def _reflogs(install: Install) -> tuple[list[DaemonReflogEntry], dict[str, RepoHistory]]:
     """ComfyUI's HEAD reflog and every git node's history, read by the daemon's reader."""
-    from oom_sentinel.daemon.gitread import git_dirs
-    from oom_sentinel.daemon.reflog import parse_reflog, read_repo_history
+    from oom_sentinel.daemon.reflog import read_head_reflog, read_repo_history
 
-    dirs = git_dirs(install.comfyui)
-    core: list[DaemonReflogEntry] = []
-    if dirs is not None:
-        with contextlib.suppress(OSError):
-            core = parse_reflog((dirs[0] / "logs" / "HEAD").read_text("utf-8", errors="replace"))
+    core = read_head_reflog(install.comfyui)
     nodes = {
         node_key(n.name): read_repo_history(n.path, n.name)
         for n in install.nodes
@@ -657,15 +655,6 @@ def state_from_install_state(state: InstallState, where: str) -> State:
 
 
 # --------------------------------------------------------------------------- manager snapshots
-
-
-def read_manager_snapshot(path: Path) -> InstallState:
-    """A ComfyUI-Manager snapshot file (``.json`` / ``.yaml``) read by the daemon's reader
-    (``daemon/manager_snapshots.py``: Manager's quirks, one-line errors naming the field),
-    so ``oom-sentinel states`` and the bisect read one file one way."""
-    from oom_sentinel.daemon.manager_snapshots import read_manager_snapshot as read
-
-    return read(path)
 
 
 def _installed_git_packs(install: Install) -> list[tuple[str, str, list[str]]]:
