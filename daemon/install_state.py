@@ -442,7 +442,7 @@ def url_key(url: str | None) -> str | None:
     and GitLab treat owner/repo so) and ``http`` read as ``https`` (one repository either way).
 
     The one comparison of remote URLs in the project: the daemon's state diff and Manager
-    reader and the bisect's Manager-snapshot matching all use it, so
+    reader and the bisect's manager snapshot matching all use it, so
     ``git@gitlab.com:O/R.git``, ``ssh://git@gitlab.com/o/r`` and ``https://gitlab.com/O/R/``
     are one repository everywhere."""
     normalized = normalize_remote_url(url)
