@@ -372,8 +372,11 @@ def scan_install(comfyui: Path) -> Install:
 
     Left out: what the core's repo tracks under custom_nodes/ (the core's), ``__pycache__``,
     hidden entries and files that are not ``.py`` (``*.py.example``). Disabled packs are read
-    in both conventions (``Foo.disabled``, ``.disabled/Foo`` or ``.disabled/foo@1_2_0``); a
-    pack that is a submodule (a ``.git`` file) or a symlink is read like any other."""
+    in both conventions (``Foo.disabled``, ``.disabled/Foo`` or ``.disabled/foo@1_2_0``) by the
+    daemon's walk of the folder (``install_state.iter_node_entries``); a pack that is a
+    submodule (a ``.git`` file) or a symlink is read like any other."""
+    from oom_sentinel.daemon.install_state import iter_node_entries
+
     comfyui = comfyui.resolve()
     if not (comfyui / "main.py").is_file():
         raise InputError(f"{comfyui}: not a ComfyUI install (no main.py)")
@@ -382,26 +385,10 @@ def scan_install(comfyui: Path) -> Install:
     tracked = gitrepo.core_node_entries(comfyui, [head], what)
     found: dict[str, NodeInstall] = {}
     cn = comfyui / "custom_nodes"
-    entries: list[tuple[Path, bool]] = []
-    if cn.is_dir():
-        for p in sorted(cn.iterdir()):
-            if p.name.startswith(".") or p.name == "__pycache__":
-                if p.name == ".disabled" and p.is_dir():
-                    entries.extend(
-                        (q, True)
-                        for q in sorted(p.iterdir())
-                        if not q.name.startswith(".") and q.name != "__pycache__"
-                    )
-            elif p.name not in tracked:
-                entries.append((p, False))
-    for path, in_disabled_dir in entries:
-        name = path.name
-        disabled = in_disabled_dir
-        if name.endswith(".disabled"):
-            name, disabled = name[: -len(".disabled")], True
-        if in_disabled_dir and "@" in name and not name.endswith(".py"):
-            name = name.split("@", 1)[0]  # Manager v4: .disabled/<id>@<version>
-        node = _scan_node(name, path, disabled)
+    for entry, name, disabled in iter_node_entries(cn):
+        if entry in tracked:
+            continue  # a top-level entry the core's tree holds (never one under .disabled/)
+        node = _scan_node(name, cn / entry, disabled)
         if node is None:
             continue
         prev = found.get(name)

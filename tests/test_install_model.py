@@ -124,3 +124,36 @@ def test_the_daemon_and_the_bisect_read_one_manager_snapshot_alike(
     }
     assert daemon.pip == ("comfy-kitchen @ https://example.org/ck-0.2.whl", "torch==2.5.1")
     assert tree_snapshot(root) == tree_before, "reading a manager snapshot changed the install"
+
+
+def test_the_daemon_and_the_bisect_see_the_same_custom_nodes(tmp_path: Path) -> None:
+    """Both walk ``custom_nodes/`` with ``iter_node_entries``: every disabled convention, a
+    name both enabled and disabled (the enabled copy wins), what is left out."""
+    root = tmp_path / "ComfyUI"
+    build_history(root, core_history(2))  # tracks custom_nodes/websocket_image_save.py
+    cn = root / "custom_nodes"
+    build_history(cn / "git_pack", node_history("git_pack", 2))
+    build_history(cn / "Old.disabled", node_history("old", 1))
+    for folder in ("loose", ".disabled/registry_pack@1_2_0", ".disabled/loose", ".hidden"):
+        (cn / folder).mkdir(parents=True)
+        (cn / folder / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
+    (cn / "__pycache__").mkdir()
+    (cn / "single.py.disabled").write_text("NODE_CLASS_MAPPINGS = {}\n")
+    (cn / "README.md").write_text("not a node\n")
+
+    bisect = {n.name: n.disabled for n in scan_install(root).nodes}
+    disk = capture_install(root)
+    tracked = {"websocket_image_save.py", "example_node.py.example"}  # the core's own files
+    names = {n.name for n in disk.nodes} - tracked
+    daemon = {name: node.disabled for name in names if (node := disk.node(name)) is not None}
+    assert (
+        bisect
+        == daemon
+        == {
+            "git_pack": False,
+            "Old": True,
+            "loose": False,  # enabled here and in .disabled/: the enabled copy
+            "registry_pack": True,
+            "single.py": True,
+        }
+    )
