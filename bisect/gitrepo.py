@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oom_sentinel.bisect.procutil import pdeathsig_preexec
+from oom_sentinel.bisect.procutil import pdeathsig_preexec, signals_deferred
 from oom_sentinel.daemon.errors import BadRef, BisectError
 from oom_sentinel.daemon.gitread import GIT_SETTINGS, SCRUBBED
 
@@ -215,19 +215,21 @@ def _run(
     inherited fds (the workspace lock) and the parent-death signal (``Git.execute`` hands
     these to ``Popen``): GitPython's per-method calls cannot pass them. The command runs to
     its end on this thread, so the signal (which follows the forking thread) fires only when
-    oom-bisect dies."""
+    oom-bisect dies. ``Git.execute`` forks and waits in one call, so a Ctrl-C or SIGTERM sent
+    to oom-bisect alone takes effect when git ends (a terminal's Ctrl-C reaches git too)."""
     import git
 
     cfg = [w for k, v in config.items() for w in ("-c", f"{k}={v}")]
     runner = git.Git(os.fspath(cwd))
     runner.update_environment(**GIT_SETTINGS, **(env or {}))
     try:
-        runner.execute(
-            [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", *cfg, *args],
-            with_extended_output=True,
-            pass_fds=tuple(pass_fds),
-            preexec_fn=pdeathsig_preexec(),
-        )
+        with signals_deferred():  # a Ctrl-C during the fork must not vanish (procutil)
+            runner.execute(
+                [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", *cfg, *args],
+                with_extended_output=True,
+                pass_fds=tuple(pass_fds),
+                preexec_fn=pdeathsig_preexec(),
+            )
     except git.GitCommandNotFound:
         raise BisectError("git is not installed (no 'git' on PATH)") from None
     except git.GitCommandError as exc:

@@ -10,17 +10,27 @@ servers sit in a kill-on-close Job object instead, see ``replay.py``).
 The signal follows the *thread* that forked the child, not the process: start a long-lived
 child from a thread that lives as long as ``oom-bisect`` (``replay._Spawner``), or wait for
 it on the thread that started it (a git command run to its end does).
+
+A ``preexec_fn`` has a price: CPython then forks instead of using vfork, and runs the
+``os.register_at_fork`` handlers in the parent after the fork (``logging`` has one). A signal
+that arrives during the fork is handled at the first bytecode after it -- inside such a
+handler, where an exception is only printed ("Exception ignored"): a Ctrl-C or SIGTERM
+raising KeyboardInterrupt there was lost and the bisect went on. Fork such children inside
+``signals_deferred()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
 
-__all__ = ["PR_SET_PDEATHSIG", "pdeathsig_preexec"]
+__all__ = ["PR_SET_PDEATHSIG", "pdeathsig_preexec", "signals_deferred"]
 
 PR_SET_PDEATHSIG = 1
 _SIGKILL = getattr(signal, "SIGKILL", signal.SIGTERM)
@@ -45,3 +55,38 @@ def pdeathsig_preexec(sig: int = _SIGKILL) -> Callable[[], None] | None:
             os._exit(1)
 
     return preexec
+
+
+#: the signals whose Python handlers oom-bisect relies on to stop (Ctrl-C, ``kill``, systemd)
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signals_deferred(signums: tuple[int, ...] = DEFERRED_SIGNALS) -> Iterator[None]:
+    """While in force, the main thread's Python handlers for ``signums`` only take note; on
+    the way out the handlers are put back and each noted signal is handed to its own handler,
+    so a Ctrl-C during a fork raises KeyboardInterrupt here instead of vanishing in an at-fork
+    handler (see the module docstring). Handlers that are not Python callables (``SIG_DFL``,
+    ``SIG_IGN``) are left alone. Off the main thread it does nothing: Python runs signal
+    handlers only on the main thread, so a fork elsewhere cannot swallow one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+
+    def note(signum: int, _frame: FrameType | None) -> None:
+        noted.append(signum)
+
+    previous: dict[int, Callable[[int, FrameType | None], object]] = {}
+    for signum in signums:
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            previous[signum] = handler
+            signal.signal(signum, note)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(noted):
+            previous[signum](signum, None)

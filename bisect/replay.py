@@ -70,7 +70,7 @@ from oom_sentinel.bisect.forkclient import (
     learned_imports,
 )
 from oom_sentinel.bisect.leak import variation, varied_prompt
-from oom_sentinel.bisect.procutil import pdeathsig_preexec
+from oom_sentinel.bisect.procutil import pdeathsig_preexec, signals_deferred
 from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
 from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
 from oom_sentinel.daemon.atomic import write_json_atomic, write_text_atomic
@@ -416,9 +416,10 @@ class _Spawner:
 
     @staticmethod
     def _start(argv: list[str], kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(argv, **kwargs)
-        with _live_lock:
-            _live[proc.pid] = proc
+        with signals_deferred():  # a Ctrl-C during the fork must not vanish (procutil)
+            proc = subprocess.Popen(argv, **kwargs)
+            with _live_lock:
+                _live[proc.pid] = proc
         return proc
 
     def _main(self) -> None:
