@@ -657,7 +657,7 @@ def _snapshot_resolver(data_dir: str | None = None) -> Callable[[str], State]:
         except SnapshotNotFound as exc:
             raise BadRef(
                 f"{word!r} is neither a state (comfyui=REF node:NAME=REF …, a ComfyUI-Manager "
-                f"snapshot file, HEAD@{{N}}, before-last-update) nor a snapshot ({exc})"
+                f"snapshot file, HEAD@{{N}}, before-last-update) nor a crash snapshot ({exc})"
             ) from None
         return snapshot_state(load_snapshot(found), which or "crash")
 

@@ -2,9 +2,10 @@
 
 Two kinds of repository meet here and must never be confused: the user's repos (ComfyUI and
 its custom nodes), which we only *read* (ref resolution, first-parent ranges, commit info,
-trees, the config's remote URLs), and the workspace's own shared clones, which we check out
-freely (``clone_shared``, ``checkout``). The reflog is read by the daemon's reader
-(``daemon/reflog.py``), which both sides share.
+trees), and the workspace's own shared clones, which we check out freely (``clone_shared``,
+``checkout``). What git's own files answer -- the reflog, remote URLs and how two of them
+compare -- is read by the daemon's readers (``daemon/reflog.py``, ``daemon/gitread.py``,
+``daemon/install_state.url_key``), which both sides share.
 
 **Every ``Repo`` is closed.** GitPython keeps ``git cat-file --batch`` processes and mapped
 pack files per ``Repo`` until ``close()``; a bisect opens repos for hours, so each function
@@ -22,6 +23,10 @@ mirror that lost one): ``git checkout`` then prints ``error: invalid object …`
 unable to read sha1 file …`` and still exits 0 with every other file written. That is a
 success here; only a non-zero exit is a failure.
 
+**Writing git commands die with oom-bisect.** ``clone``, ``checkout`` and ``clean`` in the
+workspace are started with the parent-death signal (``procutil.pdeathsig_preexec``; Linux
+only): a killed ``oom-bisect`` once left a ``git checkout`` spinning at 100% CPU for an hour.
+
 Git failures become ``BisectError``/``BadRef`` lines naming the repository; callers never see
 GitPython's exceptions.
 """
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oom_sentinel.bisect.procutil import pdeathsig_preexec, signals_deferred
 from oom_sentinel.daemon.errors import BadRef, BisectError
 from oom_sentinel.daemon.gitread import GIT_SETTINGS, SCRUBBED
 
@@ -48,8 +54,6 @@ __all__ = [
     "first_parent_range",
     "is_ancestor",
     "is_commit_id",
-    "normalize_remote_url",
-    "remote_urls",
     "resolve_commit",
 ]
 
@@ -172,35 +176,6 @@ def commit_info(repo: Path, sha: str, what: str) -> CommitInfo:
     return CommitInfo(sha=hexsha, subject=subject, author=author, date=date, files=tuple(files))
 
 
-def remote_urls(repo: Path, what: str | None = None) -> tuple[str, ...]:
-    """Every ``remote.*.url`` in the repo's own config, in config order."""
-    urls: list[str] = []
-    unreadable: tuple[type[BaseException], ...] = (*_git_error(), OSError, KeyError)
-    with _open(repo, what or str(repo)) as r:
-        try:
-            with r.config_reader("repository") as cfg:
-                for section in cfg.sections():
-                    if section.startswith('remote "') and cfg.has_option(section, "url"):
-                        urls.extend(str(u) for u in cfg.get_values(section, "url") if u)
-        except unreadable as exc:
-            raise BisectError(f"{what or repo}: cannot read the git config: {exc}") from None
-    return tuple(urls)
-
-
-def normalize_remote_url(url: str) -> str:
-    """Compare remote URLs the way ComfyUI-Manager's restore does: GitHub SSH and HTTPS forms,
-    with or without ``.git`` or a trailing slash, and owner/repo case all compare equal."""
-    u = url.strip()
-    m = re.match(r"^(?:ssh://)?git@github\.com[:/](.+)$", u)
-    if m:
-        u = "https://github.com/" + m.group(1)
-    u = re.sub(r"^(?:git|http)://github\.com/", "https://github.com/", u)
-    u = re.sub(r"^https://[^@/]+@github\.com/", "https://github.com/", u)  # drop credentials
-    u = u.rstrip("/")
-    u = u.removesuffix(".git")
-    return u.lower()
-
-
 def core_node_entries(repo: Path, commits: Sequence[str], what: str) -> frozenset[str]:
     """Names directly under ``custom_nodes/`` that the core's tree tracks as files or folders
     at any of ``commits`` (ComfyUI ships ``websocket_image_save.py`` and
@@ -236,19 +211,25 @@ def _run(
     env: Mapping[str, str] | None,
     pass_fds: Sequence[int],
 ) -> None:
-    """One writing git command through GitPython's command runner, with ``-c`` options and
-    inherited fds (the workspace lock): GitPython's per-method calls cannot pass either."""
+    """One writing git command through GitPython's command runner, with ``-c`` options,
+    inherited fds (the workspace lock) and the parent-death signal (``Git.execute`` hands
+    these to ``Popen``): GitPython's per-method calls cannot pass them. The command runs to
+    its end on this thread, so the signal (which follows the forking thread) fires only when
+    oom-bisect dies. ``Git.execute`` forks and waits in one call, so a Ctrl-C or SIGTERM sent
+    to oom-bisect alone takes effect when git ends (a terminal's Ctrl-C reaches git too)."""
     import git
 
     cfg = [w for k, v in config.items() for w in ("-c", f"{k}={v}")]
     runner = git.Git(os.fspath(cwd))
     runner.update_environment(**GIT_SETTINGS, **(env or {}))
     try:
-        runner.execute(
-            [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", *cfg, *args],
-            with_extended_output=True,
-            pass_fds=tuple(pass_fds),
-        )
+        with signals_deferred():  # a Ctrl-C during the fork must not vanish (procutil)
+            runner.execute(
+                [git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git", *cfg, *args],
+                with_extended_output=True,
+                pass_fds=tuple(pass_fds),
+                preexec_fn=pdeathsig_preexec(),
+            )
     except git.GitCommandNotFound:
         raise BisectError("git is not installed (no 'git' on PATH)") from None
     except git.GitCommandError as exc:

@@ -55,7 +55,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -71,6 +70,7 @@ from oom_sentinel.bisect.forkclient import (
     learned_imports,
 )
 from oom_sentinel.bisect.leak import variation, varied_prompt
+from oom_sentinel.bisect.procutil import pdeathsig_preexec, signals_deferred
 from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Threshold, Timeout
 from oom_sentinel.bisect.workspace import LaunchSpec, Workspace
 from oom_sentinel.daemon.atomic import write_json_atomic, write_text_atomic
@@ -385,29 +385,6 @@ def outcome_from_run(
 _live: dict[int, ProcessHandle] = {}
 _live_lock = threading.Lock()
 
-PR_SET_PDEATHSIG = 1
-
-
-def pdeathsig_preexec(sig: int = _SIGKILL) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get ``sig`` when the thread that forked it dies
-    (Linux ``prctl(PR_SET_PDEATHSIG)``); None elsewhere. ``prctl`` is looked up here, before
-    the fork: the child only calls it. If we died between the fork and the ``prctl`` the
-    child has been re-parented already and exits at once."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # pragma: no cover - a libc without prctl
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
-
 
 class _Spawner:
     """Forks every replay server from a thread that lives as long as this process, so that
@@ -439,9 +416,10 @@ class _Spawner:
 
     @staticmethod
     def _start(argv: list[str], kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(argv, **kwargs)
-        with _live_lock:
-            _live[proc.pid] = proc
+        with signals_deferred():  # a Ctrl-C during the fork must not vanish (procutil)
+            proc = subprocess.Popen(argv, **kwargs)
+            with _live_lock:
+                _live[proc.pid] = proc
         return proc
 
     def _main(self) -> None:

@@ -69,6 +69,7 @@ from oom_sentinel.bisect.verdict import Oom, Skip, Timeout, Verdict
 from oom_sentinel.daemon.atomic import fsync_dir, write_bytes_atomic
 from oom_sentinel.daemon.bisect_report_model import REPORT_FORMAT, BisectReport
 from oom_sentinel.daemon.errors import SentinelError
+from oom_sentinel.daemon.gitread import worktree_remote_urls
 from oom_sentinel.daemon.snapshot_model import validation_problem
 from oom_sentinel.daemon.units import MIB, format_bytes
 
@@ -112,18 +113,17 @@ def result_of(step: Step) -> str:
     return RESULT_IN_PROGRESS
 
 
-_GITHUB_RE = re.compile(
-    r"^(?:(?:https?|git|ssh)://)?(?:[^@/\s]+@)?github\.com[:/]([\w.-]+)/([\w.-]+?)(?:\.git)?/?$"
-)
-
-
 def github_commit_url(remote_urls: Sequence[str], sha: str) -> str | None:
-    """``https://github.com/OWNER/REPO/commit/SHA`` for the first GitHub remote (HTTPS, SSH or
-    git://, with or without ``.git``; credentials in the URL are dropped), else None."""
+    """``https://github.com/OWNER/REPO/commit/SHA`` for the first GitHub remote, else None:
+    any spelling the project's one normaliser (``install_state.normalize_remote_url``) reads
+    as GitHub's -- HTTPS, SSH, ``ssh://``, ``git://``, ``.git``, credentials (dropped)."""
+    from oom_sentinel.daemon.install_state import normalize_remote_url
+
     for url in remote_urls:
-        m = _GITHUB_RE.match(url.strip())
-        if m:
-            return f"https://github.com/{m.group(1)}/{m.group(2)}/commit/{sha}"
+        normalized = normalize_remote_url(url) or ""
+        owner_repo = normalized.removeprefix("https://github.com/")
+        if owner_repo != normalized and owner_repo.count("/") == 1:
+            return f"https://github.com/{owner_repo}/commit/{sha}"
     return None
 
 
@@ -164,7 +164,7 @@ def culprit_details(c: Culprit, repo_paths: Mapping[str, str]) -> dict[str, Any]
                 subject=info.subject, author=info.author, date=info.date, files=list(info.files)
             )
         with contextlib.suppress(SentinelError):
-            out["url"] = github_commit_url(gitrepo.remote_urls(Path(path)), c.value)
+            out["url"] = github_commit_url(worktree_remote_urls(Path(path)), c.value)
     if out["subject"] is None:
         out["subject"] = _value_phrase(c.repo, c.value, c.previous)
     return out

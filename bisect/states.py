@@ -38,11 +38,15 @@ STATE arguments (``--good``/``--bad``) are resolved here, in this order:
 ``comfyui=REF node:NAME=REF …``
     Explicit values; REF is any commit-ish of that repo (``v0.3.60``, ``HEAD~3``,
     ``HEAD@{2}``) or one of the words above. Repos not named keep their current value.
-a ComfyUI-Manager snapshot file (``.json`` / ``.yaml``)
-    ``comfyui`` and ``git_custom_nodes`` {url: {hash, disabled}} matched to the installed
-    nodes by normalised remote URL; git nodes the snapshot doesn't list are ``absent``.
+a ComfyUI-Manager snapshot file (``.json`` / ``.yaml``), a *manager snapshot*
+    read by the daemon's reader (``daemon/manager_snapshots.py``); its ``comfyui`` and
+    ``git_custom_nodes`` {url: {hash, disabled}} entries are matched to the installed nodes
+    by the daemon's rule (``git_pack_matcher``: the remote URL as ``url_key`` compares it —
+    SSH, HTTPS, ``ssh://``, any host — then the folder name); git nodes the manager snapshot
+    doesn't list are ``absent``.
 anything else
-    handed to the caller's snapshot-id resolver (oom-sentinel snapshots carry states).
+    handed to the caller's crash-snapshot-id resolver (oom-sentinel's crash snapshots carry
+    states).
 
 Files and folders under ``custom_nodes/`` that ComfyUI's own repository tracks
 (``websocket_image_save.py``, ``example_node.py.example``) belong to the core's commit, never
@@ -54,8 +58,6 @@ reflogs are read as files by the daemon's reader.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -80,7 +82,6 @@ __all__ = [
     "PKG_PREFIX",
     "VERSION_PREFIX",
     "Install",
-    "ManagerSnapshot",
     "NodeInstall",
     "SnapshotResolver",
     "State",
@@ -94,9 +95,7 @@ __all__ = [
     "normalize_package",
     "package_key",
     "packages_from_freeze",
-    "parse_manager_snapshot",
     "parse_state_tokens",
-    "read_manager_snapshot",
     "repo_label",
     "resolve_state",
     "scan_install",
@@ -373,8 +372,11 @@ def scan_install(comfyui: Path) -> Install:
 
     Left out: what the core's repo tracks under custom_nodes/ (the core's), ``__pycache__``,
     hidden entries and files that are not ``.py`` (``*.py.example``). Disabled packs are read
-    in both conventions (``Foo.disabled``, ``.disabled/Foo`` or ``.disabled/foo@1_2_0``); a
-    pack that is a submodule (a ``.git`` file) or a symlink is read like any other."""
+    in both conventions (``Foo.disabled``, ``.disabled/Foo`` or ``.disabled/foo@1_2_0``) by the
+    daemon's walk of the folder (``install_state.iter_node_entries``); a pack that is a
+    submodule (a ``.git`` file) or a symlink is read like any other."""
+    from oom_sentinel.daemon.install_state import iter_node_entries
+
     comfyui = comfyui.resolve()
     if not (comfyui / "main.py").is_file():
         raise InputError(f"{comfyui}: not a ComfyUI install (no main.py)")
@@ -383,26 +385,10 @@ def scan_install(comfyui: Path) -> Install:
     tracked = gitrepo.core_node_entries(comfyui, [head], what)
     found: dict[str, NodeInstall] = {}
     cn = comfyui / "custom_nodes"
-    entries: list[tuple[Path, bool]] = []
-    if cn.is_dir():
-        for p in sorted(cn.iterdir()):
-            if p.name.startswith(".") or p.name == "__pycache__":
-                if p.name == ".disabled" and p.is_dir():
-                    entries.extend(
-                        (q, True)
-                        for q in sorted(p.iterdir())
-                        if not q.name.startswith(".") and q.name != "__pycache__"
-                    )
-            elif p.name not in tracked:
-                entries.append((p, False))
-    for path, in_disabled_dir in entries:
-        name = path.name
-        disabled = in_disabled_dir
-        if name.endswith(".disabled"):
-            name, disabled = name[: -len(".disabled")], True
-        if in_disabled_dir and "@" in name and not name.endswith(".py"):
-            name = name.split("@", 1)[0]  # Manager v4: .disabled/<id>@<version>
-        node = _scan_node(name, path, disabled)
+    for entry, name, disabled in iter_node_entries(cn):
+        if entry in tracked:
+            continue  # a top-level entry the core's tree holds (never one under .disabled/)
+        node = _scan_node(name, cn / entry, disabled)
         if node is None:
             continue
         prev = found.get(name)
@@ -481,28 +467,27 @@ def resolve_state(
     install: Install,
     *,
     snapshot_resolver: SnapshotResolver | None = None,
-    manager_reader: Callable[[Path], ManagerSnapshot] | None = None,
 ) -> State:
     """Turn a STATE argument into a State of ``install`` (see the module docstring).
 
-    ``snapshot_resolver`` turns a word that is nothing else into a State (oom-sentinel
-    snapshot ids); ``manager_reader`` reads a ComfyUI-Manager file (default:
-    ``read_manager_snapshot``). Raises BadRef (one line naming the repo and the ref) for
-    anything that does not resolve, InputError for an unreadable snapshot file.
+    ``snapshot_resolver`` turns a word that is nothing else into a State (oom-sentinel crash
+    snapshot ids). Raises BadRef (one line naming the repo and the ref) for anything that does
+    not resolve, InputError for an unreadable manager snapshot file.
     """
-    return install.own(_resolve_state(arg, install, snapshot_resolver, manager_reader))
+    return install.own(_resolve_state(arg, install, snapshot_resolver))
 
 
 def _resolve_state(
     arg: str | Sequence[str],
     install: Install,
     snapshot_resolver: SnapshotResolver | None,
-    manager_reader: Callable[[Path], ManagerSnapshot] | None,
 ) -> State:
-    manager_reader = manager_reader or read_manager_snapshot
     tokens = split_state_arg(arg)
     if not tokens:
-        raise BadRef("empty state: give REPO=REF pairs, a snapshot, or before-last-update")
+        raise BadRef(
+            "empty state: give REPO=REF pairs, a manager snapshot file, a crash snapshot id, "
+            "HEAD@{N} or before-last-update"
+        )
     if len(tokens) == 1:
         word = tokens[0]
         if word == "before-last-update":
@@ -516,14 +501,18 @@ def _resolve_state(
             path = Path(word).expanduser()
             if path.suffix.lower() in (".json", ".yaml", ".yml"):
                 if not path.is_file():
-                    raise InputError(f"{path}: no such snapshot file")
-                snap = manager_reader(path)
-                return state_from_manager_snapshot(snap, install, _remote_map(install), str(path))
+                    raise InputError(f"{path}: no such manager snapshot file")
+                from oom_sentinel.daemon.manager_snapshots import read_manager_snapshot
+
+                manager = read_manager_snapshot(path)  # the daemon's reader: one way to read it
+                return state_from_manager_snapshot(
+                    manager, install, _installed_git_packs(install), str(path)
+                )
             if snapshot_resolver is not None:
                 return snapshot_resolver(word)
             raise BadRef(
                 f"{word!r} is not a state: expected REPO=REF pairs, a ComfyUI-Manager snapshot "
-                "file, HEAD@{N}, before-last-update or a snapshot id"
+                "file, HEAD@{N}, before-last-update or a crash snapshot id"
             )
     refs = parse_state_tokens(tokens)
     changes = {repo: _resolve_value(install, repo, ref) for repo, ref in refs.items()}
@@ -562,14 +551,9 @@ def _resolve_value(install: Install, repo: str, ref: str) -> str:
 
 def _reflogs(install: Install) -> tuple[list[DaemonReflogEntry], dict[str, RepoHistory]]:
     """ComfyUI's HEAD reflog and every git node's history, read by the daemon's reader."""
-    from oom_sentinel.daemon.gitread import git_dirs
-    from oom_sentinel.daemon.reflog import parse_reflog, read_repo_history
+    from oom_sentinel.daemon.reflog import read_head_reflog, read_repo_history
 
-    dirs = git_dirs(install.comfyui)
-    core: list[DaemonReflogEntry] = []
-    if dirs is not None:
-        with contextlib.suppress(OSError):
-            core = parse_reflog((dirs[0] / "logs" / "HEAD").read_text("utf-8", errors="replace"))
+    core = read_head_reflog(install.comfyui)
     nodes = {
         node_key(n.name): read_repo_history(n.path, n.name)
         for n in install.nodes
@@ -657,121 +641,77 @@ def state_from_install_state(state: InstallState, where: str) -> State:
         raise InputError(f"{where}: {exc}") from None
 
 
-# --------------------------------------------------------------------------- Manager snapshots
+# --------------------------------------------------------------------------- manager snapshots
 
 
-@dataclass(frozen=True)
-class ManagerSnapshot:
-    """The keys of a ComfyUI-Manager snapshot file that a state needs.
+def _installed_git_packs(install: Install) -> list[tuple[str, str, list[str]]]:
+    """(name, name, remote URLs) of every git node, remotes read from the repo's config by the
+    daemon's reader (``daemon/gitread.py``): what ``git_pack_matcher`` matches against."""
+    from oom_sentinel.daemon.gitread import worktree_remote_urls
 
-    ``git_custom_nodes`` maps the raw remote URL to (hash or None when "unknown", disabled).
-    A fuller reader (daemon/manager_snapshots.py) can produce this record instead.
-    """
-
-    comfyui: str | None
-    git_custom_nodes: Mapping[str, tuple[str | None, bool]]
-    cnr_custom_nodes: Mapping[str, str] = field(default_factory=dict)
-    file_custom_nodes: Mapping[str, bool] = field(default_factory=dict)
-    #: the ``pips`` keys (``pip freeze`` lines); empty: the snapshot recorded no packages
-    pips: tuple[str, ...] = ()
-
-
-def parse_manager_snapshot(data: Any, origin: str) -> ManagerSnapshot:
-    """Validate a decoded snapshot (JSON object, or YAML wrapped in ``custom_nodes:``)."""
-    if isinstance(data, dict) and "custom_nodes" in data and "git_custom_nodes" not in data:
-        data = data["custom_nodes"]  # the .yaml layout
-    if not isinstance(data, dict) or "git_custom_nodes" not in data:
-        raise InputError(f"{origin}: not a ComfyUI-Manager snapshot (no git_custom_nodes)")
-    core = data.get("comfyui")
-    if core is not None:
-        core = str(core).strip().lower() or None
-        if core is not None and not is_commit_id(core):
-            raise InputError(f"{origin}: comfyui: {data.get('comfyui')!r} is not a commit id")
-    nodes: dict[str, tuple[str | None, bool]] = {}
-    raw = data.get("git_custom_nodes")
-    raw = {} if raw is None else raw
-    if not isinstance(raw, dict):
-        raise InputError(f"{origin}: git_custom_nodes must be an object")
-    for url, entry in raw.items():
-        if not isinstance(entry, dict):
-            raise InputError(f"{origin}: git_custom_nodes[{url!r}] must be an object")
-        h = str(entry.get("hash") or "").strip().lower()
-        nodes[str(url)] = (h if is_commit_id(h) else None, bool(entry.get("disabled", False)))
-    cnr = {str(k): str(v) for k, v in (data.get("cnr_custom_nodes") or {}).items()}
-    files: dict[str, bool] = {}
-    for item in data.get("file_custom_nodes") or []:
-        if isinstance(item, dict) and item.get("filename"):
-            files[str(item["filename"])] = bool(item.get("disabled", False))
-    pips = data.get("pips") or {}
-    if not isinstance(pips, dict | list):
-        raise InputError(f"{origin}: pips must be an object of pip freeze lines")
-    return ManagerSnapshot(core, nodes, cnr, files, tuple(str(p) for p in pips))
-
-
-def read_manager_snapshot(path: Path) -> ManagerSnapshot:
-    try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read snapshot: {exc}") from None
-    try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as exc:  # json/yaml errors: one line naming the file
-        raise InputError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from None
-    return parse_manager_snapshot(data, str(path))
-
-
-def _remote_map(install: Install) -> dict[str, str]:
-    """Normalised remote URL → node name, for every git node."""
-    out: dict[str, str] = {}
-    for node in install.nodes:
-        if node.kind == "git":
-            for url in gitrepo.remote_urls(node.path):
-                out.setdefault(gitrepo.normalize_remote_url(url), node.name)
-    return out
+    return [
+        (n.name, n.name, worktree_remote_urls(n.path)) for n in install.nodes if n.kind == "git"
+    ]
 
 
 def state_from_manager_snapshot(
-    snap: ManagerSnapshot, install: Install, remotes: Mapping[str, str], origin: str
+    manager: InstallState,
+    install: Install,
+    packs: Sequence[tuple[str, str, Sequence[str]]],
+    origin: str,
 ) -> State:
-    """The state a Manager snapshot describes, in terms of this install (pure given remotes)."""
+    """The state a manager snapshot (as the daemon reads it) describes, in terms of this
+    install; ``packs`` are the installed git nodes as ``_installed_git_packs`` lists them.
+    Recorded commits are resolved (read only) in the user's repos.
+
+    Each git entry is matched to an installed node by the daemon's rule
+    (``git_pack_matcher``: remote URL, then folder name); its commit (abbreviated or full) is
+    resolved in that node's repo, ``"unknown"`` keeps what is installed, ``disabled`` is
+    ``disabled``; git nodes the manager snapshot doesn't list are ``absent``; single-file
+    nodes take its ``disabled`` flag; other non-git nodes keep their installed copy (it is the
+    only one a bisect can test); its ``pips`` become the package set."""
+    from oom_sentinel.daemon.manager_snapshots import git_pack_matcher
+
     current = install.current_state()
     changes: dict[str, str] = {}
-    if snap.comfyui:
+    if manager.comfyui.commit:
         changes[CORE] = gitrepo.resolve_commit(
-            install.comfyui, snap.comfyui, f"{origin}: ComfyUI ({install.comfyui})"
+            install.comfyui, manager.comfyui.commit, f"{origin}: ComfyUI ({install.comfyui})"
         )
+    match = git_pack_matcher(packs)
     listed: set[str] = set()
-    for url, (sha, disabled) in snap.git_custom_nodes.items():
-        name = remotes.get(gitrepo.normalize_remote_url(url))
+    files: dict[str, bool] = {}
+    for entry in manager.nodes:
+        if entry.kind == "file":
+            files[entry.name] = entry.disabled
+        if entry.kind != "git":
+            continue
+        name = match(entry)
         if name is None:
-            raise BadRef(f"{origin}: custom node {url} is not installed, so it cannot be tested")
+            raise BadRef(
+                f"{origin}: custom node {entry.url or entry.name} is not installed, "
+                "so it cannot be tested"
+            )
         listed.add(name)
-        if disabled:
+        if entry.disabled:
             changes[node_key(name)] = DISABLED
-        elif sha is None:
+        elif entry.commit is None:
             changes[node_key(name)] = current.node(name)  # "unknown": keep what is installed
         else:
             node = install.node(name)
             assert node is not None
             changes[node_key(name)] = gitrepo.resolve_commit(
-                node.path, sha, f"{origin}: custom_nodes/{name}"
+                node.path, entry.commit, f"{origin}: custom_nodes/{name}"
             )
     for node in install.nodes:
         if node.kind == "git" and node.name not in listed:
             changes[node_key(node.name)] = ABSENT
-        elif node.kind == "file" and node.name in snap.file_custom_nodes:
-            changes[node_key(node.name)] = (
-                DISABLED if snap.file_custom_nodes[node.name] else INSTALLED
-            )
+        elif node.kind == "file" and node.name in files:
+            changes[node_key(node.name)] = DISABLED if files[node.name] else INSTALLED
     state = current.with_values(changes)
-    if snap.pips:  # Manager's "pips": the package set as it recorded it
+    if manager.pip:  # Manager's "pips": the package set as it recorded it
         try:
-            state = state.with_packages(packages_from_freeze(snap.pips))
+            state = state.with_packages(packages_from_freeze(manager.pip))
         except ValueError as exc:
             raise InputError(f"{origin}: pips: {exc}") from None
     return state

@@ -35,6 +35,7 @@ __all__ = [
     "remote_urls",
     "resolve_ref",
     "run_git",
+    "worktree_remote_urls",
 ]
 
 #: variables a calling hook or shell may set that would point git at another repository
@@ -210,6 +211,13 @@ def remote_urls(common: Path) -> list[tuple[str, str]]:
             if url:
                 urls.append((remote, url))
     return urls
+
+
+def worktree_remote_urls(worktree: Path) -> list[str]:
+    """Every remote URL of the checkout at ``worktree`` (a ``.git`` file followed), in config
+    order, as written; empty when it is not a repository or has no readable config."""
+    dirs = git_dirs(worktree)
+    return [] if dirs is None else [url for _name, url in remote_urls(dirs[1])]
 
 
 # -- running git ---------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ __all__ = [
     "custom_nodes_dir",
     "git_head",
     "iter_git_repos",
+    "iter_node_entries",
     "node_path",
     "normalize_remote_url",
     "read_comfyui_version",
@@ -438,9 +439,18 @@ def normalize_remote_url(url: str | None) -> str | None:
 
 
 def url_key(url: str | None) -> str | None:
-    """Comparison key for two remote URLs (case-insensitive, as GitHub treats owner/repo)."""
+    """Comparison key for two remote URLs: the normalized spelling, case-insensitive (GitHub
+    and GitLab treat owner/repo so) and ``http`` read as ``https`` (one repository either way).
+
+    The one comparison of remote URLs in the project: the daemon's state diff and Manager
+    reader and the bisect's manager snapshot matching all use it, so
+    ``git@gitlab.com:O/R.git``, ``ssh://git@gitlab.com/o/r`` and ``https://gitlab.com/O/R/``
+    are one repository everywhere."""
     normalized = normalize_remote_url(url)
-    return None if normalized is None else normalized.lower()
+    if normalized is None:
+        return None
+    key = normalized.lower()
+    return "https://" + key[len("http://") :] if key.startswith("http://") else key
 
 
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*(?::\s*str\s*)?=\s*(['"])([^'"]+)\1""", re.M)
@@ -510,7 +520,7 @@ def watch_paths(root: str | Path) -> list[Path]:
         paths += [gitdir / "HEAD", common / "refs" / "heads", common / "packed-refs"]
     cn = custom_nodes_dir(base)
     paths += [cn, cn / _DISABLED_DIR]
-    for entry, _disabled, _in_folder in _iter_node_entries(cn):
+    for entry, _name, _disabled in iter_node_entries(cn):
         node_dirs = git_dirs(cn / entry)
         if node_dirs is not None:
             paths.append(node_dirs[0] / "HEAD")
@@ -648,7 +658,19 @@ def _hash_file(digest: Any, path: Path) -> None:
 # Custom nodes
 
 
-def _iter_node_entries(cn_dir: Path) -> Iterator[tuple[str, bool, bool]]:
+def iter_node_entries(cn_dir: str | Path) -> Iterator[tuple[str, str, bool]]:
+    """(entry relative to ``cn_dir``, node name, disabled) of every entry of a
+    ``custom_nodes`` folder that ComfyUI would try to load, in both disabled conventions
+    (``Foo.disabled``, ``.disabled/Foo``, Manager's ``.disabled/<id>@<version>``); hidden
+    entries and ``__pycache__`` are left out. The one reading of that folder's layout: the
+    daemon's capture and the bisect's ``scan_install`` both walk it with this."""
+    for entry, disabled, in_folder in _raw_node_entries(Path(cn_dir)):
+        name = _node_name(entry, in_folder)
+        if name:
+            yield entry, name, disabled
+
+
+def _raw_node_entries(cn_dir: Path) -> Iterator[tuple[str, bool, bool]]:
     """(entry relative to cn_dir, disabled, inside .disabled/) for every candidate entry."""
     try:
         names = sorted(os.listdir(cn_dir))
@@ -700,12 +722,8 @@ def scan_custom_nodes(cn_dir: str | Path) -> tuple[CustomNode, ...]:
     """Every node pack in ``cn_dir`` (a ComfyUI ``custom_nodes`` folder), disabled ones too."""
     base = Path(cn_dir)
     nodes: list[CustomNode] = []
-    for entry, disabled, in_folder in _iter_node_entries(base):
-        full = base / entry
-        name = _node_name(entry, in_folder)
-        if not name:
-            continue
-        nodes.append(_describe_node(full, name, entry, disabled))
+    for entry, name, disabled in iter_node_entries(base):
+        nodes.append(_describe_node(base / entry, name, entry, disabled))
     return tuple(nodes)
 
 

@@ -6,8 +6,8 @@ research/anchors-manager-cli.md §1.2): commit hashes with a trailing newline (r
 detached ``.git/HEAD``), ``"unknown"`` hashes (a branch ref that was packed), repository URLs
 verbatim from ``.git/config`` (SSH or HTTPS, with or without ``.git``), disabled CNR packs left
 out, ``pips`` mixing ``name==ver: ""`` keys with ``name: url`` direct references and ``-e``
-lines, ``comfyui: null`` for portable installs and custom-nodes-only snapshots, and a YAML
-variant that wraps everything under ``custom_nodes:``. Snapshots live in one of three places
+lines, ``comfyui: null`` for portable installs and custom-nodes-only manager snapshots, and a YAML
+variant that wraps everything under ``custom_nodes:``. Manager snapshots live in one of three places
 depending on the Manager version.
 
 Parsing (``parse_manager_snapshot``, ``to_manager_snapshot``) is pure; reading, listing and the
@@ -20,11 +20,11 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from oom_sentinel.daemon.atomic import write_text_atomic
 from oom_sentinel.daemon.errors import InputError
@@ -44,11 +44,12 @@ __all__ = [
     "OUR_POSTFIX",
     "ManagerSnapshotFile",
     "find_manager_snapshots",
+    "git_pack_matcher",
     "manager_snapshot_dirs",
     "manager_snapshot_filename",
     "node_name_from_url",
     "parse_manager_snapshot",
-    "parse_snapshot_filename_time",
+    "parse_manager_snapshot_filename_time",
     "read_manager_snapshot",
     "read_state_file",
     "resolve_unknown_commits",
@@ -56,7 +57,7 @@ __all__ = [
     "write_manager_snapshot",
 ]
 
-#: Snapshot folders relative to (user dir, ComfyUI root), newest Manager layout first:
+#: Manager snapshot folders relative to (user dir, ComfyUI root), newest Manager layout first:
 #: v4 ``<user>/__manager/snapshots``, v3 ``<user>/default/ComfyUI-Manager/snapshots``,
 #: v2 and older ``custom_nodes/ComfyUI-Manager/snapshots``.
 MANAGER_SNAPSHOT_DIRS: tuple[tuple[str, str], ...] = (
@@ -65,13 +66,15 @@ MANAGER_SNAPSHOT_DIRS: tuple[tuple[str, str], ...] = (
     ("root", "custom_nodes/ComfyUI-Manager/snapshots"),
 )
 
-#: Postfix of the snapshot files we write (Manager uses snapshot / autosave / cli-autosave).
+#: Postfix of the manager snapshot files we write (Manager uses snapshot / autosave / cli-autosave).
 OUR_POSTFIX = "oom-sentinel"
 
 _MANAGER_KEYS = ("comfyui", "git_custom_nodes", "cnr_custom_nodes", "file_custom_nodes", "pips")
 _HEX = re.compile(r"^[0-9a-fA-F]{7,64}$")
 _NAME_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2})")
-_SNAPSHOT_SUFFIXES = (".json", ".yaml", ".yml")
+_MANAGER_SNAPSHOT_SUFFIXES = (".json", ".yaml", ".yml")
+
+K = TypeVar("K")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,7 +272,7 @@ def manager_snapshot_filename(at_epoch_s: float, postfix: str = OUR_POSTFIX) -> 
     return f"{stamp}_{postfix}.json"
 
 
-def parse_snapshot_filename_time(name: str) -> float | None:
+def parse_manager_snapshot_filename_time(name: str) -> float | None:
     """The local time encoded in a Manager snapshot file name, as epoch seconds."""
     m = _NAME_TIME.match(name)
     if not m:
@@ -284,27 +287,50 @@ def parse_snapshot_filename_time(name: str) -> float | None:
 # Pure: combine a Manager state with what is on disk
 
 
-def resolve_unknown_commits(snapshot: InstallState, disk: InstallState) -> InstallState:
+def git_pack_matcher(
+    installed: Iterable[tuple[K, str, Iterable[str | None]]],
+) -> Callable[[CustomNode], K | None]:
+    """How a Manager snapshot's git entry finds the installed pack it means, given the
+    installed git packs as (key, folder name, remote URLs): by remote URL first (``url_key``,
+    so SSH, HTTPS, ``ssh://``, ``.git``, a trailing slash and case all match; any of a pack's
+    remotes; the first pack listed wins), else by folder name (Manager clones a URL into its
+    basename, which is the entry's ``name``). ``None``: the pack is not installed.
+
+    The one matching rule: ``resolve_unknown_commits`` here and the bisect's Manager
+    snapshot states (``bisect/states.py``) both use it."""
+    by_url: dict[str, K] = {}
+    by_name: dict[str, K] = {}
+    for key, name, urls in installed:
+        for url in urls:
+            ukey = url_key(url)
+            if ukey is not None:
+                by_url.setdefault(ukey, key)
+        by_name.setdefault(name, key)
+
+    def match(node: CustomNode) -> K | None:
+        ukey = url_key(node.url)
+        if ukey is not None and ukey in by_url:
+            return by_url[ukey]
+        return by_name.get(node.name)
+
+    return match
+
+
+def resolve_unknown_commits(manager: InstallState, disk: InstallState) -> InstallState:
     """Fill the commits a Manager file left ``"unknown"`` from a capture of the install, for
-    packs present on disk (matched by normalized URL, then by name). Packs not on disk keep
-    ``None``: nothing can tell what they were."""
-    by_url: dict[str, CustomNode] = {}
-    by_name: dict[str, CustomNode] = {}
-    for node in disk.nodes:
-        if node.kind != "git":
-            continue
-        key = url_key(node.url)
-        if key and key not in by_url:
-            by_url[key] = node
-        by_name.setdefault(node.name, node)
+    packs present on disk (``git_pack_matcher``: by normalized URL, then by name). Packs not
+    on disk keep ``None``: nothing can tell what they were."""
+    on_disk = [n for n in disk.nodes if n.kind == "git"]
+    match = git_pack_matcher((i, n.name, (n.url,)) for i, n in enumerate(on_disk))
     resolved: list[CustomNode] = []
-    for node in snapshot.nodes:
+    for node in manager.nodes:
         if node.kind == "git" and node.commit is None:
-            match = by_url.get(url_key(node.url) or "") or by_name.get(node.name)
-            if match is not None and match.commit is not None:
-                node = replace(node, commit=match.commit)
+            found = match(node)
+            commit = None if found is None else on_disk[found].commit
+            if commit is not None:
+                node = replace(node, commit=commit)
         resolved.append(node)
-    return replace(snapshot, nodes=tuple(resolved))
+    return replace(manager, nodes=tuple(resolved))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,7 +347,7 @@ class ManagerSnapshotFile:
 
 
 def manager_snapshot_dirs(root: str | Path, user_dir: str | Path | None = None) -> list[Path]:
-    """Every folder a Manager version keeps snapshots in, newest layout first. ``user_dir``
+    """Every folder a Manager version keeps manager snapshots in, newest layout first. ``user_dir``
     is ComfyUI's ``--user-directory`` (default ``<root>/user``)."""
     base = Path(root)
     user = Path(user_dir) if user_dir is not None else base / "user"
@@ -342,9 +368,9 @@ def find_manager_snapshots(
             continue
         for name in names:
             path = folder / name
-            if not name.lower().endswith(_SNAPSHOT_SUFFIXES) or not path.is_file():
+            if not name.lower().endswith(_MANAGER_SNAPSHOT_SUFFIXES) or not path.is_file():
                 continue
-            at = parse_snapshot_filename_time(name)
+            at = parse_manager_snapshot_filename_time(name)
             if at is None:
                 try:
                     at = path.stat().st_mtime
@@ -355,7 +381,7 @@ def find_manager_snapshots(
     return found
 
 
-#: deeper documents are refused: no snapshot or state file nests more than a few levels, and
+#: deeper documents are refused: no manager snapshot or state file nests more than a few levels, and
 #: walking a deeper one (parsers, our own recursive readers) would exhaust the stack
 MAX_DOCUMENT_DEPTH = 64
 
@@ -418,7 +444,7 @@ def _manager_from_document(p: Path, data: Any) -> InstallState:
     return parse_manager_snapshot(
         data,
         str(p),
-        captured_at_epoch_s=parse_snapshot_filename_time(p.name),
+        captured_at_epoch_s=parse_manager_snapshot_filename_time(p.name),
         source=f"manager:{p.name}",
     )
 
@@ -432,7 +458,7 @@ def read_manager_snapshot(path: str | Path) -> InstallState:
 
 def read_state_file(path: str | Path) -> InstallState:
     """A state from any file we understand: our own state JSON (``format`` field), a Manager
-    JSON snapshot, or a Manager YAML snapshot."""
+    JSON snapshot, or a Manager YAML snapshot (manager snapshots both)."""
     p = Path(path)
     data = _load_document(p)
     if isinstance(data, Mapping) and data.get("format") == STATE_FORMAT:

@@ -44,6 +44,7 @@ __all__ = [
     "last_update",
     "parse_backup_branch_time",
     "parse_reflog",
+    "read_head_reflog",
     "read_repo_history",
     "state_before_last",
     "states_over_time",
@@ -238,6 +239,18 @@ def _backup_branches(common: Path) -> list[tuple[float, str]]:
     return sorted(out)
 
 
+def _head_reflog(gitdir: Path) -> list[ReflogEntry]:
+    return parse_reflog(_read_text(gitdir / "logs" / "HEAD"))
+
+
+def read_head_reflog(worktree: str | Path) -> list[ReflogEntry]:
+    """HEAD's reflog of the repo at ``worktree`` (a ``.git`` file followed), oldest first, as
+    git wrote it: the entries ``HEAD@{N}`` counts back through (the bisect's ``HEAD@{N}``
+    states). Empty without a repo or a reflog."""
+    dirs = git_dirs(Path(worktree))
+    return [] if dirs is None else _head_reflog(dirs[0])
+
+
 def read_repo_history(worktree: str | Path, repo: str) -> RepoHistory:
     """The history of HEAD in the repo at ``worktree``: ``logs/HEAD`` plus backup branches.
     A repo without a reflog (``core.logAllRefUpdates=false``, a bare copy) has no moves."""
@@ -245,8 +258,7 @@ def read_repo_history(worktree: str | Path, repo: str) -> RepoHistory:
     if dirs is None:
         return RepoHistory(repo, ())
     gitdir, common = dirs
-    entries = parse_reflog(_read_text(gitdir / "logs" / "HEAD"))
-    return history_from_entries(repo, entries, _backup_branches(common))
+    return history_from_entries(repo, _head_reflog(gitdir), _backup_branches(common))
 
 
 # ---------------------------------------------------------------------------------------------

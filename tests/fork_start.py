@@ -19,7 +19,8 @@ from pathlib import Path
 
 from oom_sentinel.bisect import forkclient
 from oom_sentinel.bisect.forkclient import ForkedChild, ForkServer, ProcessHandle
-from oom_sentinel.bisect.replay import BOOTSTRAP_NAME, BOOTSTRAP_SOURCE, pdeathsig_preexec
+from oom_sentinel.bisect.procutil import pdeathsig_preexec
+from oom_sentinel.bisect.replay import BOOTSTRAP_NAME, BOOTSTRAP_SOURCE
 from oom_sentinel.bisect.workspace import free_port
 
 

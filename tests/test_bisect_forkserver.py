@@ -134,11 +134,11 @@ DRIVER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from oom_sentinel.bisect import forkclient, replay
+    from oom_sentinel.bisect import forkclient, procutil, replay
     harness, sleeper = Path(sys.argv[1]), sys.argv[2]
     server = forkclient.fork_server_for(
         sys.executable, {"PATH": "/usr/bin:/bin"}, harness, replay._spawner.popen, 60,
-        start_new_session=True, preexec_fn=replay.pdeathsig_preexec(),
+        start_new_session=True, preexec_fn=procutil.pdeathsig_preexec(),
     )
     child = server.spawn([sys.executable, sleeper], cwd=harness, env={"PATH": "/usr/bin:/bin"},
                          console=harness / "console.log")
@@ -363,7 +363,7 @@ def test_with_torch_preloaded_the_bootstrap_still_caps_vram_and_records_the_peak
 def test_a_child_whose_allocator_settings_changed_restarts_cold_and_the_next_server_learns(
     tmp_path: Path,
 ) -> None:
-    from oom_sentinel.bisect.replay import pdeathsig_preexec
+    from oom_sentinel.bisect.procutil import pdeathsig_preexec
 
     argv, env, app = _fake_torch_bench(tmp_path, GUARDED_MAIN)
     argv += ["--", str(app / "main.py")]
@@ -473,7 +473,7 @@ def test_a_server_whose_preload_touched_the_cuda_driver_is_refused_and_replays_s
     import _ctypes
     import shutil
 
-    from oom_sentinel.bisect.replay import pdeathsig_preexec
+    from oom_sentinel.bisect.procutil import pdeathsig_preexec
 
     shutil.copyfile(_ctypes.__file__, tmp_path / "libcuda.so.1")  # any shared object will do
     (tmp_path / "touches_cuda.py").write_text(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
+import sys
 from pathlib import Path
 
 import psutil
@@ -30,7 +32,6 @@ def _git_children() -> list[str]:
 
 def test_long_use_leaves_no_git_process_and_no_open_handle(tmp_path: Path) -> None:
     inst = make_install(tmp_path, core_commits=12, dirty=False)
-    node = inst.custom_nodes / "node_a"
     fds_before = psutil.Process().num_fds()
     for _ in range(30):
         head = gitrepo.resolve_commit(inst.root, "HEAD", "ComfyUI")
@@ -39,7 +40,6 @@ def test_long_use_leaves_no_git_process_and_no_open_handle(tmp_path: Path) -> No
         assert gitrepo.first_parent_range(inst.root, inst.core[3], head, "ComfyUI") == tuple(
             inst.core[4:]
         )
-        assert gitrepo.remote_urls(node) == ("https://github.com/Someone/Node-A.git",)
         assert gitrepo.core_node_entries(inst.root, [head], "ComfyUI") == {
             "websocket_image_save.py",
             "example_node.py.example",
@@ -99,3 +99,71 @@ def test_only_gitrepo_runs_git_in_the_bisect() -> None:
             continue
         assert "git" not in imports, f"{path.name} imports GitPython"
         assert not ("subprocess" in imports and "git" in literals), f"{path.name} runs git"
+
+
+# ---- a writing git command dies with oom-bisect ------------------------------------------------
+
+#: runs one git command through gitrepo's runner that cannot finish by itself: ``hash-object``
+#: of a FIFO blocks in open() until a writer comes (none does), inside git, with no child
+BLOCKED_GIT = """
+import sys
+from pathlib import Path
+from oom_sentinel.bisect import gitrepo
+gitrepo._run(Path(sys.argv[1]), ["hash-object", "--", sys.argv[2]], what="test", config={},
+             env=None, pass_fds=())
+"""
+
+
+def _poll(predicate, timeout_s: float) -> bool:
+    """Whether ``predicate()`` came true within ``timeout_s`` (asked every 20 ms)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE  # dead, not yet reaped by its new parent
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_git_child_dies_when_oom_bisect_is_killed(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    fifo = tmp_path / "never-written"
+    os.mkfifo(fifo)
+    parent = subprocess.Popen([sys.executable, "-c", BLOCKED_GIT, str(repo), str(fifo)])
+    children: list[psutil.Process] = []
+
+    def git_started() -> bool:
+        try:
+            kids = psutil.Process(parent.pid).children()
+            children[:] = [k for k in kids if "hash-object" in " ".join(k.cmdline())]
+        except psutil.Error:
+            return False
+        return bool(children)
+
+    try:
+        assert _poll(git_started, 60.0), "the git command never started"
+        (child,) = children
+        os.kill(parent.pid, signal.SIGKILL)  # oom-bisect dies without any cleanup
+        parent.wait(timeout=30)
+        assert _poll(lambda: _gone(child), 15.0), "git outlived the killed oom-bisect"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for proc in children:  # only the git this test started
+            with contextlib.suppress(psutil.Error):
+                proc.kill()

@@ -183,13 +183,13 @@ def test_every_replay_of_a_parallel_round_dies_with_oom_bisect(tmp_path: Path) -
 SPAWN_FROM_A_THREAD = textwrap.dedent(
     """
     import sys, threading, time
-    from oom_sentinel.bisect import replay
+    from oom_sentinel.bisect import procutil, replay
     out = {}
     def ask():
         out["proc"] = replay._spawner.popen(
             [sys.executable, "-c", "import time; time.sleep(120)"],
             start_new_session=True,
-            preexec_fn=replay.pdeathsig_preexec(),
+            preexec_fn=procutil.pdeathsig_preexec(),
         )
     t = threading.Thread(target=ask)
     t.start()

@@ -10,7 +10,6 @@ import pytest
 import yaml
 from bisect_git import BASE_TS, build_history, git, install_snapshot, make_install, node_history
 
-from oom_sentinel.bisect.gitrepo import normalize_remote_url
 from oom_sentinel.bisect.states import (
     ABSENT,
     DISABLED,
@@ -19,7 +18,6 @@ from oom_sentinel.bisect.states import (
     before_last_update,
     check_value,
     differing_repos,
-    parse_manager_snapshot,
     parse_state_tokens,
     resolve_state,
     scan_install,
@@ -27,6 +25,7 @@ from oom_sentinel.bisect.states import (
     state_at_reflog,
 )
 from oom_sentinel.daemon.errors import BadRef, InputError
+from oom_sentinel.daemon.install_state import url_key
 from oom_sentinel.daemon.reflog import ReflogEntry, history_from_entries
 
 H = "a" * 40
@@ -241,16 +240,29 @@ def test_unknown_words_go_to_the_snapshot_resolver(inst) -> None:
 # ---------------------------------------------------------------------- Manager snapshots
 
 
-def test_remote_urls_compare_like_the_manager_does() -> None:
-    forms = [
-        "https://github.com/Someone/Node-A.git",
-        "https://github.com/someone/node-a",
-        "git@github.com:Someone/Node-A.git",
-        "ssh://git@github.com/Someone/Node-A",
-        "https://github.com/Someone/Node-A/",
-    ]
-    assert len({normalize_remote_url(u) for u in forms}) == 1
-    assert normalize_remote_url("https://user:tok@github.com/a/b") == "https://github.com/a/b"
+@pytest.mark.parametrize(
+    "forms",
+    [
+        [
+            "https://github.com/Someone/Node-A.git",
+            "https://github.com/someone/node-a",
+            "git@github.com:Someone/Node-A.git",
+            "ssh://git@github.com/Someone/Node-A",
+            "https://github.com/Someone/Node-A/",
+            "https://user:tok@GitHub.com/Someone/Node-A",
+        ],
+        [
+            "git@gitlab.com:Group/Sub/Repo.git",
+            "https://gitlab.com/group/sub/repo",
+            "ssh://git@gitlab.com:2222/Group/Sub/Repo.git/",
+            "http://GitLab.com/Group/Sub/Repo",
+        ],
+    ],
+    ids=["github", "gitlab"],
+)
+def test_remote_urls_compare_as_one_repository(forms: list[str]) -> None:
+    assert len({url_key(u) for u in forms}) == 1
+    assert url_key("https://gitlab.com/group/other") != url_key(forms[0])
 
 
 def _manager_snapshot(inst) -> dict:
@@ -303,9 +315,9 @@ def test_manager_snapshot_naming_an_uninstalled_node_is_a_bad_ref(inst, tmp_path
     ("content", "message"),
     [
         ("{not json", "not valid JSON"),
-        ('{"comfyui": null}', "not a ComfyUI-Manager snapshot"),
-        ('{"comfyui": "zz", "git_custom_nodes": {}}', "is not a commit id"),
-        ('{"git_custom_nodes": []}', "must be an object"),
+        ('{"workflow": {}}', "not a ComfyUI-Manager snapshot"),
+        ('{"comfyui": "zz", "git_custom_nodes": {}}', "comfyui: not a commit hash"),
+        ('{"git_custom_nodes": []}', "git_custom_nodes: expected an object"),
     ],
     ids=["syntax", "foreign", "bad-core-hash", "bad-shape"],
 )
@@ -318,9 +330,24 @@ def test_broken_manager_snapshots_are_input_errors(
         resolve_state(str(path), scan_install(inst.root))
 
 
-def test_a_custom_nodes_only_snapshot_keeps_the_core() -> None:
-    snap = parse_manager_snapshot({"comfyui": None, "git_custom_nodes": {}}, "x")
-    assert snap.comfyui is None
+def test_a_custom_nodes_only_manager_snapshot_keeps_the_core(inst, tmp_path: Path) -> None:
+    data = _manager_snapshot(inst)
+    data["comfyui"] = None
+    path = tmp_path / "nodes-only.json"
+    path.write_text(json.dumps(data))
+    s = resolve_state(str(path), scan_install(inst.root))
+    assert s.comfyui == inst.core[-1] and s.node("node_a") == inst.nodes["node_a"][4]
+
+
+def test_an_abbreviated_manager_hash_resolves_in_the_node_repo(inst, tmp_path: Path) -> None:
+    data = _manager_snapshot(inst)
+    data["comfyui"] = inst.core[2][:10]
+    short = inst.nodes["node_a"][1][:9]
+    data["git_custom_nodes"]["git@github.com:someone/node-a.git"]["hash"] = short
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps(data))
+    s = resolve_state(str(path), scan_install(inst.root))
+    assert s.comfyui == inst.core[2] and s.node("node_a") == inst.nodes["node_a"][1]
 
 
 # ---------------------------------------------------------------------- reflog states
@@ -507,23 +534,6 @@ def test_candidates_follow_first_parents_so_a_merged_branch_is_one_step(tmp_path
     assert b2 in git(repo, "rev-list", "topic")
 
 
-def test_a_missing_snapshot_file_is_named(inst, tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"gone\.json: no such snapshot file"):
+def test_a_missing_manager_snapshot_file_is_named(inst, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"gone\.json: no such manager snapshot file"):
         resolve_state(str(tmp_path / "gone.json"), scan_install(inst.root))
-
-
-def test_another_manager_reader_can_be_plugged_in(inst, tmp_path: Path) -> None:
-    from oom_sentinel.bisect.states import ManagerSnapshot
-
-    path = tmp_path / "any.yaml"
-    path.write_text("ignored by the reader below")
-    read: list[Path] = []
-
-    def reader(p: Path) -> ManagerSnapshot:
-        read.append(p)
-        return ManagerSnapshot(inst.core[1], {"https://github.com/someone/node-a": (None, True)})
-
-    s = resolve_state(str(path), scan_install(inst.root), manager_reader=reader)
-    assert read == [path]
-    assert s.comfyui == inst.core[1] and s.node("node_a") == DISABLED
-    assert s.node("node_b") == ABSENT

@@ -19,7 +19,7 @@ from oom_sentinel.daemon.manager_snapshots import (
     find_manager_snapshots,
     manager_states,
     parse_manager_snapshot,
-    parse_snapshot_filename_time,
+    parse_manager_snapshot_filename_time,
     read_manager_snapshot,
     read_state_file,
     resolve_unknown_commits,
@@ -116,7 +116,7 @@ def test_manager_snapshot_is_read_with_its_quirks(
     assert project(state) == EXPECTED_NODES
     assert state.pip == EXPECTED_PIP
     assert state.source == f"manager:{path.name}"
-    assert state.captured_at_epoch_s == parse_snapshot_filename_time(path.name)
+    assert state.captured_at_epoch_s == parse_manager_snapshot_filename_time(path.name)
 
 
 def test_json_and_yaml_of_one_snapshot_are_one_state(tmp_path: Path) -> None:
@@ -305,7 +305,7 @@ def test_written_snapshot_has_managers_name_indent_and_reads_back(
     folder = tmp_path / "user" / "__manager" / "snapshots"
     path = write_manager_snapshot(state, folder, at_epoch_s=1_736_000_000)
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_oom-sentinel\.json", path.name)
-    assert parse_snapshot_filename_time(path.name) == 1_736_000_000
+    assert parse_manager_snapshot_filename_time(path.name) == 1_736_000_000
     assert os.listdir(folder) == [path.name]  # no temp file left behind
     text = path.read_text()
     assert text.startswith('{\n    "comfyui": "')
