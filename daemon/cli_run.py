@@ -44,7 +44,7 @@ def run_command(
 ) -> None:
     """Run the watchdog in the foreground until SIGTERM or Ctrl-C."""
     # imported here: the other commands should not pay for the scheduler and probes
-    from oom_sentinel.daemon.service import (
+    from oom_sentinel.daemon.service.wiring import (
         RunOptions,
         configure_logging,
         run_service,

@@ -13,7 +13,7 @@ from oom_sentinel.daemon.events import Backend, OomEvent, Pool
 from oom_sentinel.daemon.probes import GpuDeviceSample, GpuProcessSample
 from oom_sentinel.daemon.process_watch import process_section
 from oom_sentinel.daemon.processes import ComfyProcess, comfy_process_from, shares_gpu
-from oom_sentinel.daemon.service import advice_context
+from oom_sentinel.daemon.service.wiring import advice_context
 
 GIB = 1024**3
 PY = "/venv/bin/python"

@@ -15,7 +15,7 @@ import pytest
 
 from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.config.settings import load_settings
-from oom_sentinel.daemon.service import RunOptions, Service
+from oom_sentinel.daemon.service.wiring import RunOptions, Service
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -107,7 +107,7 @@ def test_a_dead_worker_stops_the_watchdog_ping_and_is_named(
     svc, notify = service
     assert svc.workers() == dict.fromkeys(KILLS, True)
     wait_for(lambda: notify.pings() >= 2, 10, "watchdog pings while every worker lives")
-    caplog.set_level(logging.ERROR, logger="oom_sentinel.daemon.service")
+    caplog.set_level(logging.ERROR, logger="oom_sentinel.daemon.service.wiring")
     KILLS[worker](svc)
     wait_for(lambda: not svc.workers()[worker], 10, f"the {worker} worker to end")
     wait_for(
