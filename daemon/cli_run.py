@@ -44,11 +44,9 @@ def run_command(
 ) -> None:
     """Run the watchdog in the foreground until SIGTERM or Ctrl-C."""
     # imported here: the other commands should not pay for the scheduler and probes
-    from oom_sentinel.daemon.service.wiring import (
-        RunOptions,
-        configure_logging,
-        run_service,
-    )
+    from oom_sentinel.daemon.service.instances import RunOptions
+    from oom_sentinel.daemon.service.logsetup import configure_logging
+    from oom_sentinel.daemon.service.wiring import run_service
 
     loaded = load_settings(config_path)
     configure_logging(loaded.settings.log_level)
