@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -86,6 +86,12 @@ class InstanceRegistry:
         self.by_name: dict[str, WatchedInstance] = {}
         #: the user named instances: discovery only refreshes those (their processes)
         self.explicit = bool(settings.instances or options.comfyui)
+        #: the next stage: where an adopted instance's logs go (``LogRecords.follow``)
+        self.follow: Callable[..., None] = lambda path, *, instance: None
+
+    def follow_extra(self, path: str) -> None:
+        """A log named in ``[logs] extra`` or with --watch-log: followed for its instance."""
+        self.follow(path, instance=self.instance_for_log(path))
 
     def get(self, name: str) -> WatchedInstance | None:
         return self.by_name.get(name)
@@ -160,8 +166,14 @@ class InstanceRegistry:
         return found
 
     def adopt(self, inst: WatchedInstance) -> WatchedInstance:
-        """Add ``inst``, or refresh the known one of its name; returns the one kept (whose
-        ``log_paths`` the service follows)."""
+        """Add ``inst``, or refresh the known one of its name, and follow its logs; returns
+        the one kept."""
+        kept = self._adopt(inst)
+        for path in kept.log_paths:
+            self.follow(path, instance=kept.name)
+        return kept
+
+    def _adopt(self, inst: WatchedInstance) -> WatchedInstance:
         existing = self.by_name.get(inst.name)
         if existing is None:
             self.by_name[inst.name] = inst

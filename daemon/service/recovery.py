@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
 from oom_sentinel.daemon.incidents import IncidentTracker
+from oom_sentinel.daemon.service.actions import IncidentActions
 from oom_sentinel.daemon.snapshot import (
     Snapshot,
     list_snapshots,
@@ -21,7 +21,7 @@ from oom_sentinel.daemon.snapshot import (
 from oom_sentinel.daemon.store import IncidentRow, Store
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
-    from oom_sentinel.daemon.metrics import MetricsExporter
+    pass
 
 log = logging.getLogger("oom_sentinel")
 
@@ -58,7 +58,6 @@ def _row_from_snapshot(data: Mapping[str, Any], snapshot_id: str) -> IncidentRow
 def recover(
     store: Store,
     snapshots_dir: Path,
-    *,
     remember_record: Callable[[str], None],
     handled_prompts: set[str],
 ) -> list[Snapshot]:
@@ -95,24 +94,19 @@ def resume_storms(store: Store, tracker: IncidentTracker, now: float) -> None:
 
 
 def catch_up_fleet(
-    recent: Sequence[Snapshot],
-    now: float,
-    *,
-    alerts: AlertDispatcher | None,
-    metrics: MetricsExporter | None,
-    retry_max_age_s: float,
-    queue_upload: Callable[[str, str, Path], None],
+    recent: Sequence[Snapshot], now: float, actions: IncidentActions, retry_max_age_s: float
 ) -> None:
     """At start: a snapshot that a crash kept out of the bucket's queue (killed between
     writing it and queueing it), or one written before bucket_url was set, is queued now
     if it is younger than the alerts' retry_max_age_s (the outbox keeps each once: one
     already queued, sent or given up is left alone); and each instance's latest incident
     is named in the metrics again, with the time it was recorded."""
+    alerts, metrics = actions.alerts, actions.metrics
     if alerts is not None and alerts.upload_channel is not None:
         for snap in recent:
             created_s = parse_iso_utc(snap.created)
             if created_s is not None and now - created_s <= retry_max_age_s:
-                queue_upload(snap.instance_name, snap.id, snap.path)
+                actions.queue_upload(snap.instance_name, snap.id, snap.path)
     if metrics is not None:
         named: set[str] = set()
         for snap in recent:  # newest first: the first of each instance is its latest

@@ -9,13 +9,17 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from threading import Event
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import BaseScheduler
 
 from oom_sentinel.config.settings import Settings
 from oom_sentinel.daemon.errors import SentinelError
 from oom_sentinel.daemon.heap import release_free_heap
 from oom_sentinel.daemon.retention import prune_snapshots
+from oom_sentinel.daemon.service.workers import Worker
 from oom_sentinel.daemon.store import Store
 from oom_sentinel.daemon.timeline import Sampler
 
@@ -26,15 +30,43 @@ HEAP_TRIM_FIRST_S = 15.0
 HEAP_TRIM_INTERVAL_S = 600.0
 
 
+class WorkerScheduler(BackgroundScheduler):
+    """APScheduler's ``BackgroundScheduler`` whose loop runs on a ``Worker`` (health name
+    "scheduler"), so it is started, stopped and reported like every other daemon thread; each
+    pass over the due jobs is a heartbeat. Mirrors ``BackgroundScheduler.start``/``shutdown``,
+    which make their own thread."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.worker = Worker("scheduler", self._main_loop, thread_name="APScheduler")
+
+    def start(self, *args: Any, **kwargs: Any) -> None:
+        event: Event | None = getattr(self, "_event", None)  # BlockingScheduler's wake-up
+        if event is None or event.is_set():
+            self._event = Event()
+        BaseScheduler.start(self, *args, **kwargs)
+        self.worker.start()
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+        # BlockingScheduler's: stop, then wake the loop so it sees the stopped state
+        super(BackgroundScheduler, self).shutdown(*args, **kwargs)
+        self.worker.stop(5.0)
+
+    def _process_jobs(self) -> float | None:
+        self.worker.beat()
+        wait: float | None = super()._process_jobs()
+        return wait
+
+
 def build_scheduler(
     settings: Settings,
     sampler: Sampler,
     *,
     discovery_job: Callable[[], None] | None,
     retention_job: Callable[[], None],
-) -> BackgroundScheduler:
+) -> WorkerScheduler:
     """The scheduler with every periodic job added (not started)."""
-    scheduler = BackgroundScheduler(timezone="UTC", daemon=True)
+    scheduler = WorkerScheduler(timezone="UTC")
     sampler.start(scheduler)
     if discovery_job is not None:
         scheduler.add_job(

@@ -37,7 +37,6 @@ def build_alerts(
     store: Store,
     settings: Settings,
     environ: Mapping[str, str],
-    *,
     clock: Callable[[], float],
     metrics: MetricsExporter | None,
     snapshots_dir: Path,

@@ -17,8 +17,9 @@ from oom_sentinel.daemon.logtail import LogTailManager
 from oom_sentinel.daemon.probes import MemorySample
 from oom_sentinel.daemon.redact import redact
 from oom_sentinel.daemon.service.instances import InstanceRegistry
-from oom_sentinel.daemon.service.logrecords import LogRecords
-from oom_sentinel.daemon.service.prompts import PromptLifecycle
+from oom_sentinel.daemon.service.pipeline import Pipeline
+from oom_sentinel.daemon.service.sources import Sources
+from oom_sentinel.daemon.service.workers import Health
 from oom_sentinel.daemon.store import Store
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
@@ -32,6 +33,19 @@ STATUS_FILE = "status.json"  # cli_run.STATUS_FILE reads it
 #: store meta key: the last time this daemon was alive, so a prompt that failed while it was
 #: down (found in history at the next connect) still becomes an incident
 META_LAST_ALIVE = "last_alive_s"
+
+
+def unwatched_since(store: Store, started_s: float) -> float:
+    """Since when prompts may have ended unwatched: a little before this data dir's daemon
+    was last alive (``last_alive_s`` is written every STATUS_INTERVAL_S), else now -- an OOM
+    from before the first start is recorded as a run, not alarmed on."""
+    try:
+        last_alive = store.get_meta(META_LAST_ALIVE)
+        if last_alive is not None:
+            return min(started_s, float(last_alive) - STATUS_INTERVAL_S)
+    except (TypeError, ValueError):
+        pass
+    return started_s
 
 
 def _sample_json(latest: MemorySample | None) -> dict[str, Any] | None:
@@ -61,19 +75,15 @@ def build_status(
     started_s: float,
     config: str | None,
     data_dir: Path,
-    gpu_line: str,
-    latest: MemorySample | None,
+    sources: Sources | None,
     tails: LogTailManager | None,
-    records: LogRecords | None,
+    pipeline: Pipeline | None,
     registry: InstanceRegistry,
-    prompts: PromptLifecycle | None,
-    incidents_written: int,
-    last_incident: str | None,
-    workers: Mapping[str, bool],
-    worker_health: Mapping[str, Mapping[str, Any]],
+    health: Health,
 ) -> dict[str, Any]:
     """What ``oom-sentinel status`` shows: what is watched, the last sample, incidents, and
     every worker thread's health (a dead one also stops systemd's watchdog ping)."""
+    records = pipeline.records if pipeline is not None else None
     logs = []
     if tails is not None:
         for key, follower in tails.followers.items():
@@ -87,15 +97,17 @@ def build_status(
                     "error": st.error,
                 }
             )
+    prompts = pipeline.prompts if pipeline is not None else None
     api_up = prompts.api_up if prompts is not None else {}
     running = prompts.running if prompts is not None else {}
+    actions = pipeline.actions if pipeline is not None else None
     return {
         "pid": os.getpid(),
         "started_s": started_s,
         "updated_s": now,
         "config": config,
         "data_dir": str(data_dir),
-        "gpu": gpu_line,
+        "gpu": sources.gpu_line if sources is not None else "",
         "wake": tails.wake_backend if tails is not None else None,
         "instances": [
             {
@@ -110,12 +122,12 @@ def build_status(
             for i in registry.by_name.values()
         ],
         "logs": logs,
-        "last_sample": _sample_json(latest),
-        "incidents_written": incidents_written,
-        "last_incident": last_incident,
-        "workers": dict(workers),
+        "last_sample": _sample_json(sources.timeline.latest() if sources is not None else None),
+        "incidents_written": actions.incidents_written if actions is not None else 0,
+        "last_incident": actions.last_incident if actions is not None else None,
+        "workers": health.check(),
         # when each was last seen working, and what ended a dead one
-        "worker_health": {name: dict(h) for name, h in worker_health.items()},
+        "worker_health": health.details(),
     }
 
 
@@ -123,7 +135,6 @@ def write_status(
     data_dir: Path,
     status: Mapping[str, Any],
     now: float,
-    *,
     store: Store | None,
     metrics: MetricsExporter | None,
     alerts: AlertDispatcher | None,

@@ -19,49 +19,41 @@ import contextlib
 import functools
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apscheduler.schedulers.background import BackgroundScheduler
-
 from oom_sentinel.config.settings import LoadedSettings, Settings
 from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.comfy_watch import ApiStatus, ComfyWatcher, WatchOptions
+from oom_sentinel.daemon.comfy_watch import ApiStatus
 from oom_sentinel.daemon.errors import SentinelError
-from oom_sentinel.daemon.gpu_select import select_gpu_probe
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
-from oom_sentinel.daemon.incidents import Incident, IncidentTracker, Observation, TrackerConfig
-from oom_sentinel.daemon.kernel_oom import SystemRoots
+from oom_sentinel.daemon.incidents import Incident, IncidentTracker, TrackerConfig
 from oom_sentinel.daemon.logtail import LogTailManager
 from oom_sentinel.daemon.probes import MemorySample
-from oom_sentinel.daemon.process_watch import ProcessWatcher
-from oom_sentinel.daemon.sdnotify import Notifier, watchdog_interval_s
+from oom_sentinel.daemon.sdnotify import Notifier
 from oom_sentinel.daemon.service.actions import IncidentActions, counted_by
-from oom_sentinel.daemon.service.assembly import SnapshotAssembler
 from oom_sentinel.daemon.service.instances import InstanceRegistry, RunOptions, WatchedInstance
-from oom_sentinel.daemon.service.logrecords import RECORD_IDLE_S, LogRecords
+from oom_sentinel.daemon.service.logrecords import LogRecords
 from oom_sentinel.daemon.service.logsetup import install_signal_handlers
+from oom_sentinel.daemon.service.pipeline import Pipeline
 from oom_sentinel.daemon.service.prompts import PromptLifecycle
 from oom_sentinel.daemon.service.recovery import catch_up_fleet, recover, resume_storms
-from oom_sentinel.daemon.service.reload import load_again, log_reloaded, restart_needed
-from oom_sentinel.daemon.service.scheduling import build_scheduler, prune
+from oom_sentinel.daemon.service.reload import apply_settings, load_again, log_reloaded
+from oom_sentinel.daemon.service.scheduling import WorkerScheduler, build_scheduler, prune
 from oom_sentinel.daemon.service.sinks import build_alerts, start_metrics
-from oom_sentinel.daemon.service.sources import AvailableSources, point_sources
+from oom_sentinel.daemon.service.sources import Sources
 from oom_sentinel.daemon.service.status import (
-    META_LAST_ALIVE,
     STATUS_FILE,
     STATUS_INTERVAL_S,
     build_status,
+    unwatched_since,
     write_status,
 )
+from oom_sentinel.daemon.service.workers import Health, WatchdogPing, Worker
 from oom_sentinel.daemon.snapshot import SnapshotRef, clean_leftovers, snapshots_dir
-from oom_sentinel.daemon.state_history import InstallStateTracker
 from oom_sentinel.daemon.store import Store
-from oom_sentinel.daemon.timeline import Sampler, Timeline
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
     from oom_sentinel.daemon.metrics import MetricsExporter
@@ -69,10 +61,6 @@ if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off b
 __all__ = ["RunOptions", "Service", "WatchedInstance", "run_service"]
 
 log = logging.getLogger("oom_sentinel")
-
-#: read the kernel log from this file instead of /dev/kmsg (a ``kmsg``-format capture: what a
-#: container without /dev/kmsg can be given, and how the suite shows the daemon a kernel kill)
-KMSG_ENV = "OOM_SENTINEL_KMSG"
 
 
 class Service:
@@ -93,38 +81,30 @@ class Service:
         self.environ = dict(os.environ if environ is None else environ)
         self.clock = clock
         self.on_incident = on_incident
-        self.data_dir = Path(
-            self.options.data_dir or self.settings.resolved_data_dir()
-        ).expanduser()
+        data_dir = self.options.data_dir or self.settings.resolved_data_dir()
+        self.data_dir = Path(data_dir).expanduser()
         self.snapshots_dir = snapshots_dir(self.data_dir)
         self.registry = InstanceRegistry(
             self.settings, self.options, self.environ, config_source=loaded.source
         )
         self.instances = self.registry.by_name
-        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.notifier = Notifier(self.environ)
-        self._watchdog_s = watchdog_interval_s(self.environ)
-        self._last_ping = 0.0
-        #: workers seen dead (each is logged once, by name)
-        self._dead_workers: set[str] = set()
+        #: every worker thread, checked together (status, metrics, the watchdog ping)
+        self.health = Health()
+        self.watchdog = WatchdogPing(self.notifier, self.environ, self.health)
         self.tracker = IncidentTracker(TrackerConfig.from_settings(self.settings.incidents))
-        self.gpu_line = ""
         self._reload_requested = threading.Event()
         self.started_s = clock()
         self._last_status = 0.0
-        self._sources = AvailableSources(self.tracker)
         # the sources and stages, built by start()
         self.store: Store | None = None
         self.tails: LogTailManager | None = None
-        self.scheduler: BackgroundScheduler | None = None
-        self.sampler: Sampler | None = None
-        self.timeline: Timeline | None = None
+        self.scheduler: WorkerScheduler | None = None
+        self.sources: Sources | None = None
         self.alerts: AlertDispatcher | None = None
         self.metrics: MetricsExporter | None = None
-        self.comfy_watch: ComfyWatcher | None = None
-        self.process_watch: ProcessWatcher | None = None
-        self.install_states: InstallStateTracker | None = None
         self.records: LogRecords | None = None
+        self.pipeline: Pipeline | None = None
         self.prompts: PromptLifecycle | None = None
         self.actions: IncidentActions | None = None
 
@@ -142,116 +122,60 @@ class Service:
         counted = functools.partial(counted_by, store)
         self.records = LogRecords(tails, counted, context_lines=settings.logs.context_lines)
         handled_prompts: set[str] = set()
-        recent = recover(
-            store,
-            self.snapshots_dir,
-            remember_record=self.records.remember,
-            handled_prompts=handled_prompts,
-        )
+        remember = self.records.remember
+        recent = recover(store, self.snapshots_dir, remember, handled_prompts)
         resume_storms(store, self.tracker, self.clock())
 
         self.metrics = start_metrics(settings, self.clock)
-        self.alerts = build_alerts(
-            store,
-            settings,
-            self.environ,
-            clock=self.clock,
-            metrics=self.metrics,
-            snapshots_dir=self.snapshots_dir,
+        if self.metrics is not None:  # its worker_up gauge hears every worker's health
+            self.health.on_check = self.metrics.set_worker_alive
+            self.health.add(self.metrics.worker)
+        alerts = build_alerts(
+            store, settings, self.environ, self.clock, self.metrics, self.snapshots_dir
         )
+        self.alerts = alerts
 
-        choice = select_gpu_probe(settings.gpu, self.environ)
-        self.gpu_line = choice.line
-        log.info("%s", choice.line)
-        self.timeline = Timeline.from_settings(settings.sampling)
-        self.sampler = Sampler(
-            self.timeline,
-            choice.probe,
-            PsutilHostProbe(),
-            settings.sampling,
-            on_sample=self._on_sample if self.metrics is not None else None,
+        on_sample = self._on_sample if self.metrics is not None else None
+        sources = self.sources = Sources(
+            settings, self.environ, wake=self.wake, on_sample=on_sample
         )
-        # prompts that ran while no daemon watched are read back from history: anything after
-        # the last status write (every STATUS_INTERVAL_S) may have ended while none watched
-        horizon_s = self.started_s
-        with contextlib.suppress(TypeError, ValueError):
-            last_alive = store.get_meta(META_LAST_ALIVE)
-            if last_alive is not None:
-                horizon_s = min(self.started_s, float(last_alive) - STATUS_INTERVAL_S)
-        prompts = self.prompts = PromptLifecycle(
+        horizon_s = unwatched_since(store, self.started_s)
+        pipeline = self.pipeline = Pipeline(
+            self.records,
+            self.tracker,
             self.registry,
             store,
-            self.tracker,
-            observe=self._observe,
-            counted_by=counted,
             clock=self.clock,
+            counted_by=counted,
             horizon_s=horizon_s,
             handled_prompts=handled_prompts,
-            sampler=self.sampler,
-            timeline=self.timeline,
-            metrics=self.metrics,
-        )
-        assembler = SnapshotAssembler(
-            prompts,
-            self.records.log_text,
-            clock=self.clock,
-            sampler=self.sampler,
-            timeline=self.timeline,
-        )
-        self.actions = IncidentActions(
-            store,
-            self.tracker,
-            self.registry,
-            assembler,
             snapshots_dir=self.snapshots_dir,
-            release=self.records.release,
-            clock=self.clock,
             fleet=settings.fleet,
-            alerts=self.alerts,
+            sources=sources,
+            alerts=alerts,
             metrics=self.metrics,
             on_incident=self.on_incident,
         )
-        catch_up_fleet(
-            recent,
-            self.clock(),
-            alerts=self.alerts,
-            metrics=self.metrics,
-            retry_max_age_s=settings.alerts.retry_max_age_s,
-            queue_upload=self.actions.queue_upload,
-        )
+        self.prompts, self.actions = pipeline.prompts, pipeline.actions
+        catch_up_fleet(recent, self.clock(), pipeline.actions, settings.alerts.retry_max_age_s)
 
-        self.comfy_watch = ComfyWatcher(
-            lambda m: self._post("api", m),
-            WatchOptions(
-                active_poll_s=settings.sampling.active_interval_ms / 1000,
-                idle_poll_s=settings.api.idle_poll_ms / 1000,
-                websocket=settings.api.websocket,
-                backfill_since_s=horizon_s,
-            ),
-        )
-        self.comfy_watch.start()
-        kmsg = self.environ.get(KMSG_ENV)
-        self.process_watch = ProcessWatcher(
-            lambda m: self._post("process", m),
-            roots=SystemRoots(kmsg=Path(kmsg)) if kmsg else None,
-            memory=self.timeline.snapshot,
-        )
-        self.process_watch.start()
-        log.info("process watcher: %s", self.process_watch.backend)
+        sources.start_watchers(backfill_since_s=horizon_s)
+        self.registry.follow = self.records.follow  # an adopted instance's logs are followed
         for inst in self.registry.configured():
-            self._adopt(inst)
+            self.registry.adopt(inst)
         if settings.discovery.enabled or self.registry.explicit:
             self._merge_discovered(self.registry.discover())
         for path in (*settings.logs.extra, *self.options.watch_logs):
-            self._follow_extra(path)
+            self.registry.follow_extra(path)
         tails.start()
         # The first poll fixes where each file is read from (its end, for a file never seen
         # before), so everything written after the ready line is read, even a record that
         # lands just before ComfyUI-Manager rotates the file.
-        self.records.handle_lines(tails.poll(), self.clock(), self._act)
+        self.records.handle_lines(tails.poll(), self.clock(), pipeline.act)
         self._sync_watchers()
         self._start_scheduler()
-        self.alerts.start()
+        alerts.start()
+        self.health.add(alerts.worker)
         self._retention_job()
         summary = self.summary()
         log.info("%s", summary)
@@ -265,90 +189,57 @@ class Service:
 
     def _start_scheduler(self) -> None:
         """The periodic jobs (``scheduling``), and the install-state tracker on them."""
-        assert self.sampler is not None and self.store is not None
+        assert self.sources is not None and self.store is not None and self.pipeline is not None
         discovery = self.settings.discovery.enabled or self.registry.explicit
         scheduler = self.scheduler = build_scheduler(
             self.settings,
-            self.sampler,
+            self.sources.sampler,
             discovery_job=self._discovery_job if discovery else None,
             retention_job=self._retention_job,
         )
-        if self.settings.install_state.enabled:
-            states = InstallStateTracker(self.store, self.settings.install_state, clock=self.clock)
-            self.install_states = states
-            # the stages that read install states see the tracker once it runs
-            assert self.prompts is not None and self.actions is not None
-            self.prompts.install_states = self.actions.assembler.install_states = states
-            states.start(scheduler)
+        states = self.sources.start_install_states(self.store, scheduler, self.clock)
+        if states is not None:
+            self.pipeline.set_install_states(states)
             states.update(self.instances.values())
         scheduler.start()
+        for worker in (*self.sources.workers(), scheduler.worker):
+            self.health.add(worker)
 
     def summary(self) -> str:
         logs = len(self.records.keys) if self.records is not None else 0
+        gpu = self.sources.gpu_line if self.sources is not None else ""
         return (
             f"watching {len(self.instances)} ComfyUI instance(s): {self.registry.summary()}; "
-            f"{logs} log file(s); {self.gpu_line}; data in {self.data_dir}"
+            f"{logs} log file(s); {gpu}; data in {self.data_dir}"
         )
 
     def _discovery_job(self) -> None:
-        self._inbox.put(("discovered", self.registry.discover()))
-        self.wake()
+        assert self.sources is not None
+        self.sources.post("discovered", self.registry.discover())
 
     def _retention_job(self) -> None:
         prune(self.snapshots_dir, self.settings, self.clock(), self.store)
 
     # -- the stages, wired -------------------------------------------------------------------
 
-    def _act(self, observations: list[Observation]) -> None:
-        """Records → incidents → actions: a batch of observations, folded and acted on."""
-        assert self.actions is not None
-        self.actions.apply(self.tracker.observe_many(observations, self.clock()))
-
-    def _observe(self, obs: Observation) -> None:
-        assert self.actions is not None
-        self.actions.apply(self.tracker.observe(obs, self.clock()))
-
-    def _adopt(self, inst: WatchedInstance) -> None:
-        assert self.records is not None
-        kept = self.registry.adopt(inst)
-        for path in kept.log_paths:
-            self.records.follow(path, instance=kept.name)
-
     def _merge_discovered(self, found: Iterable[Any]) -> None:
-        assert self.records is not None
-        for kept in self.registry.merge_discovered(found):
-            for path in kept.log_paths:
-                self.records.follow(path, instance=kept.name)
+        self.registry.merge_discovered(found)
         self._sync_watchers()
 
-    def _follow_extra(self, path: str) -> None:
-        assert self.records is not None
-        self.records.follow(path, instance=self.registry.instance_for_log(path))
-
     def _sync_watchers(self) -> None:
-        """After every change to the instances (``sources.point_sources``)."""
-        point_sources(
-            self.instances,
-            self.prompts.dead if self.prompts is not None else (),
-            comfy_watch=self.comfy_watch,
-            process_watch=self.process_watch,
-            sampler=self.sampler,
-            install_states=self.install_states,
-        )
+        """After every change to the instances (``Sources.point``)."""
+        if self.sources is not None:
+            self.sources.point(self.instances, self.prompts.dead if self.prompts else ())
 
     def _refresh_sources(self) -> None:
-        self._sources.refresh(
-            self.instances,
-            reading=self.records.reading() if self.records is not None else (),
-            api_up=self.prompts.api_up if self.prompts is not None else {},
-            watching=self.process_watch.watching() if self.process_watch is not None else (),
-        )
+        if self.sources is not None and self.records is not None and self.prompts is not None:
+            reading, api_up = self.records.reading(), self.prompts.api_up
+            self.sources.available(self.tracker, self.instances, reading=reading, api_up=api_up)
 
     # -- the loop ------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        assert self.tails is not None and self.records is not None
-        assert self.actions is not None and self.prompts is not None
+        assert self.tails is not None and self.pipeline is not None
         self.notifier.ready(self.summary())
         while not stop.is_set():
             now = self.clock()
@@ -357,16 +248,8 @@ class Service:
                 self.reload()
             self._refresh_sources()
             self._drain_inbox()
-            self.records.handle_lines(self.tails.poll(), now, self._act)
-            self.records.flush_idle(now, self._act)
-            self.actions.apply(self.tracker.tick(self.clock()))
-            self.actions.retry_unwritten(self.clock())
-            if self.alerts is not None:
-                self.alerts.tick()
-            self.prompts.expire_lost_runs(self.clock())
-            self.prompts.flush_runs()
-            self.records.commit_offsets()
-            self._ping_watchdog(now)
+            self.pipeline.turn(self.tails.poll(), now)
+            self.watchdog.tick(now)
             if now - self._last_status >= STATUS_INTERVAL_S:
                 self._write_status(now)
             if stop.is_set():
@@ -379,32 +262,13 @@ class Service:
 
     def _wait_timeout(self, now: float) -> float:
         timeout = self.settings.logs.poll_interval_ms / 1000
-        deadlines = [self.tracker.next_deadline()]
-        if self.records is not None and self.records.assembling():
-            deadlines.append(now + RECORD_IDLE_S)
-        if self._watchdog_s is not None:
-            deadlines.append(self._last_ping + self._watchdog_s)
-        if self.prompts is not None:
-            deadlines.append(self.prompts.next_deadline())
-        if self.actions is not None:
-            deadlines.append(self.actions.next_retry())
-        for deadline in deadlines:
-            if deadline is not None:
-                timeout = min(timeout, max(0.0, deadline - now))
-        return timeout
-
-    def _post(self, kind: str, payload: Any) -> None:
-        """Hand a watcher's record to the main loop (any thread)."""
-        self._inbox.put((kind, payload))
-        self.wake()
+        ping = self.watchdog.next_due()
+        due = self.pipeline.next_deadline(now, ping) if self.pipeline is not None else ping
+        return timeout if due is None else min(timeout, max(0.0, due - now))
 
     def _drain_inbox(self) -> None:
-        assert self.prompts is not None
-        while True:
-            try:
-                kind, payload = self._inbox.get_nowait()
-            except queue.Empty:
-                return
+        assert self.prompts is not None and self.sources is not None
+        for kind, payload in self.sources.drain():
             try:
                 if kind == "discovered":
                     self._merge_discovered(payload)
@@ -429,64 +293,26 @@ class Service:
             started_s=self.started_s,
             config=str(self.loaded.source) if self.loaded.source else None,
             data_dir=self.data_dir,
-            gpu_line=self.gpu_line,
-            latest=self.timeline.latest() if self.timeline is not None else None,
+            sources=self.sources,
             tails=self.tails,
-            records=self.records,
+            pipeline=self.pipeline,
             registry=self.registry,
-            prompts=self.prompts,
-            incidents_written=self.actions.incidents_written if self.actions else 0,
-            last_incident=self.actions.last_incident if self.actions else None,
-            workers=self.workers(),
-            worker_health={},
+            health=self.health,
         )
 
     def _write_status(self, now: float) -> None:
         self._last_status = now
         status = self.status(now)
-        write_status(
-            self.data_dir, status, now, store=self.store, metrics=self.metrics, alerts=self.alerts
-        )
-
-    def _ping_watchdog(self, now: float) -> None:
-        if self._watchdog_s is None or now - self._last_ping < self._watchdog_s * 0.9:
-            return
-        if self.healthy():
-            self.notifier.watchdog()
-            self._last_ping = now
+        write_status(self.data_dir, status, now, self.store, self.metrics, self.alerts)
 
     def workers(self) -> dict[str, bool]:
-        """Liveness of every worker thread (the watchdog pings only when all are alive): the
-        scheduler (memory sampling, discovery, retention), the alert sender, the API watcher,
-        the process watcher, the install-state watcher and the metrics server. A worker that
-        dies is logged once by name; the log follower needs none (the main loop polls it)."""
-        alive = {
-            "scheduler": self.scheduler is not None and self.scheduler.running,
-            "alerts": self.alerts is not None and self.alerts.is_alive(),
-            "api": self.comfy_watch is not None and self.comfy_watch.is_alive(),
-            "process": self.process_watch is not None and self.process_watch.is_alive(),
-        }
-        if self.install_states is not None:
-            alive["install-state"] = self.install_states.is_alive()
-        if self.metrics is not None:
-            alive["metrics"] = self.metrics.is_alive()
-            for name, ok in alive.items():
-                self.metrics.set_worker_alive(name, ok)
-        for name, ok in alive.items():
-            if not ok and name not in self._dead_workers:
-                self._dead_workers.add(name)
-                log.error(
-                    "the %s worker is dead: systemd's watchdog is no longer pinged, so the "
-                    "service is restarted",
-                    name,
-                )
-            elif ok:
-                self._dead_workers.discard(name)
-        return alive
+        """Liveness of every worker thread (``workers.Health``); a dead one is logged once by
+        name. The log follower needs none: the loop polls it."""
+        return self.health.check()
 
     def healthy(self) -> bool:
         """Every worker alive: only then is systemd's watchdog pinged."""
-        return all(self.workers().values())
+        return self.health.healthy()
 
     def _on_sample(self, sample: MemorySample) -> None:
         if self.metrics is not None:
@@ -506,30 +332,15 @@ class Service:
         again = load_again(self.loaded.source, self.environ)
         if self.metrics is not None:
             self.metrics.set_config_reload(again is not None)
-        if again is None:
-            self.notifier.ready(self.summary())
-            return False
-        loaded, channels = again
-        new = loaded.settings
-        restart = restart_needed(self.settings, new)
-        self.loaded, self.settings = loaded, new
-        self.registry.settings, self.registry.config_source = new, loaded.source
-        logging.getLogger().setLevel(new.log_level.upper())
-        if self.alerts is not None:
-            self.alerts.reconfigure(new, channels)
-        self.tracker.config = TrackerConfig.from_settings(new.incidents)
-        if self.records is not None:
-            self.records.context_lines = new.logs.context_lines
-        if self.actions is not None:
-            self.actions.fleet = new.fleet
-        for inst in self.registry.configured():
-            self._adopt(inst)
-        for path in new.logs.extra:
-            self._follow_extra(path)
-        self._sync_watchers()
-        log_reloaded(loaded, restart)
+        if again is not None:
+            loaded, channels = again
+            old, self.loaded, self.settings = self.settings, loaded, loaded.settings
+            registry, records, actions = self.registry, self.records, self.actions
+            apply_settings(loaded, channels, registry, self.tracker, self.alerts, records, actions)
+            self._sync_watchers()
+            log_reloaded(loaded, old)
         self.notifier.ready(self.summary())
-        return True
+        return again is not None
 
     # -- shutdown -----------------------------------------------------------------------------
 
@@ -544,16 +355,10 @@ class Service:
             self.alerts.stop(timeout_s=2.0)
         if self.metrics is not None:
             self.metrics.stop()
-        if self.comfy_watch is not None:
-            self.comfy_watch.stop()
-        if self.process_watch is not None:
-            self.process_watch.stop()
-        if self.install_states is not None:
-            self.install_states.close()
+        if self.sources is not None:
+            self.sources.close()
         if self.tails is not None:
             self.tails.close()
-        if self.sampler is not None:
-            self.sampler.gpu.close()
         if self.store is not None:
             self.store.close()
         self.notifier.close()
@@ -585,8 +390,7 @@ def run_service(
             stop.wait()
             service.wake()
 
-        waker = threading.Thread(target=wake_on_stop, name="stop-waker", daemon=True)
-        waker.start()
+        Worker("stop-waker", wake_on_stop).start()
         service.run(stop)
     finally:
         service.close()
