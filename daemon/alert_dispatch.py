@@ -53,6 +53,7 @@ from oom_sentinel.daemon.incidents import (
     WriteSnapshot,
 )
 from oom_sentinel.daemon.notifiers import AlertChannel, SendResult
+from oom_sentinel.daemon.service.workers import Worker
 from oom_sentinel.daemon.snapshot import SnapshotRef, load_snapshot
 from oom_sentinel.daemon.snapshot_model import SnapshotDoc
 from oom_sentinel.daemon.store import Store
@@ -119,6 +120,11 @@ class AlertDispatcher:
     def is_alive(self) -> bool:
         """Whether the sender thread runs (a worker the watchdog checks)."""
         return self.sender.is_alive()
+
+    @property
+    def worker(self) -> Worker:
+        """The sender's thread, for the service's health."""
+        return self.sender.worker
 
     def reconfigure(self, settings: Settings, channels: Sequence[AlertChannel]) -> None:
         """Apply a reloaded config (SIGHUP): new limits and channels; the state is kept.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from oom_sentinel.daemon.alerts import Alert
 from oom_sentinel.daemon.errors import StoreError
 from oom_sentinel.daemon.notifiers import AlertChannel, SendResult, scrub
+from oom_sentinel.daemon.service.workers import Worker
 from oom_sentinel.daemon.store import Store
 
 if TYPE_CHECKING:
@@ -313,8 +314,8 @@ class OutboxSender:
         self._on_result = on_result
         self._idle_s = idle_s
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        #: the sender's thread (service.workers): its health gates the watchdog ping
+        self.worker = Worker("alerts", self._run, thread_name="alert-sender")
         self._lock = threading.Lock()
         self.passes = 0
         self.last_error: str | None = None
@@ -326,27 +327,17 @@ class OutboxSender:
         self.wake()
 
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="alert-sender", daemon=True)
-        self._thread.start()
+        self.worker.start()
 
     def wake(self) -> None:
         self._wake.set()
 
     def stop(self, timeout_s: float = 10.0) -> bool:
         """Ask the thread to end; True when it did within ``timeout_s``."""
-        self._stop.set()
-        self._wake.set()
-        thread = self._thread
-        if thread is None:
-            return True
-        thread.join(timeout_s)
-        return not thread.is_alive()
+        return self.worker.stop(timeout_s, wake=self._wake.set)
 
     def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self.worker.is_alive()
 
     def run_once(self) -> list[SendResult]:
         with self._lock:
@@ -360,7 +351,8 @@ class OutboxSender:
         return results
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self.worker.stopping.is_set():
+            self.worker.beat()
             self._wake.clear()
             try:
                 self.run_once()

@@ -44,11 +44,9 @@ def run_command(
 ) -> None:
     """Run the watchdog in the foreground until SIGTERM or Ctrl-C."""
     # imported here: the other commands should not pay for the scheduler and probes
-    from oom_sentinel.daemon.service import (
-        RunOptions,
-        configure_logging,
-        run_service,
-    )
+    from oom_sentinel.daemon.service.instances import RunOptions
+    from oom_sentinel.daemon.service.logsetup import configure_logging
+    from oom_sentinel.daemon.service.wiring import run_service
 
     loaded = load_settings(config_path)
     configure_logging(loaded.settings.log_level)
@@ -97,7 +95,12 @@ def status_command(config_path: str | None, data_dir: str | None, as_json: bool)
     click.echo(f"  {status.get('gpu')}")
     dead = [name for name, ok in (status.get("workers") or {}).items() if not ok]
     if dead:
-        click.echo(f"  DEAD worker(s): {', '.join(dead)} -- the service needs a restart")
+        health = status.get("worker_health") or {}
+        named = [
+            f"{name} ({health[name]['error']})" if (health.get(name) or {}).get("error") else name
+            for name in dead
+        ]
+        click.echo(f"  DEAD worker(s): {', '.join(named)} -- the service needs a restart")
     insts = status.get("instances") or []
     click.echo(
         f"  {len(insts)} ComfyUI instance(s)" + (":" if insts else " (waiting for one to appear)")

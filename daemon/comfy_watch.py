@@ -60,6 +60,7 @@ from oom_sentinel.daemon.comfy_api import ComfyClient, HistoryEntry, QueueItem
 from oom_sentinel.daemon.errors import ComfyError
 from oom_sentinel.daemon.events import OomEvent
 from oom_sentinel.daemon.incidents import Observation
+from oom_sentinel.daemon.service.workers import Worker
 
 __all__ = [
     "ApiContext",
@@ -76,6 +77,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: how often the API watcher's loop notes that it turns (its worker's last-alive time)
+HEARTBEAT_S = 10.0
 
 Outcome = Literal["success", "error", "interrupted", "lost"]
 
@@ -704,22 +708,22 @@ class ComfyWatcher:
         self.options = options or WatchOptions()
         self.clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        #: the watcher's thread, running the asyncio loop (service.workers)
+        self.worker = Worker("api", self._main, thread_name="comfy-watch")
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._watches: dict[str, _InstanceWatch] = {}
         self._ready = threading.Event()
 
     def start(self) -> None:
-        if self._thread is not None:
+        if not self.worker.start():
             return
-        self._thread = threading.Thread(target=self._main, name="comfy-watch", daemon=True)
-        self._thread.start()
         self._ready.wait(10.0)
 
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
+        loop.call_soon(self._heartbeat)
         self._ready.set()
         try:
             loop.run_forever()
@@ -727,6 +731,12 @@ class ComfyWatcher:
             with contextlib.suppress(Exception):
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+
+    def _heartbeat(self) -> None:
+        """The loop turns: the worker's last-alive time (a timer every HEARTBEAT_S)."""
+        self.worker.beat()
+        if self._loop is not None:
+            self._loop.call_later(HEARTBEAT_S, self._heartbeat)
 
     def set_instances(self, urls: Mapping[str, str]) -> None:
         """Watch exactly these instances (name → API URL)."""
@@ -770,8 +780,8 @@ class ComfyWatcher:
 
     def is_alive(self) -> bool:
         """Whether the watcher's thread and its event loop run (a worker the watchdog checks)."""
-        loop, thread = self._loop, self._thread
-        return thread is not None and thread.is_alive() and loop is not None and loop.is_running()
+        loop = self._loop
+        return self.worker.is_alive() and loop is not None and loop.is_running()
 
     def connected(self) -> dict[str, bool]:
         """Which instances' APIs answer now (for status; read from any thread)."""
@@ -781,9 +791,10 @@ class ComfyWatcher:
         return tuple(self._watches)
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        loop = self._loop
+        if loop is None or not self.worker.started:
             return
+        self.worker.request_stop()
 
         async def shutdown() -> None:
             tasks = [task for _, task in self._tasks.values()]
@@ -793,9 +804,8 @@ class ComfyWatcher:
             self._tasks.clear()
             loop.stop()
 
-        if thread.is_alive() and not loop.is_closed():  # a watcher that died has no loop left
+        if self.worker.is_alive() and not loop.is_closed():  # a dead watcher has no loop left
             with contextlib.suppress(RuntimeError):
                 asyncio.run_coroutine_threadsafe(shutdown(), loop)
-        thread.join(timeout_s)
-        self._thread = None
+        self.worker.join(timeout_s)
         self._loop = None

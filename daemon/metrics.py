@@ -54,6 +54,7 @@ from prometheus_client.registry import Collector
 
 from oom_sentinel.daemon.errors import SentinelError
 from oom_sentinel.daemon.probes import MemorySample
+from oom_sentinel.daemon.service.workers import Worker
 from oom_sentinel.daemon.units import GIB
 
 if TYPE_CHECKING:
@@ -216,7 +217,8 @@ class MetricsExporter:
         self.registry = CollectorRegistry(auto_describe=True)
         self._clock = clock
         self._server: Any = None
-        self._thread: threading.Thread | None = None
+        #: the /metrics server's thread (service.workers), started by ``start``
+        self.worker = Worker("metrics", self._serve, thread_name="metrics-http")
         self._samples = _SampleCollector(clock)
         self.registry.register(self._samples)
         self._last_incident = _LastIncidentCollector()
@@ -313,25 +315,34 @@ class MetricsExporter:
             key, listen, auth = "metrics.listen", self.settings.listen, ListenerAuth()
         host, port = parse_listen(listen)
         try:
-            server, thread = serve_metrics(host, port, self.registry, auth)
+            server = serve_metrics(host, port, self.registry, auth, on_poll=self._beat)
         except OSError as exc:
             raise MetricsError(f"{key}: cannot listen on {listen}: {exc.strerror or exc}") from None
-        self._server, self._thread = server, thread
+        self._server = server
+        self.worker.start()
         bound = server.server_address
         return str(bound[0]), int(bound[1])
 
     def is_alive(self) -> bool:
         """Whether the /metrics server thread runs (a worker the watchdog checks)."""
-        return self._thread is not None and self._thread.is_alive()
+        return self.worker.is_alive()
+
+    def _serve(self) -> None:
+        server = self._server
+        if server is not None:
+            server.serve_forever()
+
+    def _beat(self) -> None:
+        self.worker.beat()
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
+            if self.worker.is_alive():
+                self.worker.request_stop()
+                self._server.shutdown()  # returns once serve_forever has
             self._server.server_close()
             self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+        self.worker.join(5)
 
     # -- observations ------------------------------------------------------------------------
     def observe_sample(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hmac
 import socket
 import ssl
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,10 +114,16 @@ def _tls_context(auth: ListenerAuth) -> ssl.SSLContext:
 
 
 def serve_metrics(
-    host: str, port: int, registry: CollectorRegistry, auth: ListenerAuth
-) -> tuple[Any, threading.Thread]:
-    """Listen on (host, port) and serve ``registry``; returns (server, thread). ``OSError``
-    when the address cannot be bound, ``ConfigError`` for unusable certificates."""
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    auth: ListenerAuth,
+    *,
+    on_poll: Callable[[], None] | None = None,
+) -> Any:
+    """A server listening on (host, port) for ``registry``; its ``serve_forever`` (run on a
+    worker thread by the caller) calls ``on_poll`` every half second. ``OSError`` when the
+    address cannot be bound, ``ConfigError`` for unusable certificates."""
     app: WsgiApp = make_wsgi_app(registry)
     if auth.token:
         app = bearer_guard(app, auth.token)
@@ -131,6 +136,10 @@ def serve_metrics(
             """A failed handshake (no client certificate, plain HTTP on the TLS port) is the
             client's problem: no traceback on the daemon's stderr."""
 
+        def service_actions(self) -> None:
+            if on_poll is not None:
+                on_poll()
+
     httpd = make_server(host, port, app, Server, handler_class=_QuietHandler)
     if context is not None:
         # The handshake happens in the request's thread on first read, not in accept(): a
@@ -138,6 +147,4 @@ def serve_metrics(
         httpd.socket = context.wrap_socket(
             httpd.socket, server_side=True, do_handshake_on_connect=False
         )
-    thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
-    thread.start()
-    return httpd, thread
+    return httpd

@@ -65,6 +65,7 @@ from oom_sentinel.daemon.processes import (
     other_gpu_processes,
     shares_gpu,
 )
+from oom_sentinel.daemon.service.workers import Worker
 
 __all__ = [
     "ProcessExit",
@@ -488,7 +489,9 @@ class ProcessWatcher:
         self._lock = threading.Lock()
         self._wanted: dict[str, ComfyProcess] = {}
         self._targets: dict[str, _Target] = {}
-        self._stop = threading.Event()
+        #: the watcher's thread (service.workers); ``_stop`` is its stop request
+        self.worker = Worker("process", self._main, thread_name="process-watch")
+        self._stop = self.worker.stopping
         #: wakes the polling fallback (no pipe to select on there: Windows has none)
         self._woken = threading.Event()
         self._wake_r = self._wake_w = -1
@@ -496,7 +499,6 @@ class ProcessWatcher:
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
             os.set_blocking(self._wake_w, False)
-        self._thread: threading.Thread | None = None
 
     @property
     def backend(self) -> str:
@@ -520,20 +522,14 @@ class ProcessWatcher:
 
     def is_alive(self) -> bool:
         """Whether the watcher's thread runs (a worker the watchdog checks)."""
-        return self._thread is not None and self._thread.is_alive()
+        return self.worker.is_alive()
 
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._main, name="process-watch", daemon=True)
-        self._thread.start()
+        if not self.worker.started:
+            self.worker.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        self._wake()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
+        self.worker.stop(timeout_s, wake=self._wake)
         for target in self._targets.values():
             self._close(target)
         self._targets.clear()
@@ -552,6 +548,7 @@ class ProcessWatcher:
     # -- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
         while not self._stop.is_set():
+            self.worker.beat()
             try:
                 self._sync()
                 ready = self._wait(self._timeout())

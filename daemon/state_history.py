@@ -83,6 +83,7 @@ from oom_sentinel.daemon.regression import (
     good_run_from_record,
     same_code_state,
 )
+from oom_sentinel.daemon.service.workers import Worker
 from oom_sentinel.daemon.snapshot import iso_utc
 from oom_sentinel.daemon.state_diff import diff_states, repos_for_state
 from oom_sentinel.daemon.store import Store
@@ -721,7 +722,8 @@ class InstallStateTracker:
         self._targets: dict[str, _Target] = {}
         self._cond = threading.Condition()
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        #: the capture thread (service.workers): its health gates the watchdog ping
+        self.worker = Worker("install-state", self._work, thread_name="install-state")
         self._observer: Any = None
         self._watches: dict[str, Any] = {}
         self.backend = "poll"
@@ -730,8 +732,7 @@ class InstallStateTracker:
     # -- life cycle ----------------------------------------------------------------------------
 
     def start(self, scheduler: Any | None = None) -> None:
-        self._thread = threading.Thread(target=self._work, name="install-state", daemon=True)
-        self._thread.start()
+        self.worker.start()
         if self._use_observer:
             self._start_observer()
         if scheduler is not None:
@@ -754,16 +755,17 @@ class InstallStateTracker:
 
     def is_alive(self) -> bool:
         """Whether the capture thread runs (a worker the watchdog checks)."""
-        return self._thread is not None and self._thread.is_alive()
+        return self.worker.is_alive()
 
-    def close(self) -> None:
+    def _ask_to_stop(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None:
-            # A capture in flight finishes first (the interpreter has its own timeout); the
-            # thread is a daemon thread, so a stuck one cannot hold the process.
-            self._thread.join(timeout=10)
+
+    def close(self) -> None:
+        # A capture in flight finishes first (the interpreter has its own timeout); the
+        # thread is a daemon thread, so a stuck one cannot hold the process.
+        self.worker.stop(10, wake=self._ask_to_stop)
         observer, self._observer = self._observer, None
         if observer is not None:
             with contextlib.suppress(Exception):
@@ -954,6 +956,7 @@ class InstallStateTracker:
 
     def _work(self) -> None:
         while True:
+            self.worker.beat()
             with self._cond:
                 target = self._next_due()
                 while target is None and not self._stopping:

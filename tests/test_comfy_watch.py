@@ -364,8 +364,8 @@ def test_a_restart_is_followed_and_the_running_prompt_reported_lost(
 def test_instances_can_be_dropped_and_the_thread_stopped(inbox: Inbox, srv: StandinProcess) -> None:
     w = ComfyWatcher(inbox)
     w.start()
-    thread = w._thread
-    assert thread is not None
+    worker = w.worker
+    assert worker.is_alive()
     try:
         w.set_instances({"main": srv.url})
         inbox.next(ApiStatus)
@@ -376,7 +376,7 @@ def test_instances_can_be_dropped_and_the_thread_stopped(inbox: Inbox, srv: Stan
         assert [m for m in inbox.drain(1.0) if isinstance(m, PromptDone)] == []
     finally:
         w.stop()
-    assert not thread.is_alive()
+    assert not worker.is_alive() and worker.error is None
 
 
 def test_without_a_websocket_polling_still_reports_every_prompt_once(

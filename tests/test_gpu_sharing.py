@@ -13,7 +13,7 @@ from oom_sentinel.daemon.events import Backend, OomEvent, Pool
 from oom_sentinel.daemon.probes import GpuDeviceSample, GpuProcessSample
 from oom_sentinel.daemon.process_watch import process_section
 from oom_sentinel.daemon.processes import ComfyProcess, comfy_process_from, shares_gpu
-from oom_sentinel.daemon.service import advice_context
+from oom_sentinel.daemon.service.assembly import advice_context
 
 GIB = 1024**3
 PY = "/venv/bin/python"
@@ -67,7 +67,7 @@ def test_snapshot_alert_and_doctor_agree_on_whether_another_instance_shares_the_
     assert listed["pid"] == other.pid and listed["shares_gpu"] is shares
     # the advice that goes into the snapshot and the alert
     event = OomEvent(pool=Pool.GPU, backend=Backend.CUDA, recovered=False, message="CUDA OOM")
-    advice = advise(event, advice_context({"process": section}, None))
+    advice = advise(event, advice_context(ME, gpu_processes=samples, comfy_processes=[ME, other]))
     said = [a.text for a in advice if a.key == "stop-second-instance"]
     assert bool(said) is shares, said
     if said:

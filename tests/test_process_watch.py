@@ -566,7 +566,7 @@ def test_stop_ends_the_thread(running: tuple[subprocess.Popen[str], ComfyProcess
     watcher = ProcessWatcher(lambda e: None)
     watcher.start()
     watcher.watch("main", proc)
-    thread = watcher._thread
-    assert thread is not None and thread.is_alive()
+    worker = watcher.worker
+    assert worker.is_alive()
     watcher.stop()
-    assert not thread.is_alive()
+    assert not worker.is_alive() and worker.error is None

@@ -15,7 +15,7 @@ import pytest
 
 from oom_sentinel.bisect.workspace import free_port
 from oom_sentinel.config.settings import load_settings
-from oom_sentinel.daemon.service import RunOptions, Service
+from oom_sentinel.daemon.service.wiring import RunOptions, Service
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -44,12 +44,15 @@ def _die() -> None:
 
 
 def kill_api(service: Service) -> None:
-    assert service.comfy_watch is not None and service.comfy_watch._loop is not None
-    service.comfy_watch._loop.call_soon_threadsafe(_die)
+    assert service.sources is not None
+    watcher = service.sources.comfy_watch
+    assert watcher is not None and watcher._loop is not None
+    watcher._loop.call_soon_threadsafe(_die)
 
 
 def kill_process(service: Service) -> None:
-    watcher = service.process_watch
+    assert service.sources is not None
+    watcher = service.sources.process_watch
     assert watcher is not None
     watcher._sync = _die  # type: ignore[method-assign]
     watcher._wake()
@@ -60,7 +63,7 @@ KILLS: dict[str, Callable[[Service], None]] = {
     "alerts": lambda s: s.alerts.stop(),  # type: ignore[union-attr]
     "api": kill_api,
     "process": kill_process,
-    "install-state": lambda s: s.install_states.close(),  # type: ignore[union-attr]
+    "install-state": lambda s: s.sources.install_states.close(),  # type: ignore[union-attr]
     "metrics": lambda s: s.metrics.stop(),  # type: ignore[union-attr]
 }
 
@@ -107,7 +110,7 @@ def test_a_dead_worker_stops_the_watchdog_ping_and_is_named(
     svc, notify = service
     assert svc.workers() == dict.fromkeys(KILLS, True)
     wait_for(lambda: notify.pings() >= 2, 10, "watchdog pings while every worker lives")
-    caplog.set_level(logging.ERROR, logger="oom_sentinel.daemon.service")
+    caplog.set_level(logging.ERROR, logger="oom_sentinel.daemon.service.wiring")
     KILLS[worker](svc)
     wait_for(lambda: not svc.workers()[worker], 10, f"the {worker} worker to end")
     wait_for(
@@ -122,3 +125,41 @@ def test_a_dead_worker_stops_the_watchdog_ping_and_is_named(
     assert svc.status(time.time())["workers"][worker] is False  # what `status` shows
     dead = [r.getMessage() for r in caplog.records if "worker is dead" in r.getMessage()]
     assert len(dead) == 1, dead  # logged once, not at every turn
+
+
+def test_a_worker_that_crashes_is_reported_with_its_error(
+    service: tuple[Service, NotifySocket],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real exception in a real worker thread (the alert sender's pass raises): status and
+    the log name the worker and the error, and systemd's watchdog is no longer pinged."""
+    svc, notify = service
+    wait_for(lambda: notify.pings() >= 2, 10, "watchdog pings while every worker lives")
+    caplog.set_level(logging.ERROR)
+    assert svc.alerts is not None
+    sender = svc.alerts.sender
+
+    def broken() -> list[object]:
+        raise RuntimeError("a bug in the sender")
+
+    monkeypatch.setattr(sender, "run_once", broken)
+    sender.wake()
+    wait_for(lambda: not svc.workers()["alerts"], 10, "the alert sender to crash")
+    before = notify.pings()
+    time.sleep(1.0)  # five ping intervals: none may come
+    assert notify.pings() == before, "the watchdog was pinged with a crashed worker"
+    status = svc.status(time.time())
+    assert status["workers"]["alerts"] is False
+    assert [n for n, ok in status["workers"].items() if not ok] == ["alerts"]
+    health = status["worker_health"]["alerts"]
+    assert health["error"] == "RuntimeError: a bug in the sender"
+    assert health["alive"] is False and health["ended_s"] is not None
+    assert status["worker_health"]["api"]["last_alive_s"] is not None
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(
+        "the alerts worker crashed: RuntimeError: a bug in the sender" in m for m in messages
+    )
+    assert any(
+        "the alerts worker is dead (RuntimeError: a bug in the sender)" in m for m in messages
+    )

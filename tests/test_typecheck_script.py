@@ -37,7 +37,7 @@ def test_tree_maps_every_package_dir_folder(tmp_path: Path) -> None:
     }.items():
         link = tmp_path.joinpath(*package.split("."))
         assert link.is_symlink() and link.resolve() == (ROOT / folder).resolve()
-    assert (tmp_path / "oom_sentinel" / "daemon" / "service.py").is_file()
+    assert (tmp_path / "oom_sentinel" / "daemon" / "service" / "wiring.py").is_file()
     assert not (tmp_path / "oom_sentinel" / "__init__.py").exists()  # a namespace, as installed
 
 

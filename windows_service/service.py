@@ -1,5 +1,5 @@
 """oom-sentinel as a Windows service: a thin pywin32 ``ServiceFramework`` around the same daemon
-loop that systemd runs on Linux (``oom_sentinel.daemon.service.run_service``).
+loop that systemd runs on Linux (``oom_sentinel.daemon.service.wiring.run_service``).
 
 What the wrapper adds, and nothing else:
 
@@ -76,7 +76,7 @@ class WindowsServiceError(SentinelError):
 
 
 class RunService(Protocol):
-    """``oom_sentinel.daemon.service.run_service``: runs the loop until ``stop`` is set."""
+    """``oom_sentinel.daemon.service.wiring.run_service``: runs the loop until ``stop`` is set."""
 
     def __call__(
         self,
@@ -90,7 +90,7 @@ class RunService(Protocol):
 
 
 def _default_run_service() -> RunService:  # pragma: no cover - the lead's loop
-    from oom_sentinel.daemon.service import run_service
+    from oom_sentinel.daemon.service.wiring import run_service
 
     return run_service
 
