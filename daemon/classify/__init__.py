@@ -8,8 +8,7 @@ One job per module:
   over lines (pure);
 - ``prefilter``: where in raw bytes a needle occurs (Aho-Corasick when installed);
 - ``scan``: a whole file in constant memory, only the windows around prefilter hits
-  assembled (``scan_stream``, what ``diagnose`` runs);
-- ``parallel``: a big regular file split over forked workers (loaded on demand).
+  assembled (``scan_stream``, what ``diagnose`` runs).
 
 The names other modules use are re-exported here, so ``from oom_sentinel.daemon.classify
 import classify_record`` keeps meaning what it did when this was one module.

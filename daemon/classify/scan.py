@@ -2,8 +2,8 @@
 
 The prefilter (classify/prefilter.py) finds the needle-holding lines at memory speed; only the
 lines around them are decoded, assembled into records and folded into events
-(classify/fold.py). A big regular file may be split over worker processes
-(classify/parallel.py) with the same findings.
+(classify/fold.py). One process: splitting a big file over forked workers measured no
+faster than this on the development machine (issue 13), so the scan no longer does.
 """
 
 from __future__ import annotations
@@ -52,8 +52,7 @@ class _StreamScanner:
 
     What it finds does not depend on where its reads end (on lines up to ``_MAX_LINE``): a
     refill keeps every line a later window's lookbehind may reach (``_keep_from``). Only the
-    cut of a longer line falls where a read ends, which is why a parallel scan aligns its reads
-    with the sequential scan's (``_RangeReader``).
+    cut of a longer line falls where a read ends.
     """
 
     def __init__(
@@ -343,8 +342,6 @@ def scan_stream(
     *,
     chunk_size: int = _CHUNK,
     prefilter: str | None = None,
-    workers: int | None = 1,
-    range_bytes: int | None = None,
 ) -> Iterator[Finding]:
     """Scan a binary stream for OOM events in constant memory; what ``diagnose`` runs.
 
@@ -354,34 +351,12 @@ def scan_stream(
     ``DEFAULT_PREFILTER``). On ordinary logs the findings equal those of ``iter_findings``
     over the same lines; they can differ only when one record is longer than the lookbehind
     and its needle sits past it (the event is the same, its record starts later).
-
-    ``workers`` > 1 (or None: one per CPU) lets a regular file of at least two
-    ``range_bytes`` (default ``PARALLEL_RANGE_BYTES``) be cut into ranges of about that size
-    that this process and ``workers - 1`` forked ones share (Linux, single-threaded callers);
-    the findings are the same, in the same order (classify/parallel.py). Such a scan
-    reads the file up to the size it had when it started.
     """
     name = prefilter or DEFAULT_PREFILTER
     if name not in PREFILTERS:
         raise ValueError(f"unknown prefilter {name!r}; this install has {sorted(PREFILTERS)}")
-    if workers != 1:
-        # the parallel path (and multiprocessing) loads only when a caller asks for workers
-        from oom_sentinel.daemon.classify import parallel
-
-        want = parallel._cpu_count() if workers is None else workers
-        source = parallel._parallel_source(stream) if want > 1 else None
-        if source is not None:
-            fd, pos, size = source
-            parts = (size - pos) // max(1, range_bytes or parallel.PARALLEL_RANGE_BYTES)
-            parts = min(parts, parallel._RANGES_PER_PROCESS * want)
-            hits_of = PREFILTERS[name]
-            ranges = parallel._plan_ranges(fd, pos, size, parts, hits_of) if parts > 1 else []
-            if len(ranges) > 1:
-                yield from parallel._scan_ranges(fd, ranges, chunk_size, name, workers=want - 1)
-                stream.seek(size)
-                return
-    # Offsets are the stream's own, as the parallel ranges report them: a scan that starts in
-    # the middle of a file says where in the file each record is, whichever path ran it.
+    # Offsets are the stream's own: a scan that starts in the middle of a file says where in
+    # the file each record is.
     try:
         start = stream.tell()
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
