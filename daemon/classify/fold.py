@@ -21,7 +21,7 @@ from oom_sentinel.daemon.classify.rules import (
     _is_node_ident,
     pinned_evidence,
 )
-from oom_sentinel.daemon.events import Backend, OomEvent, Pool
+from oom_sentinel.daemon.events import MERGED_FIELDS, OomEvent, Pool, unknown
 from oom_sentinel.daemon.logformat import split_prefix
 from oom_sentinel.daemon.records import Record, RecordAssembler
 
@@ -225,32 +225,12 @@ def _add_extra(
 
 
 def _combine(primary: OomEvent, secondary: OomEvent) -> OomEvent:
-    """Fields of ``primary``, with its unknowns filled from ``secondary``."""
-    updates: dict[str, Any] = {}
-    for name in (
-        "exception_type",
-        "node_type",
-        "node_id",
-        "gpu_index",
-        "requested_bytes",
-        "total_bytes",
-        "free_bytes",
-        "allocated_bytes",
-        "reserved_unallocated_bytes",
-        "reserved_bytes",
-        "process_used_bytes",
-        "mps_allocated_bytes",
-        "mps_other_bytes",
-        "mps_max_allowed_bytes",
-        "killer",
-        "killed_pid",
-    ):
-        if getattr(primary, name) is None and getattr(secondary, name) is not None:
-            updates[name] = getattr(secondary, name)
-    if primary.backend is Backend.UNKNOWN and secondary.backend is not Backend.UNKNOWN:
-        updates["backend"] = secondary.backend
-    if not primary.other_processes and secondary.other_processes:
-        updates["other_processes"] = secondary.other_processes
+    """Fields of ``primary``, with its unknowns (``MERGED_FIELDS``) filled from ``secondary``."""
+    updates: dict[str, Any] = {
+        name: getattr(secondary, name)
+        for name in MERGED_FIELDS
+        if unknown(getattr(primary, name)) and not unknown(getattr(secondary, name))
+    }
     if secondary.other_process_named:
         updates["other_process_named"] = True
     keys = {k for k, _ in primary.extra}
