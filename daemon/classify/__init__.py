@@ -23,7 +23,6 @@ from oom_sentinel.daemon.classify.rules import (
     classify_execution_error,
     classify_record,
     has_needle,
-    parse_size,
 )
 from oom_sentinel.daemon.classify.scan import LOOKBEHIND_LINES, scan_stream
 
@@ -39,7 +38,6 @@ __all__ = [
     "classify_record",
     "has_needle",
     "iter_findings",
-    "parse_size",
     "scan_lines",
     "scan_stream",
 ]

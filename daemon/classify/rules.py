@@ -17,7 +17,7 @@ an event.
 
 Units: torch (CUDA/HIP/XPU ``format_size``), MPS (``GB``/``MB`` computed with 1024), numpy
 (``MiB``/``GiB``), the kernel (``kB``) and earlyoom (``MiB``) all print binary multiples, so
-every K/M/G here is 1024-based.
+every K/M/G here is 1024-based (``units.size_bytes``, the project's one reading of a size).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 
 from oom_sentinel.daemon.events import Backend, OomEvent, OtherProcess, Pool
 from oom_sentinel.daemon.logformat import split_prefix, strip_ansi
+from oom_sentinel.daemon.units import KIB, size_bytes
 
 #: Substrings at least one of which every detectable OOM text contains (see module docstring).
 #: Chosen for the speed of ``bytes.find``: long or upper-case needles skip fastest.
@@ -45,40 +46,8 @@ NEEDLES: tuple[str, ...] = (
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
 )
 
-_K = 1024
-_UNITS: dict[str, int] = {
-    "b": 1,
-    "byte": 1,
-    "bytes": 1,
-    "k": _K,
-    "kb": _K,
-    "kib": _K,
-    "m": _K**2,
-    "mb": _K**2,
-    "mib": _K**2,
-    "g": _K**3,
-    "gb": _K**3,
-    "gib": _K**3,
-    "t": _K**4,
-    "tb": _K**4,
-    "tib": _K**4,
-    "p": _K**5,
-    "pb": _K**5,
-    "pib": _K**5,
-}
+_K = KIB
 _SIZE = r"(\d+(?:,\d{3})*(?:\.\d*)?)\s?(bytes|byte|[KMGTP]i?B|kB|B)\b"
-
-
-def parse_size(number: str, unit: str) -> int | None:
-    """``("2.00", "GiB")`` → 2147483648; None when it is not a size."""
-    try:
-        value = float(number.replace(",", ""))
-    except ValueError:
-        return None
-    factor = _UNITS.get(unit.lower())
-    if factor is None or value < 0 or value > 1e21:
-        return None
-    return round(value * factor)
 
 
 def has_needle(text: str) -> bool:
@@ -261,7 +230,7 @@ def _size(m: re.Match[str] | None, group: int = 1) -> int | None:
     groups = m.groups()
     for i in range(group - 1, len(groups) - 1, 2):
         if groups[i] is not None and groups[i + 1] is not None:
-            return parse_size(groups[i], groups[i + 1])
+            return size_bytes(groups[i], groups[i + 1])
     return None
 
 
@@ -721,7 +690,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         others = []
         for pm in _RX_PROCESS.finditer(body) if "Process " in body else ():
             others.append(
-                OtherProcess(pid=int(pm.group(1)), bytes=parse_size(pm.group(2), pm.group(3)))
+                OtherProcess(pid=int(pm.group(1)), bytes=size_bytes(pm.group(2), pm.group(3)))
             )
         fields["_others"] = tuple(others)
         private = _size(_find(_RX_PRIVATE, body, "private pools"))
@@ -757,7 +726,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
     elif rule == "mps-invalid-buffer":
         m = _RX_MPS_BUFFER.search(body)
         if m:
-            fields["requested_bytes"] = parse_size(m.group(2), m.group(3))
+            fields["requested_bytes"] = size_bytes(m.group(2), m.group(3))
     elif rule == "directml-oom":
         m = _RX_DIRECTML.search(body)
         if m and m.group(1):
@@ -773,7 +742,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
     elif rule in ("numpy-alloc", "memory-error"):
         m = _RX_NUMPY.search(body)
         if m:
-            fields["requested_bytes"] = parse_size(m.group(1), m.group(2))
+            fields["requested_bytes"] = size_bytes(m.group(1), m.group(2))
     elif rule == "kernel-oom-kill":
         m = _RX_KERNEL_KILLED.search(body) or _RX_KERNEL_KILL.search(body)
         if m is not None:
