@@ -235,6 +235,56 @@ def test_findings_match_the_line_by_line_scan_on_a_big_file(big_log: Path) -> No
     assert [(f.line_no, f.event) for f in got] == [(f.line_no, f.event) for f in want]
 
 
+# -- the windowed scan against the full one, on real excerpts with noise around them -------------------
+
+CORPUS_FILES = sorted(CORPUS.glob("*.txt"))
+
+
+def _noise(rnd: random.Random, lines: int, first: int) -> list[str]:
+    """Needle-free ComfyUI-Manager lines: progress bars, prompt boundaries, model loads, a
+    bare node-type line now and then (a hint the next record may take), blank lines."""
+    out = []
+    for i in range(first, first + lines):
+        stamp = f"[2026-01-02 11:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}] "
+        out.append(
+            rnd.choice(
+                [
+                    f"{stamp}{rnd.randint(0, 100)}%|\u2588\u2588   | 3/30 [00:01<00:09]",
+                    f"{stamp}got prompt",
+                    f"{stamp}Prompt executed in {rnd.uniform(1, 99):.2f} seconds",
+                    f"{stamp}Requested to load SDXL",
+                    "KSampler",
+                    "",
+                    f"{stamp}loaded partially; {rnd.uniform(1, 9e3):.2f} MB usable",
+                ]
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=[p.stem for p in CORPUS_FILES])
+def test_the_windowed_scan_finds_what_the_full_scan_finds_in_noise(path: Path) -> None:
+    """Only the windows around prefilter hits are assembled and classified (scan_stream);
+    the full scan (iter_findings) assembles and classifies every line. On each corpus excerpt
+    set in needle-free noise of several lengths, both find the same events on the same lines,
+    with either prefilter and reads small enough to end inside the excerpt."""
+    text = path.read_bytes().decode("utf-8", "replace")
+    rnd = random.Random(path.name)
+    for before, after in ((0, 0), (1, 1), (3, 200), (200, 3), (60, 60)):
+        lines = [*_noise(rnd, before, 0), *text.splitlines(), *_noise(rnd, after, before)]
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        full = [(f.line_no, f.end_line_no, f.event) for f in iter_findings(lines)]
+        for name in PREFILTER_NAMES:
+            for chunk in (4096, 1 << 20):
+                got = list(scan_stream(io.BytesIO(data), prefilter=name, chunk_size=chunk))
+                assert [(f.line_no, f.end_line_no, f.event) for f in got] == full, (
+                    before,
+                    after,
+                    name,
+                    chunk,
+                )
+
+
 # -- runs of plain lines between two needles --------------------------------------------------------
 
 STAMP = "[2026-01-02 10:11:12.345] "
