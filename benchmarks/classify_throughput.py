@@ -3,11 +3,11 @@
 Generates a realistic ComfyUI-Manager log (default 200 MB: model loads, progress bars, prompt
 timings, custom-node noise, non-OOM tracebacks, and 0.1 % of records OOM records of several
 kinds with their tracebacks), scans it exactly as ``diagnose`` does (``open_log`` then
-``scan_log``: the default prefilter, and one process per CPU for a big plain file), runs
+``scan_log``: the default prefilter, one process), runs
 ``grep -E -c`` with a pattern for the same OOM texts on the same file in the same run
 (interleaved, so both see the same machine load), and prints MB/s, the ratio to grep, and
-resident memory. Then it times the other paths (each prefilter, one process or several), so
-the figure without the optional ``ahocorasick-rs`` is known too.
+resident memory. Then it times each prefilter, so the figure without the optional
+``ahocorasick-rs`` is known too.
 
 Targets (issue 2): ≥ 100 MB/s, ≥ 0.3 × grep, flat memory. Figures, not assertions: the test
 suite never times anything. The machine may be shared: the spread of the repeats is printed.
@@ -30,8 +30,12 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from oom_sentinel.daemon import classify
-from oom_sentinel.daemon.classify import DEFAULT_PREFILTER, PREFILTERS, iter_findings, scan_stream
+from oom_sentinel.daemon.classify import (
+    DEFAULT_PREFILTER,
+    PREFILTERS,
+    iter_findings,
+    scan_stream,
+)
 from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
 
 #: grep's equivalent of the classifier's rules: the texts that make an OOM record
@@ -222,7 +226,7 @@ def _diagnose_scan(path: Path, size: int, marks: list[tuple[int, int]] | None = 
     """``diagnose``'s scan of ``path`` (open_log + scan_log); the number of findings.
 
     With ``marks``, records this process's RSS when the findings pass each quarter of the file,
-    and at the end (workers' memory is their own: see the children's peak).
+    and at the end.
     """
     found = 0
     quarter = 1
@@ -241,9 +245,9 @@ def _diagnose_scan(path: Path, size: int, marks: list[tuple[int, int]] | None = 
     return found
 
 
-def _path_scan(path: Path, prefilter: str, workers: int | None) -> int:
+def _path_scan(path: Path, prefilter: str) -> int:
     with path.open("rb") as stream:
-        return sum(1 for _ in scan_stream(stream, prefilter=prefilter, workers=workers))
+        return sum(1 for _ in scan_stream(stream, prefilter=prefilter))
 
 
 def _children_cpu() -> float:
@@ -283,14 +287,6 @@ def main(argv: list[str] | None = None) -> int:
             f"generated {size / 1e6:.1f} MB, {writer.records:,} records, {writer.oom_records:,} OOM records "
             f"({writer.oom_records / writer.records:.3%}) in {time.perf_counter() - started:.1f} s"
         )
-        with path.open("rb") as raw:  # how many processes diagnose's scan will use
-            parts = min(classify._cpu_count(), size // classify.PARALLEL_RANGE_BYTES)
-            forks = classify._parallel_source(raw) is not None and parts > 1
-            hits_of = PREFILTERS[DEFAULT_PREFILTER]
-            procs = (
-                len(classify._plan_ranges(raw.fileno(), 0, size, parts, hits_of)) if forks else 1
-            )
-
         grep = shutil.which("grep")
         rss_before = _rss_kib()
         ours: list[float] = []
@@ -299,13 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         findings = 0
         count = b""
         marks: list[tuple[int, int]] = []
-        workers_kib = 0
         for i in range(max(1, args.repeat)):  # interleaved: both tools see the same load
             t0 = time.perf_counter()
             findings = _diagnose_scan(path, size, marks if i == 0 else None)
             ours.append(time.perf_counter() - t0)
-            if i == 0:  # before grep runs: the only children so far are scan workers
-                workers_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
             if grep:
                 t0, c0 = time.perf_counter(), _children_cpu()
                 proc = subprocess.run(
@@ -317,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         mismatch = "" if findings == writer.oom_records else " -- MISMATCH"
         print(
-            f"diagnose's path (open_log + scan_log; prefilter {DEFAULT_PREFILTER}, {procs} "
-            f"process{'es' if procs > 1 else ''}): {size / min(ours) / 1e6:.0f} MB/s "
+            f"diagnose's path (open_log + scan_log; prefilter {DEFAULT_PREFILTER}, one process): "
+            f"{size / min(ours) / 1e6:.0f} MB/s "
             f"({min(ours):.2f} s; {findings:,} events for {writer.oom_records:,} OOM records written{mismatch})"
         )
         print(f"  {len(ours)} runs: {_spread(ours, size)}")
@@ -341,29 +334,23 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"resident memory of diagnose's process: before {rss_before / 1024:.0f} MiB; {quarters}"
         )
-        print(
-            f"peak RSS: this process {peak_kib / 1024:.0f} MiB, scan workers "
-            f"{f'{workers_kib / 1024:.0f} MiB' if workers_kib else 'none'} (file: {size / 2**20:.0f} MiB)"
-        )
+        print(f"peak RSS of this process: {peak_kib / 1024:.0f} MiB (file: {size / 2**20:.0f} MiB)")
 
         print("other paths (best of 3):")
         one_process_cpu: dict[str, float] = {}
         for name in sorted(PREFILTERS):
-            for workers in (1, None):
-                times = []
-                cpu = []
-                for _ in range(3):
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    n = _path_scan(path, name, workers)
-                    times.append(time.perf_counter() - t0)
-                    cpu.append(time.process_time() - c0)
-                if workers == 1:
-                    one_process_cpu[name] = min(cpu)
-                label = "1 process" if workers == 1 else f"{procs} processes"
-                print(
-                    f"  prefilter {name:<11} {label:<11}: {size / min(times) / 1e6:4.0f} MB/s"
-                    f"{'' if n == findings else ' -- MISMATCH'}"
-                )
+            times = []
+            cpu = []
+            for _ in range(3):
+                t0, c0 = time.perf_counter(), time.process_time()
+                n = _path_scan(path, name)
+                times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+            one_process_cpu[name] = min(cpu)
+            print(
+                f"  prefilter {name:<11}: {size / min(times) / 1e6:4.0f} MB/s"
+                f"{'' if n == findings else ' -- MISMATCH'}"
+            )
         if grep_cpu:
             # CPU seconds move far less than wall seconds with other jobs' load on a shared box
             best = min(grep_cpu)

@@ -67,6 +67,7 @@ from oom_sentinel.bisect.states import (
     split_state_arg,
 )
 from oom_sentinel.bisect.verdict import DEFAULT_MARGIN, Terms, Threshold
+from oom_sentinel.daemon import units
 from oom_sentinel.daemon.clikit import echo_json, handle_errors
 from oom_sentinel.daemon.errors import (
     EXIT_ERROR,
@@ -102,26 +103,14 @@ RESULT_EXIT = {
     "error": EXIT_ERROR,
 }
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
-_BINARY = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-_DECIMAL = {"KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}
-
 
 def parse_size(text: str, what: str = "size") -> int:
-    """``8GiB``/``8G`` (binary), ``8GB`` (decimal), ``8192MiB``, ``512M``, bytes → bytes."""
-    m = _SIZE_RE.match(text or "")
-    if not m:
+    """A size flag's value in bytes: ``units.parse_size`` (``8GiB``, ``8GB``, ``8G``,
+    ``8192MiB``, ``512M``, bytes; every K/M/G binary, as ComfyUI's own flags mean them), or a
+    usage error naming ``what``."""
+    value = units.parse_size(text or "")
+    if value is None:
         raise ConfigError(f"{what}: {text!r} is not a size (e.g. 8GiB, 8192MiB, 12GB)")
-    number = float(m.group(1))
-    unit = (m.group(2) or "").upper()
-    if unit in _DECIMAL:
-        factor = _DECIMAL[unit]
-    else:
-        key = unit.replace("IB", "").replace("B", "") if unit not in ("", "B") else unit
-        if key not in _BINARY:
-            raise ConfigError(f"{what}: unknown unit in {text!r}")
-        factor = _BINARY[key]
-    value = int(number * factor)
     if value <= 0:
         raise ConfigError(f"{what}: {text!r} must be more than zero")
     return value

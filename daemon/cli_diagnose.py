@@ -105,9 +105,8 @@ def _read_up_to(stream: BinaryIO, size: int) -> bytes:
 
 
 def scan_log(stream: BinaryIO) -> Iterator[Finding]:
-    """The findings in one opened log (``open_log``), as ``diagnose`` scans it: a big plain
-    file is split across one process per CPU (``scan_stream(workers=None)``)."""
-    return scan_stream(stream, workers=None)
+    """The findings in one opened log (``open_log``), as ``diagnose`` scans it."""
+    return scan_stream(stream)
 
 
 @contextmanager
@@ -135,7 +134,7 @@ def open_log(path: str) -> Iterator[BinaryIO]:
             stream = _Transcode(stream, encoding)  # type: ignore[assignment]
         elif base is raw and start is not None and not _looks_like_json(head):
             # a plain file: hand over the file itself, so the scan reads it without a copy
-            # through _Prepend and may split a big one across processes (scan_stream)
+            # through _Prepend
             raw.seek(start)
             stream = raw
         elif _looks_like_json(head):

@@ -6,11 +6,11 @@ They are frozen so they can be dict keys, set members and safely shared between 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Backend", "OomEvent", "OtherProcess", "Pool"]
+__all__ = ["MERGED_FIELDS", "Backend", "OomEvent", "OtherProcess", "Pool", "unknown"]
 
 
 class Pool(StrEnum):
@@ -94,3 +94,23 @@ class OomEvent:
         data["other_processes"] = [{"pid": p.pid, "bytes": p.bytes} for p in self.other_processes]
         data["extra"] = dict(self.extra)
         return data
+
+
+#: What merging two observations of one failure decides itself rather than filling in: the
+#: verdict (pool, recovered), whether another process is implied (or-ed), and bookkeeping.
+_NOT_MERGED = frozenset({"pool", "recovered", "other_process_named", "rule", "count", "extra"})
+#: The fields of ``OomEvent`` that are facts a text showed or did not (``unknown``). Where two
+#: observations of one failure are merged (classify's folding of one log's records, the
+#: incident tracker's sources) each of these comes from whichever observation knows it.
+#: Derived from the dataclass, so a field added to ``OomEvent`` is merged without anyone
+#: listing it (two hand-kept lists once drifted apart and dropped ``reserved_bytes`` and
+#: ``process_used_bytes``).
+MERGED_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(OomEvent) if f.name not in _NOT_MERGED
+)
+
+
+def unknown(value: object) -> bool:
+    """True for a fact the observation did not show: ``None``, an empty message or tuple, or
+    ``Backend.UNKNOWN``."""
+    return value is None or value == "" or value == () or value is Backend.UNKNOWN

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from oom_sentinel.daemon.events import Backend, OomEvent, Pool
+from oom_sentinel.daemon.events import MERGED_FIELDS, Backend, OomEvent, Pool, unknown
 from oom_sentinel.daemon.units import format_bytes
 
 if TYPE_CHECKING:
@@ -250,47 +250,13 @@ _FIELD_ORDER: dict[str, tuple[str, ...]] = {
     "killer": _KILL_FIRST,
     "killed_pid": _KILL_FIRST,
 }
-_MERGED_FIELDS = (
-    "backend",
-    "message",
-    "exception_type",
-    "node_type",
-    "node_id",
-    "gpu_index",
-    "requested_bytes",
-    "total_bytes",
-    "free_bytes",
-    "allocated_bytes",
-    "reserved_unallocated_bytes",
-    "other_processes",
-    "mps_allocated_bytes",
-    "mps_other_bytes",
-    "mps_max_allowed_bytes",
-    "killer",
-    "killed_pid",
-)
-_INFO_FIELDS = (
-    "exception_type",
-    "node_type",
-    "gpu_index",
-    "requested_bytes",
-    "total_bytes",
-    "free_bytes",
-    "allocated_bytes",
-    "reserved_unallocated_bytes",
-    "mps_allocated_bytes",
-    "killer",
-)
+#: what counts as "more numbers" when two records of one source compete: every fact but the
+#: backend and the message (events.MERGED_FIELDS, derived from OomEvent)
+_INFO_FIELDS = tuple(name for name in MERGED_FIELDS if name not in ("backend", "message"))
 
 
 def _info(event: OomEvent) -> int:
-    return sum(getattr(event, name) is not None for name in _INFO_FIELDS) + bool(
-        event.other_processes
-    )
-
-
-def _empty(value: Any) -> bool:
-    return value is None or value == "" or value == () or value is Backend.UNKNOWN
+    return sum(not unknown(getattr(event, name)) for name in _INFO_FIELDS)
 
 
 def _rank(order: tuple[str, ...], source: str) -> int:
@@ -318,12 +284,12 @@ def merge_events(observations: Iterable[Observation]) -> OomEvent:
 
     by_order: dict[tuple[str, ...], list[Observation]] = {}
     values: dict[str, Any] = {}
-    for name in _MERGED_FIELDS:
+    for name in MERGED_FIELDS:
         order = _FIELD_ORDER.get(name, _NUMBERS_FIRST)
         candidates = by_order.setdefault(order, ordered(order))
         for o in candidates:
             value = getattr(o.event, name)
-            if not _empty(value):
+            if not unknown(value):
                 values[name] = value
                 break
     primary = ordered(_NUMBERS_FIRST)[0].event

@@ -22,20 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from oom_sentinel.daemon.classify import scan_stream
+from oom_sentinel.daemon.events import MERGED_FIELDS
 
 CORPUS = Path(__file__).parent / "corpus"
-SIZE_FIELDS = (
-    "requested_bytes",
-    "total_bytes",
-    "free_bytes",
-    "allocated_bytes",
-    "reserved_unallocated_bytes",
-    "reserved_bytes",
-    "process_used_bytes",
-    "mps_allocated_bytes",
-    "mps_other_bytes",
-    "mps_max_allowed_bytes",
-)
+#: the sizes a label gives, in bytes: every fact of an OomEvent named ``*_bytes``
+SIZE_FIELDS = tuple(name for name in MERGED_FIELDS if name.endswith("_bytes"))
 
 
 def load_cases() -> list[dict[str, Any]]:

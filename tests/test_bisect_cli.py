@@ -80,14 +80,14 @@ def cli(*args: str) -> Any:
         ("8GiB", 8 * GIB),
         ("8G", 8 * GIB),
         ("8gib", 8 * GIB),
-        ("12GB", 12 * 10**9),
+        ("12GB", 12 * GIB),
         ("8192MiB", 8 * GIB),
         ("512M", 512 * MIB),
         ("1.5GiB", int(1.5 * GIB)),
         ("1048576", MIB),
         ("4096 KiB", 4 * MIB),
     ],
-    ids=["GiB", "G", "lowercase", "GB-decimal", "MiB", "M", "fraction", "bytes", "space"],
+    ids=["GiB", "G", "lowercase", "GB-is-binary", "MiB", "M", "fraction", "bytes", "space"],
 )
 def test_sizes_read_like_the_tools_print_them(text: str, want: int) -> None:
     assert parse_size(text) == want

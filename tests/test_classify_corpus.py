@@ -16,7 +16,7 @@ import pytest
 from corpus_score import hash_split, load_cases, score, split_of
 
 from oom_sentinel.daemon.classify import Finding, iter_findings, scan_stream
-from oom_sentinel.daemon.events import Backend, Pool
+from oom_sentinel.daemon.events import MERGED_FIELDS, Backend, Pool
 
 CORPUS = Path(__file__).parent / "corpus"
 ALL_CASES: list[dict[str, Any]] = tomllib.loads(
@@ -28,19 +28,14 @@ CASES = [case for case in ALL_CASES if split_of(case) == "tune"]
 IDS = [case["file"].removesuffix(".txt") for case in CASES]
 ALL_IDS = [case["file"].removesuffix(".txt") for case in ALL_CASES]
 
-SIZE_FIELDS = (
-    "requested_bytes",
-    "total_bytes",
-    "free_bytes",
-    "allocated_bytes",
-    "reserved_unallocated_bytes",
-    "reserved_bytes",
-    "process_used_bytes",
-    "mps_allocated_bytes",
-    "mps_other_bytes",
-    "mps_max_allowed_bytes",
+#: the sizes a label gives, in bytes: every fact of an OomEvent named ``*_bytes``
+SIZE_FIELDS = tuple(name for name in MERGED_FIELDS if name.endswith("_bytes"))
+#: ... and the other facts compared one to one (backend, message and processes are apart)
+OTHER_FIELDS = tuple(
+    name
+    for name in MERGED_FIELDS
+    if name not in SIZE_FIELDS and name not in ("backend", "message", "other_processes")
 )
-OTHER_FIELDS = ("exception_type", "node_type", "node_id", "gpu_index", "killer", "killed_pid")
 
 
 def _expected(label: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from oom_sentinel.daemon.classify import (
     classify_record,
     has_needle,
     iter_findings,
-    parse_size,
     scan_stream,
 )
 from oom_sentinel.daemon.events import Backend, OomEvent, Pool
@@ -461,7 +460,7 @@ def test_malformed_execution_error_payloads_give_none(payload: Any) -> None:
     assert classify_execution_error(payload) is None
 
 
-# -- the prefilter and sizes -----------------------------------------------------------------------
+# -- the prefilter ------------------------------------------------------------------------------
 
 
 def test_every_rule_text_in_these_tables_contains_a_needle() -> None:
@@ -469,23 +468,6 @@ def test_every_rule_text_in_these_tables_contains_a_needle() -> None:
     for text in texts:
         assert has_needle(text), text
     assert all(isinstance(n, str) and n for n in NEEDLES)
-
-
-@pytest.mark.parametrize(
-    ("number", "unit", "expected"),
-    [
-        ("0", "bytes", 0),
-        ("2.00", "GiB", 2 * GiB),
-        ("184.73", "MiB", round(184.73 * MiB)),
-        ("136.", "GiB", 136 * GiB),
-        ("1,234", "kB", 1234 * KiB),
-        ("1", "TiB", 1024 * GiB),
-        ("x", "GiB", None),
-        ("1", "parsecs", None),
-    ],
-)
-def test_sizes_are_binary_multiples(number: str, unit: str, expected: int | None) -> None:
-    assert parse_size(number, unit) == expected
 
 
 def test_the_str_prefilter_checks_exactly_the_needles() -> None:

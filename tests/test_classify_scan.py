@@ -3,27 +3,20 @@
 * every prefilter (the Aho-Corasick automaton when installed, the ``bytes.find`` fallback)
   marks exactly the lines that hold a needle;
 * what the scan finds does not depend on where its reads end, long lines included;
-* a big file cut into ranges at seams and scanned by worker processes gives the sequential
-  scan's findings, in order, with the same line numbers and byte offsets, even when a worker
-  dies.
+* what it finds is what the line-by-line path finds, from the start of a file or its middle.
 """
 
 from __future__ import annotations
 
 import io
-import itertools
-import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.daemon import classify
 from oom_sentinel.daemon.classify import (
     NEEDLES,
     PREFILTERS,
@@ -31,7 +24,7 @@ from oom_sentinel.daemon.classify import (
     iter_findings,
     scan_stream,
 )
-from oom_sentinel.daemon.logformat import split_prefix
+from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
 
 CORPUS = Path(__file__).parent / "corpus"
 CORPUS_TEXTS = [p.read_bytes() for p in sorted(CORPUS.glob("*.txt"))]
@@ -203,7 +196,7 @@ def test_scan_is_the_same_for_any_read_size(lines: list[bytes], chunk: int) -> N
     assert _key(list(scan_stream(io.BytesIO(data), chunk_size=chunk))) == whole
 
 
-# -- parallel ranges ------------------------------------------------------------------------------
+# -- a big file, from the start or the middle -------------------------------------------------------
 
 
 @pytest.fixture
@@ -213,77 +206,13 @@ def big_log(tmp_path: Path) -> Path:
     return path
 
 
-def _sequential(path: Path, chunk: int, prefilter: str | None = None) -> list[Finding]:
-    with path.open("rb") as f:
-        return list(scan_stream(f, chunk_size=chunk, prefilter=prefilter))
-
-
-@pytest.mark.parametrize("name", PREFILTER_NAMES)
-def test_ranges_scanned_by_workers_give_the_sequential_findings(big_log: Path, name: str) -> None:
-    chunk = 64 * 1024
-    want = _sequential(big_log, chunk, name)
+def test_diagnose_scans_a_plain_file_as_scan_stream_does(big_log: Path) -> None:
+    """``diagnose``'s own path (open_log, scan_log) hands a plain file to the scanner itself."""
+    with big_log.open("rb") as f:
+        want = _key(list(scan_stream(f)))
     assert len(want) > 50
-    with big_log.open("rb") as f:
-        fd, size = f.fileno(), os.fstat(f.fileno()).st_size
-        ranges = classify._plan_ranges(fd, 0, size, 6, PREFILTERS[name])
-        assert len(ranges) == 6
-        assert ranges[0][0] == 0 and ranges[-1][1] == size
-        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
-        got = list(classify._scan_ranges(fd, ranges, chunk, name))
-    assert _key(got) == _key(want)
-
-
-def test_scan_stream_with_workers_gives_the_sequential_findings(big_log: Path) -> None:
-    chunk = 64 * 1024
-    want = _sequential(big_log, chunk)
-    with big_log.open("rb") as f:
-        got = list(scan_stream(f, chunk_size=chunk, workers=4, range_bytes=256 * 1024))
-        assert f.tell() == big_log.stat().st_size
-    assert _key(got) == _key(want)
-
-
-_SPLIT_PROBE = """
-import json, sys
-from oom_sentinel.daemon import classify
-from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
-
-used = []
-real = classify._scan_ranges
-
-def counting(fd, ranges, *args, **kw):
-    used.append((len(ranges), kw.get("workers")))
-    return real(fd, ranges, *args, **kw)
-
-classify._scan_ranges = counting
-classify.PARALLEL_RANGE_BYTES = 512 * 1024
-classify._cpu_count = lambda: 4
-with open_log(sys.argv[1]) as stream:
-    got = [
-        [f.line_no, f.end_line_no, f.record.line_no, f.record.start_offset, f.record.text,
-         repr(f.event)]
-        for f in scan_log(stream)
-    ]
-print(json.dumps({"used": used, "got": got}))
-"""
-
-
-def test_diagnose_splits_a_big_plain_file_and_finds_the_same(big_log: Path) -> None:
-    """``diagnose``'s own path (open_log, scan_log) hands a plain file to the scanner, which
-    splits it once it is at least two ranges big. Forking needs a single-threaded process,
-    which this suite's own stops being once any test leaves a thread behind, so the split is
-    watched in a fresh interpreter: the one ``oom-sentinel diagnose`` runs in."""
-    want = [[*k[:5], repr(k[5])] for k in _key(_sequential(big_log, classify._CHUNK))]
-    proc = subprocess.run(
-        [sys.executable, "-c", _SPLIT_PROBE, str(big_log)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
-    (used,) = doc["used"]
-    assert used[0] > 4 and used[1] == 3  # this process and 3 workers
-    assert doc["got"] == want
+    with open_log(str(big_log)) as stream:
+        assert _key(list(scan_log(stream))) == want
 
 
 def test_a_scan_from_the_middle_of_a_file_numbers_lines_from_there(big_log: Path) -> None:
@@ -292,102 +221,68 @@ def test_a_scan_from_the_middle_of_a_file_numbers_lines_from_there(big_log: Path
     want = _key(list(scan_stream(io.BytesIO(data[start:]), chunk_size=65536)))
     with big_log.open("rb") as f:
         f.seek(start)
-        got = list(scan_stream(f, chunk_size=65536, workers=3, range_bytes=128 * 1024))
+        got = list(scan_stream(f, chunk_size=65536))
     assert [(k[0], k[1], k[2], k[3] - start, k[4], k[5]) for k in _key(got)] == [
         (k[0], k[1], k[2], k[3], k[4], k[5]) for k in want
     ]
 
 
-def test_a_dead_worker_s_range_is_scanned_by_the_parent(
-    big_log: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    chunk = 64 * 1024
-    want = _sequential(big_log, chunk)
-
-    def die(*_args: object) -> None:
-        os._exit(3)
-
-    monkeypatch.setattr(classify, "_scan_range_to_file", die)
+def test_findings_match_the_line_by_line_scan_on_a_big_file(big_log: Path) -> None:
     with big_log.open("rb") as f:
-        fd, size = f.fileno(), os.fstat(f.fileno()).st_size
-        ranges = classify._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
-        assert len(ranges) == 3
-        got = list(classify._scan_ranges(fd, ranges, chunk, "find"))
-    assert _key(got) == _key(want)
-
-
-def test_a_worker_file_cut_short_is_replayed_then_the_rest_scanned_here(
-    big_log: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    chunk = 64 * 1024
-    want = _sequential(big_log, chunk)
-    real = classify._scan_range_to_file
-
-    def cut_short(*args: object) -> None:
-        real(*args)  # type: ignore[arg-type]
-        out_fd = args[-1]
-        os.ftruncate(out_fd, os.fstat(out_fd).st_size // 2)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(classify, "_scan_range_to_file", cut_short)
-    with big_log.open("rb") as f:
-        fd, size = f.fileno(), os.fstat(f.fileno()).st_size
-        ranges = classify._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
-        got = list(classify._scan_ranges(fd, ranges, chunk, "find"))
-    assert _key(got) == _key(want)
-
-
-def test_ranges_are_scanned_here_when_no_worker_can_start(
-    big_log: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    chunk = 64 * 1024
-    want = _sequential(big_log, chunk)
-
-    def no_temp_file() -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(classify.tempfile, "TemporaryFile", no_temp_file)
-    with big_log.open("rb") as f:
-        fd, size = f.fileno(), os.fstat(f.fileno()).st_size
-        ranges = classify._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
-        got = list(classify._scan_ranges(fd, ranges, chunk, "find"))
-    assert _key(got) == _key(want)
-
-
-def test_findings_match_the_line_by_line_scan_across_seams(big_log: Path) -> None:
-    with big_log.open("rb") as f:
-        got = list(scan_stream(f, chunk_size=65536, workers=5, range_bytes=128 * 1024))
+        got = list(scan_stream(f, chunk_size=65536))
     lines = big_log.read_bytes().decode("utf-8", "replace").split("\n")[:-1]
     want = list(iter_findings(lines))
     assert [(f.line_no, f.event) for f in got] == [(f.line_no, f.event) for f in want]
 
 
-def test_a_seam_is_a_record_start_followed_by_needle_free_lines(big_log: Path) -> None:
-    data = big_log.read_bytes()
-    with big_log.open("rb") as f:
-        fd = f.fileno()
-        for nominal in range(1000, len(data) - 1000, len(data) // 40):
-            seam = classify._seam_after(fd, nominal, len(data), PREFILTERS["find"])
-            if seam is None:
-                continue
-            assert seam > nominal - 1 and data[seam - 1 : seam] == b"\n"
-            zone = data[seam:].split(b"\n", classify._SEAM_LINES)[: classify._SEAM_LINES]
-            assert len(zone) == classify._SEAM_LINES
-            assert not any(n in line for line in zone for n in _NEEDLES_B)
-            assert split_prefix(zone[0].decode("utf-8", "replace")).starts_record
+# -- the windowed scan against the full one, on real excerpts with noise around them -------------------
+
+CORPUS_FILES = sorted(CORPUS.glob("*.txt"))
 
 
-def test_no_seam_inside_a_stretch_full_of_needles(tmp_path: Path) -> None:
-    oom = b"[2026-01-02 10:11:12.345] Got an OOM, unloading all loaded models.\n"
-    path = tmp_path / "storm.log"
-    path.write_bytes((b"[2026-01-02 10:11:12.345] got prompt\n" * 100 + oom) * 2000)
-    with path.open("rb") as f:
-        assert (
-            classify._seam_after(f.fileno(), 10_000, path.stat().st_size, PREFILTERS["find"])
-            is None
+def _noise(rnd: random.Random, lines: int, first: int) -> list[str]:
+    """Needle-free ComfyUI-Manager lines: progress bars, prompt boundaries, model loads, a
+    bare node-type line now and then (a hint the next record may take), blank lines."""
+    out = []
+    for i in range(first, first + lines):
+        stamp = f"[2026-01-02 11:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}] "
+        out.append(
+            rnd.choice(
+                [
+                    f"{stamp}{rnd.randint(0, 100)}%|\u2588\u2588   | 3/30 [00:01<00:09]",
+                    f"{stamp}got prompt",
+                    f"{stamp}Prompt executed in {rnd.uniform(1, 99):.2f} seconds",
+                    f"{stamp}Requested to load SDXL",
+                    "KSampler",
+                    "",
+                    f"{stamp}loaded partially; {rnd.uniform(1, 9e3):.2f} MB usable",
+                ]
+            )
         )
-        assert classify._plan_ranges(f.fileno(), 0, path.stat().st_size, 4, PREFILTERS["find"]) == [
-            (0, path.stat().st_size)
-        ]
+    return out
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=[p.stem for p in CORPUS_FILES])
+def test_the_windowed_scan_finds_what_the_full_scan_finds_in_noise(path: Path) -> None:
+    """Only the windows around prefilter hits are assembled and classified (scan_stream);
+    the full scan (iter_findings) assembles and classifies every line. On each corpus excerpt
+    set in needle-free noise of several lengths, both find the same events on the same lines,
+    with either prefilter and reads small enough to end inside the excerpt."""
+    text = path.read_bytes().decode("utf-8", "replace")
+    rnd = random.Random(path.name)
+    for before, after in ((0, 0), (1, 1), (3, 200), (200, 3), (60, 60)):
+        lines = [*_noise(rnd, before, 0), *text.splitlines(), *_noise(rnd, after, before)]
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        full = [(f.line_no, f.end_line_no, f.event) for f in iter_findings(lines)]
+        for name in PREFILTER_NAMES:
+            for chunk in (4096, 1 << 20):
+                got = list(scan_stream(io.BytesIO(data), prefilter=name, chunk_size=chunk))
+                assert [(f.line_no, f.end_line_no, f.event) for f in got] == full, (
+                    before,
+                    after,
+                    name,
+                    chunk,
+                )
 
 
 # -- runs of plain lines between two needles --------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from oom_sentinel.config.settings import Settings
-from oom_sentinel.daemon.events import Backend, OomEvent, OtherProcess, Pool
+from oom_sentinel.daemon.events import MERGED_FIELDS, Backend, OomEvent, OtherProcess, Pool
 from oom_sentinel.daemon.incidents import (
     Action,
     CloseIncident,
@@ -382,6 +382,34 @@ def test_merge_events_takes_each_field_from_the_most_specific_source() -> None:
     assert merged.requested_bytes == 2 * GIB  # log first for numbers
     assert merged.other_processes == (OtherProcess(9, GIB),)
     assert merged.recovered is False
+
+
+def test_merge_events_keeps_every_fact_only_another_source_knows() -> None:
+    """The log's record (first for numbers) knows nothing but "it was an OOM"; the API's
+    error carries torch's whole message. Every fact the API read survives the merge, the
+    older torch's reserved total and this process's whole use included (a hand-kept field
+    list once dropped those two)."""
+    api = replace(
+        LOG_TRACEBACK,
+        node_type="KSampler",
+        node_id="3",
+        reserved_bytes=22 * GIB,
+        process_used_bytes=23 * GIB,
+        reserved_unallocated_bytes=GIB,
+        mps_other_bytes=5,
+        mps_max_allowed_bytes=6,
+        mps_allocated_bytes=7,
+        killer="kernel",
+        killed_pid=42,
+        other_processes=(OtherProcess(9, GIB),),
+        rule="execution-error",
+    )
+    merged = merge_events([obs(LOG_GOT_AN_OOM, 1.0, "log"), obs(api, 1.1, "api")])
+    assert merged.reserved_bytes == 22 * GIB
+    assert merged.process_used_bytes == 23 * GIB
+    for name in MERGED_FIELDS:
+        assert getattr(merged, name) == getattr(api, name) or name == "message", name
+    assert merged.message == LOG_GOT_AN_OOM.message  # the log's own line, first for numbers
 
 
 def test_merge_events_needs_an_observation() -> None:
