@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bisect_git import build_history, cli_args_text, git, node_history
 
-from oom_sentinel.bisect.plan import Found, Plan, Test, next_step
-from oom_sentinel.bisect.states import scan_install
-from oom_sentinel.bisect.verdict import Verdict
-from oom_sentinel.bisect.workspace import Workspace
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.search.plan import Found, Plan, Test, next_step
+from oom_sentinel.bisect.search.verdict import Verdict
+from oom_sentinel.bisect.state.states import scan_install
 
 
 def build(base: Path, n: int) -> Path:

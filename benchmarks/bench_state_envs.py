@@ -1,4 +1,4 @@
-"""Per-state Python environments (bisect/envs.py) against a plain ``venv`` + ``pip install``.
+"""Per-state Python environments (bisect/state/envs.py) against a plain ``venv`` + ``pip install``.
 
 The package set is real: this interpreter's own matplotlib, numpy, aiohttp, psutil and PyYAML
 (and what they require), packed back into wheels (tests/wheels.py), plus ``sentinel-ballast``
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from wheels import ballast_source, repack_closure, write_wheel
 
-from oom_sentinel.bisect.envs import EnvCache, disk_usage, lock_for
+from oom_sentinel.bisect.state.envs import EnvCache, disk_usage, lock_for
 
 BASE = ("matplotlib", "aiohttp", "psutil", "PyYAML")
 

@@ -40,15 +40,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from standin_repos import build_core_repo, build_node_repo, clone_node_into
 
-from oom_sentinel.bisect.plan import Found, Test
-from oom_sentinel.bisect.replay import Replayer, ReplaySettings
-from oom_sentinel.bisect.runner import Runner
-from oom_sentinel.bisect.session import BisectPaths, begin
-from oom_sentinel.bisect.states import State, scan_install
-from oom_sentinel.bisect.workspace import Workspace
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
+from oom_sentinel.bisect.measure.replay import Replayer, ReplaySettings
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.search.plan import Found, Test
+from oom_sentinel.bisect.session.files import BisectPaths, begin
+from oom_sentinel.bisect.session.runner import Runner
+from oom_sentinel.bisect.state.states import State, scan_install
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.probes.fake_gpu_probe import FakeGpuProbe
+from oom_sentinel.daemon.probes.host import PsutilHostProbe
 
 GIB = 1024**3
 PROMPT = {

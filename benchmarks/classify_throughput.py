@@ -36,7 +36,7 @@ from oom_sentinel.daemon.classify import (
     iter_findings,
     scan_stream,
 )
-from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
+from oom_sentinel.daemon.cli.diagnose import open_log, scan_log
 
 #: grep's equivalent of the classifier's rules: the texts that make an OOM record
 GREP_PATTERN = "|".join(

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from daemon_harness import Daemon, noise_lines, wait_for  # noqa: E402
 from standin_proc import STANDIN_DIR, start_standin  # noqa: E402
 
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir  # noqa: E402
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir  # noqa: E402
 
 MIB = 1024 * 1024
 TARGET_RSS = 60_000_000

@@ -35,13 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from gpu_standin import build_gpu_install, torch_cuda_available, torch_workflow
 
-from oom_sentinel.bisect.replay import Measurement, Replayer, ReplaySettings
-from oom_sentinel.bisect.states import scan_install
-from oom_sentinel.bisect.verdict import Ok, Oom
-from oom_sentinel.bisect.workspace import Workspace
-from oom_sentinel.daemon.gpu_select import select_gpu_probe
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
-from oom_sentinel.daemon.units import format_bytes
+from oom_sentinel.bisect.measure.replay import Measurement, Replayer, ReplaySettings
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.search.verdict import Ok, Oom
+from oom_sentinel.bisect.state.states import scan_install
+from oom_sentinel.daemon.core.units import format_bytes
+from oom_sentinel.daemon.probes.gpu_select import select_gpu_probe
+from oom_sentinel.daemon.probes.host import PsutilHostProbe
 
 GIB = 1024**3
 MIB = 1024**2

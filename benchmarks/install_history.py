@@ -22,15 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from standin_repos import build_core_repo, build_node_repo
 
 from oom_sentinel.config.settings import InstallStateSettings
-from oom_sentinel.daemon.install_state import capture_install
-from oom_sentinel.daemon.runs import RunRecord, record_run
-from oom_sentinel.daemon.state_history import (
+from oom_sentinel.daemon.install.history import (
     InstallStateTracker,
     record_capture,
     record_observation,
     state_for_run,
 )
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.install.state import capture_install
+from oom_sentinel.daemon.store.db import Store
+from oom_sentinel.daemon.store.runs import RunRecord, record_run
 
 
 def ms(samples: list[float]) -> str:

@@ -23,8 +23,8 @@ import time
 from functools import partial
 from pathlib import Path
 
-from oom_sentinel.daemon.cursors import MemoryOffsetStore
-from oom_sentinel.daemon.logtail import LogFollower, LogTailManager
+from oom_sentinel.daemon.logs.cursors import MemoryOffsetStore
+from oom_sentinel.daemon.logs.tail import LogFollower, LogTailManager
 
 
 def manager_rotate(live: Path) -> None:

@@ -30,16 +30,16 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import snapshot_samples as samples  # noqa: E402
 
-from oom_sentinel.bisect.from_snapshot import read_snapshot_start  # noqa: E402
-from oom_sentinel.daemon.install_state import CoreState, CustomNode, InstallState  # noqa: E402
-from oom_sentinel.daemon.regression import RegressionVerdict  # noqa: E402
-from oom_sentinel.daemon.snapshot import (  # noqa: E402
+from oom_sentinel.bisect.state.from_snapshot import read_snapshot_start  # noqa: E402
+from oom_sentinel.daemon.incidents.regression import RegressionVerdict  # noqa: E402
+from oom_sentinel.daemon.incidents.snapshot import (  # noqa: E402
     build_snapshot_json,
     list_snapshots,
     load_snapshot,
     write_snapshot,
 )
-from oom_sentinel.daemon.state_diff import diff_states  # noqa: E402
+from oom_sentinel.daemon.install.diff import diff_states  # noqa: E402
+from oom_sentinel.daemon.install.state import CoreState, CustomNode, InstallState  # noqa: E402
 
 
 def _state(core: str, bump: int) -> InstallState:

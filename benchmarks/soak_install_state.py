@@ -36,7 +36,7 @@ from install_builder import (  # noqa: E402
     make_upstream,
 )
 
-from oom_sentinel.daemon.install_state import capture_install  # noqa: E402
+from oom_sentinel.daemon.install.state import capture_install  # noqa: E402
 
 
 def open_fds() -> int:

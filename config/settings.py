@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from oom_sentinel.daemon.errors import ConfigError
+from oom_sentinel.daemon.core.errors import ConfigError
 
 __all__ = [
     "ENV_CONFIG",
@@ -106,7 +106,7 @@ class SamplingSettings(_Section):
 
 
 class GpuSettings(_Section):
-    """Which GPU probe runs (``daemon/gpu_select.py`` applies it)."""
+    """Which GPU probe runs (``daemon/probes/gpu_select.py`` applies it)."""
 
     backend: Literal["auto", "nvml", "fake", "none"] = "auto"
     fake_dir: str = ""
@@ -120,7 +120,7 @@ class IncidentSettings(_Section):
 
 
 class ApiSettings(_Section):
-    """How each ComfyUI's HTTP API is read (``daemon/comfy_watch.py``)."""
+    """How each ComfyUI's HTTP API is read (``daemon/comfy/watch.py``)."""
 
     websocket: bool = True
     idle_poll_ms: PositiveMs = 10000
@@ -132,7 +132,7 @@ class SnapshotSettings(_Section):
 
 
 class AlertSettings(_Section):
-    """Where alerts go and how often (``daemon/alerts.py`` decides, ``alert_outbox.py`` sends)."""
+    """Where alerts go and how often (``daemon/alerts/policy.py`` decides, ``alert_outbox.py`` sends)."""
 
     #: apprise URLs (Discord, Slack, Telegram, ntfy, mailto, json://...); secrets stay in them
     urls: tuple[str, ...] = ()
@@ -175,7 +175,7 @@ def _loopback_listen(value: str) -> str:
 
 
 class MetricsSettings(_Section):
-    """The optional Prometheus exporter (``daemon/metrics.py``); loopback only."""
+    """The optional Prometheus exporter (``daemon/fleet/metrics.py``); loopback only."""
 
     enabled: bool = False
     listen: Annotated[str, AfterValidator(_loopback_listen)] = "127.0.0.1:9866"
@@ -211,7 +211,7 @@ def _bucket_url(value: str) -> str:
 
 
 class FleetSettings(_Section):
-    """A farm (``daemon/metrics_server.py``, ``daemon/bucket.py``); everything off by default."""
+    """A farm (``daemon/fleet/metrics_server.py``, ``daemon/fleet/bucket.py``); everything off by default."""
 
     #: serve /metrics on this address, beyond loopback ("" = off); needs token_file or mTLS
     listen: Annotated[str, AfterValidator(_any_listen)] = ""
@@ -246,7 +246,7 @@ class FleetSettings(_Section):
 
 
 class InstallStateSettings(_Section):
-    """Install-state history (``daemon/state_history.py``)."""
+    """Install-state history (``daemon/install/history.py``)."""
 
     enabled: bool = True
     #: git/custom-node capture without the interpreter: the safety net for missed file events

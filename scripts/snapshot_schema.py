@@ -1,5 +1,5 @@
-"""Regenerate ``daemon/snapshot.schema.json`` from the snapshot models
-(``daemon/snapshot_model.py``), the one definition of ``snapshot.json``.
+"""Regenerate ``daemon/incidents/snapshot.schema.json`` from the snapshot models
+(``daemon/incidents/snapshot_model.py``), the one definition of ``snapshot.json``.
 
     .venv/bin/python scripts/snapshot_schema.py          # rewrite the shipped file
     .venv/bin/python scripts/snapshot_schema.py --check  # exit 1 when it is stale
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from oom_sentinel.daemon.atomic import write_text_atomic
-from oom_sentinel.daemon.snapshot_model import SCHEMA_FILE, schema_text
+from oom_sentinel.daemon.core.atomic import write_text_atomic
+from oom_sentinel.daemon.incidents.snapshot_model import SCHEMA_FILE, schema_text
 
 
 def main() -> int:

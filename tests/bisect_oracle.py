@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
-from oom_sentinel.bisect.replay import Measurement, Peaks
-from oom_sentinel.bisect.states import State
-from oom_sentinel.bisect.verdict import Ok, Oom, Skip, Threshold
+from oom_sentinel.bisect.measure.replay import Measurement, Peaks
+from oom_sentinel.bisect.search.verdict import Ok, Oom, Skip, Threshold
+from oom_sentinel.bisect.state.states import State
 
 MIB = 1024 * 1024
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from oom_sentinel.daemon.classify import scan_stream
-from oom_sentinel.daemon.events import MERGED_FIELDS
+from oom_sentinel.daemon.classify.events import MERGED_FIELDS
 
 CORPUS = Path(__file__).parent / "corpus"
 #: the sizes a label gives, in bytes: every fact of an OomEvent named ``*_bytes``

@@ -19,9 +19,9 @@ from typing import Any
 from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
 from standin_proc import STANDIN_DIR, start_standin
 
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.runs import RunRecord, list_runs
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.store.db import Store
+from oom_sentinel.daemon.store.runs import RunRecord, list_runs
 
 MIB = 1024 * 1024
 

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from oom_sentinel.bisect import forkclient
-from oom_sentinel.bisect.forkclient import ForkedChild, ForkServer, ProcessHandle
-from oom_sentinel.bisect.procutil import pdeathsig_preexec
-from oom_sentinel.bisect.replay import BOOTSTRAP_NAME, BOOTSTRAP_SOURCE
-from oom_sentinel.bisect.workspace import free_port
+from oom_sentinel.bisect.measure import forkclient
+from oom_sentinel.bisect.measure.forkclient import ForkedChild, ForkServer, ProcessHandle
+from oom_sentinel.bisect.measure.procutil import pdeathsig_preexec
+from oom_sentinel.bisect.measure.replay import BOOTSTRAP_NAME, BOOTSTRAP_SOURCE
+from oom_sentinel.bisect.measure.workspace import free_port
 
 
 @dataclass

@@ -9,16 +9,26 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from oom_sentinel.daemon.events import Backend, OomEvent, OtherProcess, Pool
-from oom_sentinel.daemon.incidents import Incident, IncidentTracker, Observation, WriteSnapshot
-from oom_sentinel.daemon.probes import (
+from oom_sentinel.daemon.classify.events import Backend, OomEvent, OtherProcess, Pool
+from oom_sentinel.daemon.incidents.snapshot import (
+    AdviceItem,
+    HostFacts,
+    InstanceInfo,
+    SnapshotContent,
+)
+from oom_sentinel.daemon.incidents.tracker import (
+    Incident,
+    IncidentTracker,
+    Observation,
+    WriteSnapshot,
+)
+from oom_sentinel.daemon.probes.base import (
     GpuDeviceSample,
     GpuProcessSample,
     HostSample,
     MemorySample,
     ProcessTreeSample,
 )
-from oom_sentinel.daemon.snapshot import AdviceItem, HostFacts, InstanceInfo, SnapshotContent
 
 GIB = 1024**3
 MIB = 1024**2
@@ -233,15 +243,15 @@ def full_content() -> SnapshotContent:
     endpoint states and their diff, the install state with its attribution, the process, the
     kernel's word, ComfyUI's system stats and log tail, and the incident's records.
     ``tests/snapshots_v1/`` holds what the writer made of it before the typed models."""
-    from oom_sentinel.daemon.incidents import FoldedRecord
-    from oom_sentinel.daemon.install_state import (
+    from oom_sentinel.daemon.incidents.regression import GoodRun, RegressionVerdict
+    from oom_sentinel.daemon.incidents.tracker import FoldedRecord
+    from oom_sentinel.daemon.install.diff import diff_states
+    from oom_sentinel.daemon.install.state import (
         CoreState,
         CustomNode,
         InstallState,
         InterpreterFacts,
     )
-    from oom_sentinel.daemon.regression import GoodRun, RegressionVerdict
-    from oom_sentinel.daemon.state_diff import diff_states
 
     good = InstallState(
         CoreState(commit="a" * 40),

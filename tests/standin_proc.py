@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oom_sentinel.bisect.workspace import free_port
+from oom_sentinel.bisect.measure.workspace import free_port
 
 STANDIN_DIR = Path(__file__).resolve().parent / "standin"
 ENV_FAKE_GPU = "OOM_SENTINEL_FAKE_GPU"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from oom_sentinel.daemon.advice import (
+from oom_sentinel.daemon.classify import classify_record, scan_stream
+from oom_sentinel.daemon.classify.advice import (
     Advice,
     AdviceContext,
     ComfyInstance,
@@ -18,8 +19,7 @@ from oom_sentinel.daemon.advice import (
     human_bytes,
     reserve_vram_gb,
 )
-from oom_sentinel.daemon.classify import classify_record, scan_stream
-from oom_sentinel.daemon.events import Backend, OomEvent, OtherProcess, Pool
+from oom_sentinel.daemon.classify.events import Backend, OomEvent, OtherProcess, Pool
 
 GiB, MiB = 1024**3, 1024**2
 CORPUS = Path(__file__).parent / "corpus"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from oom_sentinel.daemon.alerts import (
+from oom_sentinel.daemon.alerts.policy import (
     AlertPolicy,
     HeldBackSummary,
     IncidentAlert,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from webhook_receiver import serve
 
-from oom_sentinel.bisect.workspace import free_port
+from oom_sentinel.bisect.measure.workspace import free_port
 
 PASSWORD = "pa55-w0rd-XYZ"
 TOKEN = "TOKENabcdef123456"

@@ -11,18 +11,18 @@ import pytest
 import snapshot_samples as samples
 from pydantic import ValidationError
 
-from oom_sentinel.daemon.alert_format import render, render_incident, sample_alert
-from oom_sentinel.daemon.alerts import (
+from oom_sentinel.daemon.alerts.format import render, render_incident, sample_alert
+from oom_sentinel.daemon.alerts.policy import (
     HeldBackSummary,
     IncidentAlert,
     IncidentFacts,
     SoftOomWarning,
     StormSummary,
 )
-from oom_sentinel.daemon.events import Pool
-from oom_sentinel.daemon.regression import RegressionVerdict
-from oom_sentinel.daemon.snapshot import write_snapshot
-from oom_sentinel.daemon.snapshot_model import SnapshotDoc
+from oom_sentinel.daemon.classify.events import Pool
+from oom_sentinel.daemon.incidents.regression import RegressionVerdict
+from oom_sentinel.daemon.incidents.snapshot import write_snapshot
+from oom_sentinel.daemon.incidents.snapshot_model import SnapshotDoc
 
 
 def _written(tmp_path: Path, **changes: Any) -> tuple[IncidentAlert, dict[str, Any]]:

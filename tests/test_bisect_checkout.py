@@ -22,10 +22,10 @@ from test_bisect_e2e import UserInstall
 from test_bisect_e2e_packages import _install, _manager_snapshot, _workflow
 from wheels import ballast_wheelhouse
 
-from oom_sentinel.bisect.workspace import free_port
-from oom_sentinel.daemon.install_state import capture_install
-from oom_sentinel.daemon.state_history import record_capture
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.bisect.measure.workspace import free_port
+from oom_sentinel.daemon.install.history import record_capture
+from oom_sentinel.daemon.install.state import capture_install
+from oom_sentinel.daemon.store.db import Store
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ import pytest
 from bisect_git import install_snapshot, make_install
 from click.testing import CliRunner
 
-from oom_sentinel.bisect.cli import (
+from oom_sentinel.bisect.cli.main import (
     EXIT_AMBIGUOUS,
     EXIT_FOUND,
     EXIT_INTERRUPTED,
@@ -30,20 +30,26 @@ from oom_sentinel.bisect.cli import (
     parse_budget,
     parse_size,
 )
-from oom_sentinel.bisect.from_snapshot import (
+from oom_sentinel.bisect.search.verdict import Threshold
+from oom_sentinel.bisect.session.files import BisectPaths, Session, begin
+from oom_sentinel.bisect.state.from_snapshot import (
     flags_from_argv,
     read_snapshot_start,
     snapshot_state,
     state_from_install_state,
 )
-from oom_sentinel.bisect.session import BisectPaths, Session, begin
-from oom_sentinel.bisect.states import State, scan_install
-from oom_sentinel.bisect.verdict import Threshold
-from oom_sentinel.daemon.errors import EXIT_CONFIG, EXIT_ERROR, EXIT_INPUT, ConfigError, InputError
-from oom_sentinel.daemon.install_state import CoreState, CustomNode, InstallState
-from oom_sentinel.daemon.interpreter import InterpreterFacts
-from oom_sentinel.daemon.regression import RegressionVerdict
-from oom_sentinel.daemon.state_diff import diff_states
+from oom_sentinel.bisect.state.states import State, scan_install
+from oom_sentinel.daemon.comfy.interpreter import InterpreterFacts
+from oom_sentinel.daemon.core.errors import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_INPUT,
+    ConfigError,
+    InputError,
+)
+from oom_sentinel.daemon.incidents.regression import RegressionVerdict
+from oom_sentinel.daemon.install.diff import diff_states
+from oom_sentinel.daemon.install.state import CoreState, CustomNode, InstallState
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 GIB = 1024**3
@@ -356,7 +362,7 @@ def test_reset_removes_session_and_workspace(inst, cache) -> None:
 
 def test_custom_terms_are_accepted_by_mark(inst, cache) -> None:
     paths = BisectPaths.for_install(inst.root, home=cache)
-    from oom_sentinel.bisect.verdict import Terms
+    from oom_sentinel.bisect.search.verdict import Terms
 
     begin(
         paths,
@@ -465,7 +471,7 @@ def test_launch_flags_are_the_words_after_main_py() -> None:
 def _write_snapshot(data_dir: Path, sections: dict[str, Any], prompt: Any = PROMPT) -> Path:
     from snapshot_samples import HOST, incident
 
-    from oom_sentinel.daemon.snapshot import (
+    from oom_sentinel.daemon.incidents.snapshot import (
         InstanceInfo,
         SnapshotContent,
         snapshots_dir,
@@ -484,7 +490,7 @@ def _write_snapshot(data_dir: Path, sections: dict[str, Any], prompt: Any = PROM
 
 
 def test_a_snapshot_gives_states_prompt_flags_python_and_the_card_size(tmp_path) -> None:
-    from oom_sentinel.daemon.snapshot import load_snapshot
+    from oom_sentinel.daemon.incidents.snapshot import load_snapshot
 
     path = _write_snapshot(
         tmp_path,
@@ -518,8 +524,8 @@ def test_a_snapshot_without_a_good_state_is_refused_with_a_hint(tmp_path, cache)
 
 
 def test_snapshot_words_resolve_as_states(inst, tmp_path) -> None:
-    from oom_sentinel.bisect.cli import _snapshot_resolver
-    from oom_sentinel.daemon.snapshot import load_snapshot
+    from oom_sentinel.bisect.cli.main import _snapshot_resolver
+    from oom_sentinel.daemon.incidents.snapshot import load_snapshot
 
     good = _ist(inst.core[0])
     bad = _ist(inst.core[-1])
@@ -593,7 +599,7 @@ def test_run_with_other_endpoints_than_the_session_is_refused(inst, cache, tmp_p
 
 
 def test_a_snapshot_of_a_vram_oom_watches_vram_only(tmp_path) -> None:
-    from oom_sentinel.daemon.snapshot import load_snapshot
+    from oom_sentinel.daemon.incidents.snapshot import load_snapshot
 
     path = _write_snapshot(
         tmp_path,

@@ -10,9 +10,9 @@ import shlex
 import pytest
 from bisect_git import make_install
 
-from oom_sentinel.bisect.cli import check_named_repos, merge_state_option, state_lines
-from oom_sentinel.bisect.states import resolve_state, scan_install
-from oom_sentinel.daemon.errors import EXIT_CONFIG, BadRef
+from oom_sentinel.bisect.cli.main import check_named_repos, merge_state_option, state_lines
+from oom_sentinel.bisect.state.states import resolve_state, scan_install
+from oom_sentinel.daemon.core.errors import EXIT_CONFIG, BadRef
 
 
 @pytest.fixture(scope="module")

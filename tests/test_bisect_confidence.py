@@ -15,8 +15,9 @@ from bisect_git import install_snapshot, make_install
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.bisect.cli import parse_repeat
-from oom_sentinel.bisect.confidence import (
+from oom_sentinel.bisect.cli.main import parse_repeat
+from oom_sentinel.bisect.measure.replay import Measurement, Peaks
+from oom_sentinel.bisect.search.confidence import (
     BAND_RUNS,
     Band,
     Confidence,
@@ -25,14 +26,13 @@ from oom_sentinel.bisect.confidence import (
     measure_band,
     stop_limit,
 )
-from oom_sentinel.bisect.plan import Culprit, Found, OnlySkippedLeft
-from oom_sentinel.bisect.replay import Measurement, Peaks
-from oom_sentinel.bisect.report import build_report
-from oom_sentinel.bisect.runner import SANDWICH_PHASE, Runner, read_measurements
-from oom_sentinel.bisect.session import BisectPaths, Session, begin
-from oom_sentinel.bisect.states import State, scan_install
-from oom_sentinel.bisect.verdict import Ok, Oom, Skip, Threshold, Timeout, Verdict
-from oom_sentinel.daemon.errors import ConfigError
+from oom_sentinel.bisect.search.plan import Culprit, Found, OnlySkippedLeft
+from oom_sentinel.bisect.search.verdict import Ok, Oom, Skip, Threshold, Timeout, Verdict
+from oom_sentinel.bisect.session.files import BisectPaths, Session, begin
+from oom_sentinel.bisect.session.report import build_report
+from oom_sentinel.bisect.session.runner import SANDWICH_PHASE, Runner, read_measurements
+from oom_sentinel.bisect.state.states import State, scan_install
+from oom_sentinel.daemon.core.errors import ConfigError
 
 MIB = 1024 * 1024
 THR = Threshold(vram_bytes=1100 * MIB)
@@ -345,7 +345,7 @@ def test_an_interrupted_sandwich_resumes_without_losing_runs(paths, inst) -> Non
     baseline = Noisy(inst, steady)
     Runner(start(paths, inst), baseline, PROMPT).run()
     total = len(baseline.calls)
-    from oom_sentinel.bisect.session import reset_paths
+    from oom_sentinel.bisect.session.files import reset_paths
 
     reset_paths(paths)
     paths.outcomes.rename(paths.outcomes.with_name("outcomes-old"))

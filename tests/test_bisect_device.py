@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 from bisect_git import make_install
 
-from oom_sentinel.bisect.device import (
+from oom_sentinel.bisect.measure.device import (
     DeviceFailure,
     choose_device,
     device_failure,
     is_harness_failure,
 )
-from oom_sentinel.bisect.replay import Measurement, Peaks
-from oom_sentinel.bisect.runner import Runner
-from oom_sentinel.bisect.session import BisectPaths, OutcomeCache, begin
-from oom_sentinel.bisect.states import State, scan_install
-from oom_sentinel.bisect.verdict import Ok, Skip, Threshold
-from oom_sentinel.daemon.interpreter import InterpreterFacts, probe_interpreter
+from oom_sentinel.bisect.measure.replay import Measurement, Peaks
+from oom_sentinel.bisect.search.verdict import Ok, Skip, Threshold
+from oom_sentinel.bisect.session.files import BisectPaths, OutcomeCache, begin
+from oom_sentinel.bisect.session.runner import Runner
+from oom_sentinel.bisect.state.states import State, scan_install
+from oom_sentinel.daemon.comfy.interpreter import InterpreterFacts, probe_interpreter
 
 MIB = 1024 * 1024
 PROMPT = {"1": {"class_type": "AllocateVRAM", "inputs": {"mib": 100}}}

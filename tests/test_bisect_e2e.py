@@ -33,13 +33,13 @@ from standin_repos import (
     repo_fingerprint,
 )
 
-from oom_sentinel.bisect.plan import Found, Plan, Test, next_step
-from oom_sentinel.bisect.states import State
-from oom_sentinel.bisect.verdict import Verdict
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.interpreter import InterpreterFacts
-from oom_sentinel.daemon.regression import RegressionVerdict
-from oom_sentinel.daemon.state_diff import diff_states
+from oom_sentinel.bisect.search.plan import Found, Plan, Test, next_step
+from oom_sentinel.bisect.search.verdict import Verdict
+from oom_sentinel.bisect.state.states import State
+from oom_sentinel.daemon.comfy.interpreter import InterpreterFacts
+from oom_sentinel.daemon.incidents.regression import RegressionVerdict
+from oom_sentinel.daemon.install.diff import diff_states
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 pytestmark = pytest.mark.slow
 
@@ -544,13 +544,13 @@ def test_ctrl_c_mid_bisect_then_resume_repeats_at_most_one_measurement(tmp_path:
 def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -> None:
     from snapshot_samples import HOST, incident
 
-    from oom_sentinel.daemon.install_state import CoreState, CustomNode, InstallState
-    from oom_sentinel.daemon.snapshot import (
+    from oom_sentinel.daemon.incidents.snapshot import (
         InstanceInfo,
         SnapshotContent,
         snapshots_dir,
         write_snapshot,
     )
+    from oom_sentinel.daemon.install.state import CoreState, CustomNode, InstallState
 
     inst = make_install(tmp_path)
     core, nodes = inst.core, inst.nodes

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from wheels import STANDIN_RUNTIME, ballast_source, repack_closure, write_wheel
 
-from oom_sentinel.bisect.envs import EnvCache, EnvUnavailable, disk_usage, lock_for
-from oom_sentinel.bisect.states import State, packages_from_freeze
+from oom_sentinel.bisect.state.envs import EnvCache, EnvUnavailable, disk_usage, lock_for
+from oom_sentinel.bisect.state.states import State, packages_from_freeze
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_uses_within_one_clock_tick_still_order_as_they_happened(
 ) -> None:
     """On a fast box a cached env is asked for within a millisecond of another env's build
     (CI saw the LRU order come out backwards): the stamps must order by use, not by clock."""
-    import oom_sentinel.bisect.envs as envs_mod
+    import oom_sentinel.bisect.state.envs as envs_mod
 
     cache = EnvCache(tmp_path / "envs", sys.executable)
     locks = [lock_for({"sentinel-ballast": v}) for v in ("1.0", "2.0", "3.0")]
@@ -225,7 +225,7 @@ def test_pip_freeze_lines_become_a_package_set_and_a_state_dimension() -> None:
     )
     g = State.of("a" * 40, {}, {"torch": "2.7.1+cu128", "numpy": "2.2.6"})
     b = State.of("a" * 40, {}, {"torch": "2.8.0+cu128", "numpy": "2.2.6", "comfy-kitchen": "0.2.1"})
-    from oom_sentinel.bisect.states import differing_repos, repo_label
+    from oom_sentinel.bisect.state.states import differing_repos, repo_label
 
     assert differing_repos(g, b) == ["pkg:comfy-kitchen", "pkg:torch"]
     assert repo_label("pkg:torch") == "package torch"

@@ -28,9 +28,7 @@ import psutil
 import pytest
 from standin_repos import build_core_repo, repo_fingerprint
 
-from oom_sentinel.bisect.cli_args_filter import parse_cli_args
-from oom_sentinel.bisect.fit import Experiment, judge
-from oom_sentinel.bisect.fit_candidates import (
+from oom_sentinel.bisect.fit.candidates import (
     ALLOC_CONF,
     TILED_DEFAULTS,
     Change,
@@ -42,9 +40,11 @@ from oom_sentinel.bisect.fit_candidates import (
     knob_candidates,
     order,
 )
-from oom_sentinel.bisect.replay import Measurement, Peaks
-from oom_sentinel.bisect.verdict import Ok, Oom, Threshold
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.bisect.fit.experiment import Experiment, judge
+from oom_sentinel.bisect.measure.flags import parse_cli_args
+from oom_sentinel.bisect.measure.replay import Measurement, Peaks
+from oom_sentinel.bisect.search.verdict import Ok, Oom, Threshold
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 GIB = 1024**3
 MIB = 1024**2
@@ -267,7 +267,7 @@ def test_the_experiment_stops_at_the_first_fit_and_combines_only_when_nothing_si
     result = Experiment(measure, lambda pool: singles, budget=Threshold()).run()
     assert seen == ["baseline", "reserve-vram-1.0", "lowvram"] and not result.combined
     # a change ComfyUI cannot even start with is no part of a combination
-    from oom_sentinel.bisect.verdict import Skip
+    from oom_sentinel.bisect.search.verdict import Skip
 
     fits_when = set()
     seen.clear()
@@ -290,7 +290,7 @@ def test_the_experiment_stops_at_the_first_fit_and_combines_only_when_nothing_si
 
 
 def test_fit_exit_statuses_are_documented_in_the_readme() -> None:
-    from oom_sentinel.bisect.cli_fit import EXIT_NOTHING_FITS
+    from oom_sentinel.bisect.cli.fit import EXIT_NOTHING_FITS
 
     text = (Path(__file__).parent.parent / "README.md").read_text("utf-8")
     section = text[text.index("### oom-bisect fit") :]
@@ -323,7 +323,7 @@ def test_bad_input_is_one_line_and_a_status(
 ) -> None:
     from click.testing import CliRunner
 
-    from oom_sentinel.bisect.cli import main
+    from oom_sentinel.bisect.cli.main import main
 
     wf = tmp_path / "wf.json"
     wf.write_text(json.dumps(blur_prompt(1)))
@@ -560,8 +560,8 @@ def test_nothing_fits_exits_4_with_a_clear_message(install: FitInstall) -> None:
 def test_a_ram_failure_from_a_snapshot(install: FitInstall) -> None:
     from snapshot_samples import content
 
-    from oom_sentinel.daemon.events import Pool
-    from oom_sentinel.daemon.snapshot import InstanceInfo, snapshots_dir, write_snapshot
+    from oom_sentinel.daemon.classify.events import Pool
+    from oom_sentinel.daemon.incidents.snapshot import InstanceInfo, snapshots_dir, write_snapshot
 
     prompt = {
         "1": {
@@ -800,8 +800,8 @@ def test_ctrl_c_stops_the_fit_and_its_comfyui(install: FitInstall) -> None:
 
 
 def test_show_leads_with_the_latest_fit_attached(tmp_path: Path) -> None:
-    from oom_sentinel.bisect.report import attach_to_snapshot
-    from oom_sentinel.daemon.cli_snapshots import _fit_lead
+    from oom_sentinel.bisect.session.report import attach_to_snapshot
+    from oom_sentinel.daemon.cli.snapshots import _fit_lead
 
     assert _fit_lead(tmp_path) == []
     first = attach_to_snapshot(

@@ -25,14 +25,14 @@ import psutil
 import pytest
 from standin_repos import build_core_repo
 
-from oom_sentinel.bisect import forkclient
-from oom_sentinel.bisect.replay import REPLAY_RECORD, Replayer, ReplaySettings
-from oom_sentinel.bisect.states import scan_install
-from oom_sentinel.bisect.verdict import Ok, Oom
-from oom_sentinel.bisect.workspace import Workspace
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
+from oom_sentinel.bisect.measure import forkclient
+from oom_sentinel.bisect.measure.replay import REPLAY_RECORD, Replayer, ReplaySettings
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.search.verdict import Ok, Oom
+from oom_sentinel.bisect.state.states import scan_install
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.probes.fake_gpu_probe import FakeGpuProbe
+from oom_sentinel.daemon.probes.host import PsutilHostProbe
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -119,7 +119,7 @@ def test_without_fork_measurements_start_cold_and_it_is_said_once(
 ) -> None:
     monkeypatch.setattr(forkclient.sys, "platform", "win32")
     monkeypatch.setattr(forkclient, "_said", set())
-    with caplog.at_level(logging.WARNING, logger="oom_sentinel.bisect.forkclient"):
+    with caplog.at_level(logging.WARNING, logger="oom_sentinel.bisect.measure.forkclient"):
         first = _replayer(bench, fork_server=True).measure(_vram_prompt(100))
         second = _replayer(bench, fork_server=True).measure(_vram_prompt(100))
     for m in (first, second):
@@ -134,7 +134,9 @@ DRIVER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from oom_sentinel.bisect import forkclient, procutil, replay
+    from oom_sentinel.bisect.measure import forkclient
+    from oom_sentinel.bisect.measure import procutil
+    from oom_sentinel.bisect.measure import replay
     harness, sleeper = Path(sys.argv[1]), sys.argv[2]
     server = forkclient.fork_server_for(
         sys.executable, {"PATH": "/usr/bin:/bin"}, harness, replay._spawner.popen, 60,
@@ -363,7 +365,7 @@ def test_with_torch_preloaded_the_bootstrap_still_caps_vram_and_records_the_peak
 def test_a_child_whose_allocator_settings_changed_restarts_cold_and_the_next_server_learns(
     tmp_path: Path,
 ) -> None:
-    from oom_sentinel.bisect.procutil import pdeathsig_preexec
+    from oom_sentinel.bisect.measure.procutil import pdeathsig_preexec
 
     argv, env, app = _fake_torch_bench(tmp_path, GUARDED_MAIN)
     argv += ["--", str(app / "main.py")]
@@ -473,7 +475,7 @@ def test_a_server_whose_preload_touched_the_cuda_driver_is_refused_and_replays_s
     import _ctypes
     import shutil
 
-    from oom_sentinel.bisect.procutil import pdeathsig_preexec
+    from oom_sentinel.bisect.measure.procutil import pdeathsig_preexec
 
     shutil.copyfile(_ctypes.__file__, tmp_path / "libcuda.so.1")  # any shared object will do
     (tmp_path / "touches_cuda.py").write_text(
@@ -482,7 +484,7 @@ def test_a_server_whose_preload_touched_the_cuda_driver_is_refused_and_replays_s
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     monkeypatch.setattr(forkclient, "_said", set())
     try:
-        with caplog.at_level(logging.WARNING, logger="oom_sentinel.bisect.forkclient"):
+        with caplog.at_level(logging.WARNING, logger="oom_sentinel.bisect.measure.forkclient"):
             server = forkclient.fork_server_for(
                 sys.executable,
                 env,

@@ -1,4 +1,4 @@
-"""The bisect's git seam (bisect/gitrepo.py): GitPython, one module, every Repo closed."""
+"""The bisect's git seam (bisect/state/gitrepo.py): GitPython, one module, every Repo closed."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import psutil
 import pytest
 from bisect_git import git, make_install
 
-from oom_sentinel.bisect import gitrepo
-from oom_sentinel.daemon.errors import BadRef
+from oom_sentinel.bisect.state import gitrepo
+from oom_sentinel.daemon.core.errors import BadRef
 
 BISECT = Path(__file__).resolve().parent.parent / "bisect"
 
@@ -80,7 +80,7 @@ def test_the_scrubbed_variables_never_redirect_git(
 def test_only_gitrepo_runs_git_in_the_bisect() -> None:
     """One adapter: GitPython is imported by gitrepo.py alone, and no other bisect module
     starts a git process by hand."""
-    for path in sorted(BISECT.glob("*.py")):
+    for path in sorted(BISECT.rglob("*.py")):
         tree = ast.parse(path.read_text("utf-8"))
         imports = {
             alias.name.split(".")[0]
@@ -108,7 +108,7 @@ def test_only_gitrepo_runs_git_in_the_bisect() -> None:
 BLOCKED_GIT = """
 import sys
 from pathlib import Path
-from oom_sentinel.bisect import gitrepo
+from oom_sentinel.bisect.state import gitrepo
 gitrepo._run(Path(sys.argv[1]), ["hash-object", "--", sys.argv[2]], what="test", config={},
              env=None, pass_fds=())
 """

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from gpu_standin import build_gpu_install, torch_cuda_available, torch_workflow
 
-from oom_sentinel.bisect.replay import Replayer, ReplaySettings
-from oom_sentinel.bisect.states import scan_install
-from oom_sentinel.bisect.verdict import Ok, Oom
-from oom_sentinel.bisect.workspace import Workspace
-from oom_sentinel.daemon.gpu_select import select_gpu_probe
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
+from oom_sentinel.bisect.measure.replay import Replayer, ReplaySettings
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.search.verdict import Ok, Oom
+from oom_sentinel.bisect.state.states import scan_install
+from oom_sentinel.daemon.probes.gpu_select import select_gpu_probe
+from oom_sentinel.daemon.probes.host import PsutilHostProbe
 
 pytestmark = pytest.mark.gpu
 

@@ -23,13 +23,13 @@ import pytest
 from bisect_git import make_install
 from bisect_oracle import Oracle
 
-from oom_sentinel.bisect.replay import Measurement, Replayer, ReplaySettings
-from oom_sentinel.bisect.report import build_report
-from oom_sentinel.bisect.runner import HISTORY_PHASE, Runner, read_measurements
-from oom_sentinel.bisect.session import BisectPaths, begin
-from oom_sentinel.bisect.states import scan_install
+from oom_sentinel.bisect.measure.replay import Measurement, Replayer, ReplaySettings
+from oom_sentinel.bisect.session.files import BisectPaths, begin
+from oom_sentinel.bisect.session.report import build_report
+from oom_sentinel.bisect.session.runner import HISTORY_PHASE, Runner, read_measurements
+from oom_sentinel.bisect.state.states import scan_install
 
-BOOTSTRAP = Path(__file__).resolve().parent.parent / "bisect" / "bootstrap.py"
+BOOTSTRAP = Path(__file__).resolve().parent.parent / "bisect" / "measure" / "bootstrap.py"
 MAIN = """
 import os, sys
 # ComfyUI's cuda_malloc.py: cudaMallocAsync unless --disable-cuda-malloc

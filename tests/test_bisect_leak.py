@@ -1,4 +1,4 @@
-"""Leak mode (``--runs-per-state K``, bisect/leak.py): the workflow queued K times in one stand-in
+"""Leak mode (``--runs-per-state K``, bisect/measure/leak.py): the workflow queued K times in one stand-in
 server, each later run varied so the output cache cannot skip it; the peak is over all K runs.
 """
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from standin_repos import build_core_repo
 
-from oom_sentinel.bisect.leak import NOOP_INPUT, variation, varied_prompt
-from oom_sentinel.bisect.replay import Replayer, ReplaySettings
-from oom_sentinel.bisect.states import scan_install
-from oom_sentinel.bisect.verdict import Ok
-from oom_sentinel.bisect.workspace import Workspace
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
+from oom_sentinel.bisect.measure.leak import NOOP_INPUT, variation, varied_prompt
+from oom_sentinel.bisect.measure.replay import Replayer, ReplaySettings
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.search.verdict import Ok
+from oom_sentinel.bisect.state.states import scan_install
+from oom_sentinel.daemon.probes.host import PsutilHostProbe
 
 MIB = 1024**2
 LEAKY = """

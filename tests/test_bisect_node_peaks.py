@@ -1,5 +1,5 @@
 """Per-node peaks: the replay bootstrap wraps ComfyUI's ``execution.execute`` at import time and
-records each node's peak VRAM and RSS (bisect/bootstrap.py ``NodePeaks``).
+records each node's peak VRAM and RSS (bisect/measure/bootstrap.py ``NodePeaks``).
 
 The stand-in runs its nodes through the same hook point as a real ComfyUI (its own
 ``execution.execute``, called per node through the module); the real-ComfyUI check is in
@@ -20,19 +20,19 @@ from typing import Any
 import pytest
 from standin_repos import build_core_repo
 
-from oom_sentinel.bisect.node_peaks import culprit_nodes, merge_runs, nodes_text
-from oom_sentinel.bisect.replay import Replayer, ReplaySettings
-from oom_sentinel.bisect.states import State, scan_install
-from oom_sentinel.bisect.verdict import Ok
-from oom_sentinel.bisect.workspace import Workspace
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
+from oom_sentinel.bisect.measure.node_peaks import culprit_nodes, merge_runs, nodes_text
+from oom_sentinel.bisect.measure.replay import Replayer, ReplaySettings
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.search.verdict import Ok
+from oom_sentinel.bisect.state.states import State, scan_install
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.probes.fake_gpu_probe import FakeGpuProbe
+from oom_sentinel.daemon.probes.host import PsutilHostProbe
 
 MIB = 1024**2
 GIB = 1024**3
 CONTEXT = 312 * MIB  # the stand-in's CUDA context (standin_memory.CUDA_CONTEXT_BYTES)
-BOOTSTRAP = Path(__file__).resolve().parent.parent / "bisect" / "bootstrap.py"
+BOOTSTRAP = Path(__file__).resolve().parent.parent / "bisect" / "measure" / "bootstrap.py"
 
 
 @pytest.fixture(scope="module")

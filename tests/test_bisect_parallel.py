@@ -12,14 +12,14 @@ import pytest
 from bisect_git import install_snapshot, make_install
 from bisect_oracle import Oracle
 
-from oom_sentinel.bisect.cli import parallel_devices
-from oom_sentinel.bisect.plan import Culprit, Found, rounds_bound
-from oom_sentinel.bisect.report import build_report, search_line
-from oom_sentinel.bisect.runner import ROUND_EVENT, Runner, read_measurements
-from oom_sentinel.bisect.session import BisectPaths, Session, begin, reset_paths
-from oom_sentinel.bisect.states import State, scan_install
-from oom_sentinel.daemon.errors import ConfigError
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.bisect.cli.main import parallel_devices
+from oom_sentinel.bisect.search.plan import Culprit, Found, rounds_bound
+from oom_sentinel.bisect.session.files import BisectPaths, Session, begin, reset_paths
+from oom_sentinel.bisect.session.report import build_report, search_line
+from oom_sentinel.bisect.session.runner import ROUND_EVENT, Runner, read_measurements
+from oom_sentinel.bisect.state.states import State, scan_install
+from oom_sentinel.daemon.core.errors import ConfigError
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 PROMPT = {"1": {"class_type": "AllocateVRAM", "inputs": {"mib": 1000}}}
 FIRST_BAD = 17

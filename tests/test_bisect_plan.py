@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.bisect.plan import (
+from oom_sentinel.bisect.search.plan import (
     Culprit,
     Error,
     Found,
@@ -24,8 +24,8 @@ from oom_sentinel.bisect.plan import (
     next_step,
     progress,
 )
-from oom_sentinel.bisect.states import State
-from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.bisect.search.verdict import Verdict
+from oom_sentinel.bisect.state.states import State
 
 OLD, NEW, SKIP = Verdict.OLD, Verdict.NEW, Verdict.SKIP
 

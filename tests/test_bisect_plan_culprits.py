@@ -12,9 +12,18 @@ from collections.abc import Callable, Mapping
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.bisect.plan import Culprit, Error, Found, Plan, Step, Test, next_step, progress
-from oom_sentinel.bisect.states import State
-from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.bisect.search.plan import (
+    Culprit,
+    Error,
+    Found,
+    Plan,
+    Step,
+    Test,
+    next_step,
+    progress,
+)
+from oom_sentinel.bisect.search.verdict import Verdict
+from oom_sentinel.bisect.state.states import State
 
 OLD, NEW, SKIP = Verdict.OLD, Verdict.NEW, Verdict.SKIP
 GOOD_PEAK = 2000.0

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.bisect.plan import (
+from oom_sentinel.bisect.search.plan import (
     Culprit,
     Found,
     OnlySkippedLeft,
@@ -20,8 +20,8 @@ from oom_sentinel.bisect.plan import (
     next_step,
     rounds_bound,
 )
-from oom_sentinel.bisect.states import State
-from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.bisect.search.verdict import Verdict
+from oom_sentinel.bisect.state.states import State
 
 OLD, NEW, SKIP = Verdict.OLD, Verdict.NEW, Verdict.SKIP
 

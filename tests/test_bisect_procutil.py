@@ -36,7 +36,7 @@ CTRL_C_IN_THE_FORK = textwrap.dedent(
 
 VIA_GITREPO = CTRL_C_IN_THE_FORK + textwrap.dedent(
     """
-    from oom_sentinel.bisect import gitrepo
+    from oom_sentinel.bisect.state import gitrepo
     try:
         gitrepo._run(Path(sys.argv[1]), ["tag", "made-by-git"], what="test", config={},
                      env=None, pass_fds=())
@@ -49,8 +49,8 @@ VIA_GITREPO = CTRL_C_IN_THE_FORK + textwrap.dedent(
 
 VIA_REPLAY_SPAWNER = CTRL_C_IN_THE_FORK + textwrap.dedent(
     """
-    from oom_sentinel.bisect import replay
-    from oom_sentinel.bisect.procutil import pdeathsig_preexec
+    from oom_sentinel.bisect.measure import replay
+    from oom_sentinel.bisect.measure.procutil import pdeathsig_preexec
     try:
         replay._spawner.popen([sys.executable, "-c", "pass"], preexec_fn=pdeathsig_preexec())
     except KeyboardInterrupt:
@@ -92,7 +92,7 @@ def test_signals_deferred_hands_a_noted_signal_to_its_own_handler() -> None:
     script = textwrap.dedent(
         """
         import os, signal
-        from oom_sentinel.bisect.procutil import signals_deferred
+        from oom_sentinel.bisect.measure.procutil import signals_deferred
         seen = []
         signal.signal(signal.SIGTERM, lambda s, f: seen.append(("handler", s)))
         with signals_deferred():

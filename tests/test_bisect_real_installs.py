@@ -21,7 +21,8 @@ import pytest
 from bisect_git import build_history, git, install_snapshot, make_install, node_history
 from snapshot_samples import HOST, incident
 
-from oom_sentinel.bisect.states import (
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.state.states import (
     ABSENT,
     DISABLED,
     INSTALLED,
@@ -30,16 +31,15 @@ from oom_sentinel.bisect.states import (
     scan_install,
     state_from_install_state,
 )
-from oom_sentinel.bisect.workspace import Workspace
-from oom_sentinel.daemon.install_state import capture_install
-from oom_sentinel.daemon.regression import RegressionVerdict
-from oom_sentinel.daemon.snapshot import (
+from oom_sentinel.daemon.incidents.regression import RegressionVerdict
+from oom_sentinel.daemon.incidents.snapshot import (
     InstanceInfo,
     SnapshotContent,
     snapshots_dir,
     write_snapshot,
 )
-from oom_sentinel.daemon.state_diff import diff_states
+from oom_sentinel.daemon.install.diff import diff_states
+from oom_sentinel.daemon.install.state import capture_install
 
 REAL_ENV = "OOM_SENTINEL_REAL_COMFYUI"
 

@@ -23,7 +23,7 @@ import psutil
 import pytest
 from standin_repos import build_core_repo, repo_fingerprint
 
-from oom_sentinel.bisect.replay import (
+from oom_sentinel.bisect.measure.replay import (
     Peaks,
     Replayer,
     ReplaySettings,
@@ -31,18 +31,18 @@ from oom_sentinel.bisect.replay import (
     outcome_from_run,
     reject_reason,
 )
-from oom_sentinel.bisect.states import scan_install
-from oom_sentinel.bisect.verdict import Ok, Oom, Skip, Threshold, Timeout
-from oom_sentinel.bisect.workspace import Workspace
-from oom_sentinel.daemon.comfy_api import PostResult, RunOutcome
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.search.verdict import Ok, Oom, Skip, Threshold, Timeout
+from oom_sentinel.bisect.state.states import scan_install
+from oom_sentinel.daemon.comfy.api import PostResult, RunOutcome
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.probes.fake_gpu_probe import FakeGpuProbe
+from oom_sentinel.daemon.probes.host import PsutilHostProbe
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 CONTEXT = 312 * MIB  # the stand-in's CUDA context (standin_memory.CUDA_CONTEXT_BYTES)
-BOOTSTRAP = Path(__file__).resolve().parent.parent / "bisect" / "bootstrap.py"
+BOOTSTRAP = Path(__file__).resolve().parent.parent / "bisect" / "measure" / "bootstrap.py"
 
 # ---------------------------------------------------------------------------- pure mapping
 
@@ -406,10 +406,10 @@ def test_ctrl_c_during_a_measurement_kills_the_server(bench, gpu_dir, tmp_path) 
             f"""
             import sys
             from pathlib import Path
-            from oom_sentinel.bisect.replay import Replayer, ReplaySettings
-            from oom_sentinel.bisect.workspace import Workspace
-            from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
-            from oom_sentinel.daemon.host_probe import PsutilHostProbe
+            from oom_sentinel.bisect.measure.replay import Replayer, ReplaySettings
+            from oom_sentinel.bisect.measure.workspace import Workspace
+            from oom_sentinel.daemon.probes.fake_gpu_probe import FakeGpuProbe
+            from oom_sentinel.daemon.probes.host import PsutilHostProbe
             ws = Workspace.open(Path({str(bench["ws"].root)!r}))
             rep = Replayer(ws, ReplaySettings(python=sys.executable,
                            env={{"OOM_SENTINEL_FAKE_GPU": {str(gpu_dir)!r}}}),
@@ -642,7 +642,7 @@ def _spawn_group(code: str) -> subprocess.Popen[bytes]:
 
 def test_stop_says_whether_its_own_sigkill_ended_the_server() -> None:
     """Only an escalation to SIGKILL makes a -9 exit the harness's own doing."""
-    from oom_sentinel.bisect.replay import _stop
+    from oom_sentinel.bisect.measure.replay import _stop
 
     polite = _spawn_group("import time; time.sleep(60)")
     assert _stop(polite, grace_s=5) is False

@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from oom_sentinel.bisect.replay import (
+from oom_sentinel.bisect.measure.replay import (
     JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
     REPLAY_RECORD,
     JobExtendedLimits,
@@ -126,7 +126,7 @@ def test_every_replay_of_a_parallel_round_dies_with_oom_bisect(tmp_path: Path) -
     # oom-bisect mid-round must take all three down (they are forked by the spawner thread)
     from test_bisect_e2e import GIB, make_install, vram_workflow
 
-    from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+    from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
     inst = make_install(tmp_path)
     FakeGpuDir(tmp_path / "gpu").create([FakeDevice(i, f"GPU {i}", 4 * GIB) for i in range(3)])
@@ -183,7 +183,8 @@ def test_every_replay_of_a_parallel_round_dies_with_oom_bisect(tmp_path: Path) -
 SPAWN_FROM_A_THREAD = textwrap.dedent(
     """
     import sys, threading, time
-    from oom_sentinel.bisect import procutil, replay
+    from oom_sentinel.bisect.measure import procutil
+    from oom_sentinel.bisect.measure import replay
     out = {}
     def ask():
         out["proc"] = replay._spawner.popen(
@@ -284,7 +285,7 @@ def test_a_recycled_pid_or_a_live_owner_is_never_killed(tmp_path: Path) -> None:
 
 def test_a_resume_kills_the_server_an_earlier_run_left(tmp_path: Path) -> None:
     """``Session.open`` (what a resume and ``status`` do) cleans up after a dead oom-bisect."""
-    from oom_sentinel.bisect.session import BisectPaths, Session
+    from oom_sentinel.bisect.session.files import BisectPaths, Session
 
     paths = BisectPaths(tmp_path / "bisect", tmp_path / "outcomes")
     (paths.session).mkdir(parents=True)

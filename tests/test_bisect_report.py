@@ -14,8 +14,9 @@ from bisect_git import make_install
 from bisect_oracle import Oracle
 from rich.console import Console
 
-from oom_sentinel.bisect.plan import Culprit, Error, Found
-from oom_sentinel.bisect.report import (
+from oom_sentinel.bisect.search.plan import Culprit, Error, Found
+from oom_sentinel.bisect.session.files import BisectPaths, begin
+from oom_sentinel.bisect.session.report import (
     attach_to_snapshot,
     build_report,
     culprit_details,
@@ -25,10 +26,9 @@ from oom_sentinel.bisect.report import (
     result_of,
     write_reports,
 )
-from oom_sentinel.bisect.runner import Runner
-from oom_sentinel.bisect.session import BisectPaths, begin
-from oom_sentinel.bisect.states import scan_install
-from oom_sentinel.daemon.bisect_results import latest_report
+from oom_sentinel.bisect.session.runner import Runner
+from oom_sentinel.bisect.state.states import scan_install
+from oom_sentinel.daemon.incidents.bisect_results import latest_report
 
 PROMPT = {"1": {"class_type": "AllocateVRAM", "inputs": {"mib": 1000}}}
 NODE_BAD = 7
@@ -198,7 +198,7 @@ def test_reports_attach_to_a_snapshot_without_touching_its_files(finished, tmp_p
 def test_a_failed_attachment_leaves_nothing_behind(tmp_path, monkeypatch) -> None:
     snap = tmp_path / "snap"
     snap.mkdir()
-    import oom_sentinel.bisect.report as rep
+    import oom_sentinel.bisect.session.report as rep
 
     def boom(path: Path, data: bytes, mode: int = 0o600) -> None:
         raise OSError(28, "No space left on device")

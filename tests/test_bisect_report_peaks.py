@@ -15,13 +15,13 @@ import pytest
 from bisect_git import make_install
 from rich.console import Console
 
-from oom_sentinel.bisect.plan import Found
-from oom_sentinel.bisect.replay import Measurement, Peaks
-from oom_sentinel.bisect.report import build_report, render_html, render_terminal
-from oom_sentinel.bisect.runner import Runner
-from oom_sentinel.bisect.session import BisectPaths, begin
-from oom_sentinel.bisect.states import State, scan_install
-from oom_sentinel.bisect.verdict import Ok, Oom, Threshold
+from oom_sentinel.bisect.measure.replay import Measurement, Peaks
+from oom_sentinel.bisect.search.plan import Found
+from oom_sentinel.bisect.search.verdict import Ok, Oom, Threshold
+from oom_sentinel.bisect.session.files import BisectPaths, begin
+from oom_sentinel.bisect.session.report import build_report, render_html, render_terminal
+from oom_sentinel.bisect.session.runner import Runner
+from oom_sentinel.bisect.state.states import State, scan_install
 
 MIB = 1024 * 1024
 GOOD_MIB = 2232  # 2.18 GiB

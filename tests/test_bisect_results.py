@@ -17,27 +17,27 @@ import pytest
 import snapshot_samples as samples
 from webhook_receiver import Receiver, serve
 
-from oom_sentinel.bisect.report import attach_to_snapshot
+from oom_sentinel.bisect.session.report import attach_to_snapshot
 from oom_sentinel.config.settings import Settings, parse_settings
-from oom_sentinel.daemon.advice import Advice
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.bisect_results import latest_report
-from oom_sentinel.daemon.notifiers import AppriseChannel
-from oom_sentinel.daemon.regression import BISECT_ADVICE_KEY, SUMMARY_SUFFIX
-from oom_sentinel.daemon.snapshot import (
+from oom_sentinel.daemon.alerts.dispatch import AlertDispatcher
+from oom_sentinel.daemon.alerts.notifiers import AppriseChannel
+from oom_sentinel.daemon.classify.advice import Advice
+from oom_sentinel.daemon.incidents.bisect_results import latest_report
+from oom_sentinel.daemon.incidents.regression import BISECT_ADVICE_KEY, SUMMARY_SUFFIX
+from oom_sentinel.daemon.incidents.snapshot import (
     SNAPSHOT_ID_PLACEHOLDER,
     SnapshotRef,
     snapshots_dir,
     write_snapshot,
 )
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.store.db import Store
 
 CORE_BAD = "c" * 40
 NODE_BAD = "d" * 40
 
 
 def report(result: str = "found", **extra: Any) -> dict[str, Any]:
-    """A report as bisect/report.py's build_report shapes it (the fields the daemon reads)."""
+    """A report as bisect/session/report.py's build_report shapes it (the fields the daemon reads)."""
     culprits = [
         {
             "repo": "comfyui",
@@ -256,7 +256,7 @@ def test_an_old_report_found_at_start_is_not_news(tmp_path: Path, age_s: float) 
 
 def test_the_bisect_reports_own_delta_line_is_the_one_shown(tmp_path: Path) -> None:
     """The daemon shows the line the bisect wrote (``delta_text``), not a figure of its own."""
-    from oom_sentinel.bisect.report import delta_text
+    from oom_sentinel.bisect.session.report import delta_text
 
     doc = report()
     first = doc["culprits"][0]
@@ -272,8 +272,8 @@ def test_the_bisect_reports_own_delta_line_is_the_one_shown(tmp_path: Path) -> N
 
 
 def test_the_snapshot_answer_names_the_nodes_whose_peak_rose(tmp_path: Path) -> None:
-    """A report's ``nodes_text`` (bisect/node_peaks.py) reaches the daemon's answer line."""
-    from oom_sentinel.bisect.node_peaks import culprit_nodes, nodes_text
+    """A report's ``nodes_text`` (bisect/measure/node_peaks.py) reaches the daemon's answer line."""
+    from oom_sentinel.bisect.measure.node_peaks import culprit_nodes, nodes_text
 
     doc = report()
     first = doc["culprits"][0]
@@ -290,7 +290,7 @@ def test_the_snapshot_answer_names_the_nodes_whose_peak_rose(tmp_path: Path) -> 
     assert answer.to_json()["culprits"][0]["nodes"] == answer.culprits[0].nodes
 
 
-# -- the report's model (daemon/bisect_report_model.py) -----------------------------------------
+# -- the report's model (daemon/incidents/bisect_report_model.py) -----------------------------------------
 
 
 def test_a_report_of_an_older_or_newer_bisect_reads_with_defaults(tmp_path: Path) -> None:
@@ -319,7 +319,7 @@ def test_a_report_with_a_field_of_another_type_is_not_read(tmp_path: Path) -> No
 
 
 def test_the_bisect_refuses_to_write_a_report_its_model_does_not_match(tmp_path: Path) -> None:
-    from oom_sentinel.bisect.report import write_reports
+    from oom_sentinel.bisect.session.report import write_reports
 
     doc = report()
     doc["measurements"] = "nine"

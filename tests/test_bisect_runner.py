@@ -10,11 +10,11 @@ import pytest
 from bisect_git import install_snapshot, make_install
 from bisect_oracle import Oracle
 
-from oom_sentinel.bisect.plan import Culprit, Error, Found, OnlySkippedLeft
-from oom_sentinel.bisect.runner import Runner, read_measurements
-from oom_sentinel.bisect.session import BisectPaths, Session, begin, reset_paths
-from oom_sentinel.bisect.states import scan_install
-from oom_sentinel.bisect.verdict import Verdict
+from oom_sentinel.bisect.search.plan import Culprit, Error, Found, OnlySkippedLeft
+from oom_sentinel.bisect.search.verdict import Verdict
+from oom_sentinel.bisect.session.files import BisectPaths, Session, begin, reset_paths
+from oom_sentinel.bisect.session.runner import Runner, read_measurements
+from oom_sentinel.bisect.state.states import scan_install
 
 PROMPT = {"1": {"class_type": "AllocateVRAM", "inputs": {"mib": 1000}}}
 FIRST_BAD = 17
@@ -122,8 +122,8 @@ def test_skips_lead_to_an_honest_list_of_candidates(paths, inst) -> None:
 
 
 def test_runs_that_prove_nothing_end_as_a_skip_not_a_loop(paths, inst) -> None:
-    from oom_sentinel.bisect.replay import Measurement, Peaks
-    from oom_sentinel.bisect.verdict import Ok
+    from oom_sentinel.bisect.measure.replay import Measurement, Peaks
+    from oom_sentinel.bisect.search.verdict import Ok
 
     sess = start(paths, inst)
     calls = []
@@ -138,7 +138,7 @@ def test_runs_that_prove_nothing_end_as_a_skip_not_a_loop(paths, inst) -> None:
 
 
 def test_a_pool_limits_the_threshold_but_an_oom_stays_bad(paths, inst) -> None:
-    from oom_sentinel.bisect.runner import effective_threshold
+    from oom_sentinel.bisect.session.runner import effective_threshold
 
     sess = start(paths, inst, extra={"pool": "vram"})
     Runner(sess, core_oracle(inst), PROMPT).run(max_steps=1)  # the good endpoint

@@ -12,8 +12,19 @@ from pathlib import Path
 import pytest
 from bisect_git import install_snapshot, make_install
 
-from oom_sentinel.bisect.plan import Culprit, Found, Test
-from oom_sentinel.bisect.session import (
+from oom_sentinel.bisect.measure.workspace import Workspace
+from oom_sentinel.bisect.search.plan import Culprit, Found, Test
+from oom_sentinel.bisect.search.verdict import (
+    Ok,
+    Oom,
+    Outcome,
+    Skip,
+    Terms,
+    Threshold,
+    Timeout,
+    Verdict,
+)
+from oom_sentinel.bisect.session.files import (
     BisectPaths,
     OutcomeCache,
     Session,
@@ -22,10 +33,14 @@ from oom_sentinel.bisect.session import (
     parse_log,
     reset_paths,
 )
-from oom_sentinel.bisect.states import State, scan_install
-from oom_sentinel.bisect.verdict import Ok, Oom, Outcome, Skip, Terms, Threshold, Timeout, Verdict
-from oom_sentinel.bisect.workspace import Workspace
-from oom_sentinel.daemon.errors import BadRef, BisectError, ConfigError, InputError, NotBisecting
+from oom_sentinel.bisect.state.states import State, scan_install
+from oom_sentinel.daemon.core.errors import (
+    BadRef,
+    BisectError,
+    ConfigError,
+    InputError,
+    NotBisecting,
+)
 
 MIB = 1024 * 1024
 PROMPT = {"1": {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512}}}
@@ -61,7 +76,7 @@ def core_oracle(inst, first_bad: int) -> Callable[[State], list[Outcome]]:
 
 def drive(sess: Session, measure: Callable[[State], list[Outcome]], limit: int = 100) -> int:
     """What the front end does per step (minus starting ComfyUI): expected, measure, record."""
-    from oom_sentinel.bisect.verdict import decide
+    from oom_sentinel.bisect.search.verdict import decide
 
     for n in range(limit):
         step = sess.next_step()
@@ -416,7 +431,7 @@ def test_reset_removes_workspace_and_session_and_leaves_the_user_repos_alone(pat
 
 
 def test_an_interrupted_reset_keeps_started_and_can_be_run_again(paths, inst, monkeypatch) -> None:
-    import oom_sentinel.bisect.session as session_mod
+    import oom_sentinel.bisect.session.files as session_mod
 
     start(paths, inst)
     real = session_mod.remove_tree
@@ -453,7 +468,7 @@ def test_another_process_holding_the_session_blocks_changes(paths, inst) -> None
             sys.executable,
             "-c",
             "import sys; from pathlib import Path;"
-            "from oom_sentinel.bisect.fsutil import FileLock;"
+            "from oom_sentinel.bisect.session.fsutil import FileLock;"
             "l = FileLock(Path(sys.argv[1]), 'x'); l.acquire(); print('held', flush=True);"
             "sys.stdin.read()",
             str(paths.lock),

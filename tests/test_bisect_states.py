@@ -10,7 +10,7 @@ import pytest
 import yaml
 from bisect_git import BASE_TS, build_history, git, install_snapshot, make_install, node_history
 
-from oom_sentinel.bisect.states import (
+from oom_sentinel.bisect.state.states import (
     ABSENT,
     DISABLED,
     INSTALLED,
@@ -24,9 +24,9 @@ from oom_sentinel.bisect.states import (
     split_state_arg,
     state_at_reflog,
 )
-from oom_sentinel.daemon.errors import BadRef, InputError
-from oom_sentinel.daemon.install_state import url_key
-from oom_sentinel.daemon.reflog import ReflogEntry, history_from_entries
+from oom_sentinel.daemon.core.errors import BadRef, InputError
+from oom_sentinel.daemon.install.reflog import ReflogEntry, history_from_entries
+from oom_sentinel.daemon.install.state import url_key
 
 H = "a" * 40
 H2 = "b" * 40
@@ -354,7 +354,7 @@ def test_an_abbreviated_manager_hash_resolves_in_the_node_repo(inst, tmp_path: P
 
 
 def _fake_install(tmp_path: Path):
-    from oom_sentinel.bisect.states import Install, NodeInstall
+    from oom_sentinel.bisect.state.states import Install, NodeInstall
 
     nodes = tuple(
         NodeInstall(n, tmp_path / n, "git", False, head=h)
@@ -440,8 +440,8 @@ def test_before_last_update_from_real_reflogs(updated_install) -> None:
     assert s.node("node_b") == inst.nodes["node_b"][7]  # the install as it was then
     assert s.node("node_c") == c[-1]
     # exactly what `oom-sentinel states history` calls the state before the last update
-    from oom_sentinel.bisect.states import state_from_install_state
-    from oom_sentinel.daemon.reflog import import_install_history, last_update
+    from oom_sentinel.bisect.state.states import state_from_install_state
+    from oom_sentinel.daemon.install.reflog import import_install_history, last_update
 
     found = last_update(import_install_history(inst.root))
     assert found is not None
@@ -511,7 +511,7 @@ def test_candidates_follow_first_parents_so_a_merged_branch_is_one_step(tmp_path
            \\      /
             b1 - b2              topic, merged at M
     """
-    from oom_sentinel.bisect.gitrepo import commit_info, first_parent_range, is_ancestor
+    from oom_sentinel.bisect.state.gitrepo import commit_info, first_parent_range, is_ancestor
 
     repo = tmp_path / "r"
     c0, c1 = build_history(repo, [("c0", {"f": "0"}), ("c1", {"f": "1"})])

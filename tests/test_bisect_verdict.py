@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.bisect.verdict import (
+from oom_sentinel.bisect.search.verdict import (
     Ok,
     Oom,
     Outcome,
@@ -21,7 +21,7 @@ from oom_sentinel.bisect.verdict import (
     median_peaks,
     threshold_from_good,
 )
-from oom_sentinel.daemon.errors import ConfigError
+from oom_sentinel.daemon.core.errors import ConfigError
 
 GIB = 1024**3
 THR = Threshold(vram_bytes=10 * GIB, ram_bytes=20 * GIB)

@@ -24,17 +24,17 @@ import pytest
 import yaml
 from bisect_git import git, install_snapshot, make_install
 
-from oom_sentinel.bisect.cli_args_filter import (
+from oom_sentinel.bisect.measure.flags import (
     ISOLATION_FLAGS,
     ArgSpec,
     filter_flags,
     parse_cli_args,
     split_flags,
 )
-from oom_sentinel.bisect.fsutil import FileLock
-from oom_sentinel.bisect.states import ABSENT, DISABLED, INSTALLED, State, scan_install
-from oom_sentinel.bisect.workspace import Workspace, free_port, remove_workspace
-from oom_sentinel.daemon.errors import BisectError
+from oom_sentinel.bisect.measure.workspace import Workspace, free_port, remove_workspace
+from oom_sentinel.bisect.session.fsutil import FileLock
+from oom_sentinel.bisect.state.states import ABSENT, DISABLED, INSTALLED, State, scan_install
+from oom_sentinel.daemon.core.errors import BisectError
 
 N_CORE = 30
 
@@ -233,8 +233,8 @@ SWITCHER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from oom_sentinel.bisect.states import State, scan_install
-    from oom_sentinel.bisect.workspace import Workspace
+    from oom_sentinel.bisect.state.states import State, scan_install
+    from oom_sentinel.bisect.measure.workspace import Workspace
 
     root, user, states_file = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     states = [State.from_json(s) for s in json.loads(Path(states_file).read_text())]

@@ -113,8 +113,8 @@ def test_the_daemon_reads_a_utf16_log(tmp_path: Path) -> None:
 
 
 def test_utf16_lines_are_cut_at_aligned_newlines_across_any_chunking() -> None:
-    from oom_sentinel.daemon.logtail import LineSplitter
-    from oom_sentinel.daemon.textenc import detect_encoding
+    from oom_sentinel.daemon.logs.tail import LineSplitter
+    from oom_sentinel.daemon.logs.textenc import detect_encoding
 
     lines = ["\ufeffone", "zwei \u0a0a", "three"]  # U+0A0A holds the bytes of "\n\n"
     data = "\r\n".join(lines).encode("utf-16-le") + "\r\n".encode("utf-16-le")

@@ -16,7 +16,7 @@ import pytest
 from corpus_score import hash_split, load_cases, score, split_of
 
 from oom_sentinel.daemon.classify import Finding, iter_findings, scan_stream
-from oom_sentinel.daemon.events import MERGED_FIELDS, Backend, Pool
+from oom_sentinel.daemon.classify.events import MERGED_FIELDS, Backend, Pool
 
 CORPUS = Path(__file__).parent / "corpus"
 ALL_CASES: list[dict[str, Any]] = tomllib.loads(

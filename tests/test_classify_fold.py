@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from oom_sentinel.daemon.classify import iter_findings
-from oom_sentinel.daemon.classify.fold import _combine
-from oom_sentinel.daemon.events import (
+from oom_sentinel.daemon.classify.events import (
     MERGED_FIELDS,
     Backend,
     OomEvent,
@@ -18,6 +17,7 @@ from oom_sentinel.daemon.events import (
     Pool,
     unknown,
 )
+from oom_sentinel.daemon.classify.fold import _combine
 
 #: a known value for each field type OomEvent's facts have (a new type fails loudly here)
 _KNOWN = {

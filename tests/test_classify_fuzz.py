@@ -22,9 +22,9 @@ from oom_sentinel.daemon.classify import (
     rules,
     scan_stream,
 )
-from oom_sentinel.daemon.events import OomEvent
-from oom_sentinel.daemon.logformat import split_prefix, strip_prefix
-from oom_sentinel.daemon.records import RecordAssembler
+from oom_sentinel.daemon.classify.events import OomEvent
+from oom_sentinel.daemon.logs.prefix import split_prefix, strip_prefix
+from oom_sentinel.daemon.logs.records import RecordAssembler
 
 CORPUS = Path(__file__).parent / "corpus"
 _CORPUS_LINES = sorted(

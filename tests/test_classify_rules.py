@@ -16,7 +16,7 @@ from oom_sentinel.daemon.classify import (
     iter_findings,
     scan_stream,
 )
-from oom_sentinel.daemon.events import Backend, OomEvent, Pool
+from oom_sentinel.daemon.classify.events import Backend, OomEvent, Pool
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 

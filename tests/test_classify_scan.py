@@ -24,7 +24,7 @@ from oom_sentinel.daemon.classify import (
     iter_findings,
     scan_stream,
 )
-from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
+from oom_sentinel.daemon.cli.diagnose import open_log, scan_log
 
 CORPUS = Path(__file__).parent / "corpus"
 CORPUS_TEXTS = [p.read_bytes() for p in sorted(CORPUS.glob("*.txt"))]

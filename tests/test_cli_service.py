@@ -20,7 +20,7 @@ import pytest
 from fake_comfy_install import make_install
 
 from oom_sentinel.config.settings import Settings
-from oom_sentinel.daemon.cli_service import (
+from oom_sentinel.daemon.cli.service import (
     entry_point,
     render_unit,
     systemd_quote,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import snapshot_samples as samples
 
-from oom_sentinel.daemon.events import Pool
-from oom_sentinel.daemon.snapshot import SnapshotRef, snapshots_dir, write_snapshot
-from oom_sentinel.daemon.store import DB_NAME, IncidentRow, Store
+from oom_sentinel.daemon.classify.events import Pool
+from oom_sentinel.daemon.incidents.snapshot import SnapshotRef, snapshots_dir, write_snapshot
+from oom_sentinel.daemon.store.db import DB_NAME, IncidentRow, Store
 
 
 def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner, Result
 from install_builder import Install, build_install, commit_files, git
 
-from oom_sentinel.daemon.cli import main
-from oom_sentinel.daemon.errors import EXIT_INPUT
-from oom_sentinel.daemon.manager_snapshots import read_manager_snapshot, read_state_file
+from oom_sentinel.daemon.cli.main import main
+from oom_sentinel.daemon.core.errors import EXIT_INPUT
+from oom_sentinel.daemon.install.manager_snapshots import read_manager_snapshot, read_state_file
 
 CORE = "0123456789abcdef0123456789abcdef01234567"
 FOO = "89abcdef0123456789abcdef0123456789abcdef"

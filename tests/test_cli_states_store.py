@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner, Result
 from install_builder import Install, build_install, commit_files, git
 
-from oom_sentinel.daemon.cli import main
-from oom_sentinel.daemon.errors import EXIT_INPUT
-from oom_sentinel.daemon.install_state import InstallState, capture_install
-from oom_sentinel.daemon.state_history import record_capture, record_observation
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.cli.main import main
+from oom_sentinel.daemon.core.errors import EXIT_INPUT
+from oom_sentinel.daemon.install.history import record_capture, record_observation
+from oom_sentinel.daemon.install.state import InstallState, capture_install
+from oom_sentinel.daemon.store.db import Store
 
 
 def run(*args: str) -> Result:

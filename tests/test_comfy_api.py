@@ -13,15 +13,15 @@ import aiohttp
 import pytest
 from standin_proc import StandinProcess, start_standin
 
-from oom_sentinel.bisect.workspace import free_port
-from oom_sentinel.daemon.comfy_api import (
+from oom_sentinel.bisect.measure.workspace import free_port
+from oom_sentinel.daemon.comfy.api import (
     ComfyClient,
     HistoryEntry,
     PostResult,
     QueueItem,
     SystemStats,
 )
-from oom_sentinel.daemon.errors import ComfyError
+from oom_sentinel.daemon.core.errors import ComfyError
 
 T = TypeVar("T")
 

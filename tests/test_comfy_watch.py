@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 import pytest
 from standin_proc import StandinProcess, start_standin
 
-from oom_sentinel.daemon.comfy_api import HistoryEntry
-from oom_sentinel.daemon.comfy_watch import (
+from oom_sentinel.daemon.classify.events import Pool
+from oom_sentinel.daemon.comfy.api import HistoryEntry
+from oom_sentinel.daemon.comfy.watch import (
     ApiContext,
     ApiStatus,
     ComfyWatcher,
@@ -29,8 +30,7 @@ from oom_sentinel.daemon.comfy_watch import (
     logs_tail,
     next_backoff_s,
 )
-from oom_sentinel.daemon.events import Pool
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 MIB = 1024 * 1024
 M = TypeVar("M")

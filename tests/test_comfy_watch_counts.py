@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from oom_sentinel.daemon.comfy_api import HistoryEntry, QueueState
-from oom_sentinel.daemon.comfy_watch import PromptDone, WatchOptions, _InstanceWatch
+from oom_sentinel.daemon.comfy.api import HistoryEntry, QueueState
+from oom_sentinel.daemon.comfy.watch import PromptDone, WatchOptions, _InstanceWatch
 
 PROMPT = {"1": {"class_type": "EmptyImage", "inputs": {}}}
 

@@ -33,9 +33,9 @@ from daemon_harness import Daemon, kernel_kill_lines, load_snapshot_json, snapsh
 from standin_proc import start_standin
 from test_comfy_watch import Inbox
 
-from oom_sentinel.bisect.workspace import free_port
-from oom_sentinel.daemon.comfy_watch import ApiStatus, ComfyWatcher, PromptDone, PromptStarted
-from oom_sentinel.daemon.events import Pool
+from oom_sentinel.bisect.measure.workspace import free_port
+from oom_sentinel.daemon.classify.events import Pool
+from oom_sentinel.daemon.comfy.watch import ApiStatus, ComfyWatcher, PromptDone, PromptStarted
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -16,7 +16,7 @@ from oom_sentinel.config.settings import (
     load_settings,
     parse_settings,
 )
-from oom_sentinel.daemon.errors import ConfigError
+from oom_sentinel.daemon.core.errors import ConfigError
 
 
 def _all_keys(model: type, prefix: str = "") -> set[str]:

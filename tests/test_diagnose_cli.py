@@ -111,7 +111,7 @@ def test_json_over_the_whole_corpus_matches_every_label(
 def test_exit_status_is_one_exactly_when_a_failure_is_found(case: dict[str, Any]) -> None:
     from click.testing import CliRunner
 
-    from oom_sentinel.daemon.cli import main
+    from oom_sentinel.daemon.cli.main import main
 
     result = CliRunner().invoke(main, ["diagnose", str(CORPUS / case["file"])])
     failures = [e for e in case.get("event", []) if not e["recovered"]]

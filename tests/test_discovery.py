@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from fake_comfy_install import make_install, start_comfy, stop
 
-from oom_sentinel.daemon.discovery import (
+from oom_sentinel.daemon.comfy.discovery import (
     DESKTOP_DEFAULT_PORT,
     describe_install,
     desktop_dirs,
     discover_instances,
     manager_log_paths,
 )
-from oom_sentinel.daemon.processes import (
+from oom_sentinel.daemon.comfy.processes import (
     ComfyProcess,
     comfy_process_from,
     find_comfy_processes,

@@ -13,7 +13,7 @@ from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
 from standin_proc import start_standin
 from test_watch_e2e import config, make_install, one_node, post, wait_api_up, wait_run
 
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 pytestmark = pytest.mark.timeout(240)
 

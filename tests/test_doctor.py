@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from oom_sentinel.daemon import doctor
-from oom_sentinel.daemon.discovery import DiscoveredInstance
-from oom_sentinel.daemon.doctor import (
+from oom_sentinel.daemon.comfy.discovery import DiscoveredInstance
+from oom_sentinel.daemon.comfy.processes import ComfyProcess, comfy_process_from, parse_launch_flags
+from oom_sentinel.daemon.doctor import checks as doctor
+from oom_sentinel.daemon.doctor.checks import (
     DoctorFacts,
     Finding,
     GpuState,
@@ -39,8 +40,7 @@ from oom_sentinel.daemon.doctor import (
     report_json,
     torch_wheel_index,
 )
-from oom_sentinel.daemon.probes import GpuDeviceSample, GpuProcessSample, HostSample
-from oom_sentinel.daemon.processes import ComfyProcess, comfy_process_from, parse_launch_flags
+from oom_sentinel.daemon.probes.base import GpuDeviceSample, GpuProcessSample, HostSample
 
 GIB = 1024**3
 MIB = 1024**2

@@ -23,8 +23,11 @@ import snapshot_samples as samples
 from torch_venv import TORCH_VERSION
 
 from oom_sentinel.config.settings import InstanceSettings, Settings
-from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install
-from oom_sentinel.daemon.doctor_collect import (
+from oom_sentinel.daemon.classify.events import Pool
+from oom_sentinel.daemon.comfy.discovery import DiscoveredInstance, describe_install
+from oom_sentinel.daemon.comfy.processes import ComfyProcess, comfy_process_from
+from oom_sentinel.daemon.core.errors import ConfigError
+from oom_sentinel.daemon.doctor.collect import (
     TORCH_PROBE_MARKER,
     DoctorOptions,
     _in_thread,
@@ -36,11 +39,8 @@ from oom_sentinel.daemon.doctor_collect import (
     read_incidents,
     resolve_target,
 )
-from oom_sentinel.daemon.errors import ConfigError
-from oom_sentinel.daemon.events import Pool
-from oom_sentinel.daemon.processes import ComfyProcess, comfy_process_from
-from oom_sentinel.daemon.regression import RegressionVerdict
-from oom_sentinel.daemon.snapshot import InstanceInfo, snapshots_dir, write_snapshot
+from oom_sentinel.daemon.incidents.regression import RegressionVerdict
+from oom_sentinel.daemon.incidents.snapshot import InstanceInfo, snapshots_dir, write_snapshot
 
 GIB = 1024**3
 

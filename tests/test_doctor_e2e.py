@@ -22,9 +22,14 @@ import pytest
 import snapshot_samples as samples
 from fake_comfy_install import make_install, start_comfy, stop
 
-from oom_sentinel.bisect.workspace import free_port
-from oom_sentinel.daemon.fake_gpu import ENV_FAKE_GPU, FakeDevice, FakeGpuDir, FakeProcessUsage
-from oom_sentinel.daemon.snapshot import InstanceInfo, snapshots_dir, write_snapshot
+from oom_sentinel.bisect.measure.workspace import free_port
+from oom_sentinel.daemon.incidents.snapshot import InstanceInfo, snapshots_dir, write_snapshot
+from oom_sentinel.daemon.probes.fake_gpu import (
+    ENV_FAKE_GPU,
+    FakeDevice,
+    FakeGpuDir,
+    FakeProcessUsage,
+)
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX processes and paths")
 

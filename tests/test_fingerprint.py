@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from oom_sentinel.daemon.fingerprint import canonical_json, fingerprint, workflow_hash
+from oom_sentinel.daemon.comfy.prompt_fingerprint import canonical_json, fingerprint, workflow_hash
 
 HERE = Path(__file__).parent / "workflows"
 OBJECT_INFO = json.loads((HERE / "object_info.json").read_text())

@@ -18,9 +18,11 @@ from daemon_harness import Daemon, append, cuda_oom_record, noise_lines, snapsho
 from s3_server import aws_env, free_port, s3_server
 
 from oom_sentinel.config.settings import FleetSettings, Settings
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.alert_outbox import PENDING, SENT
-from oom_sentinel.daemon.bucket import (
+from oom_sentinel.daemon.alerts.dispatch import AlertDispatcher
+from oom_sentinel.daemon.alerts.notifiers import LogChannel
+from oom_sentinel.daemon.alerts.outbox import PENDING, SENT
+from oom_sentinel.daemon.cli.main import main
+from oom_sentinel.daemon.fleet.bucket import (
     UPLOAD_KIND,
     Bucket,
     BucketChannel,
@@ -28,10 +30,8 @@ from oom_sentinel.daemon.bucket import (
     BucketUrl,
     upload_item,
 )
-from oom_sentinel.daemon.cli import main
-from oom_sentinel.daemon.notifiers import LogChannel
-from oom_sentinel.daemon.snapshot import SnapshotRef, write_snapshot
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.incidents.snapshot import SnapshotRef, write_snapshot
+from oom_sentinel.daemon.store.db import Store
 
 BUCKET = "gpu-farm"
 URL = f"s3://{BUCKET}/oom"
@@ -280,7 +280,7 @@ def test_the_bucket_url_needs_no_credentials_in_it() -> None:
     assert BucketUrl.parse("s3://b/a/b/") == BucketUrl("b", "a/b")
     assert str(BucketUrl.parse("s3://b")) == "s3://b"
     from oom_sentinel.config.settings import parse_settings
-    from oom_sentinel.daemon.errors import ConfigError
+    from oom_sentinel.daemon.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:
         parse_settings({"fleet": {"bucket_url": "s3://KEY:SECRET@b/x"}}, "config.toml")
@@ -332,7 +332,7 @@ def test_the_daemon_uploads_each_snapshot_even_across_a_restart(
 
 def replace_unsafe(snap: Path) -> str:
     """The instance part of the key: the snapshot's instance name, made key-safe."""
-    from oom_sentinel.daemon.snapshot import _sanitize
+    from oom_sentinel.daemon.incidents.snapshot import _sanitize
 
     data = json.loads((snap / "snapshot.json").read_text())
     return _sanitize(data["instance"]["name"] or "unknown", 64)

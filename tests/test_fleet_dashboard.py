@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from prom_series import ScrapeRecorder
 
 from oom_sentinel.config.settings import MetricsSettings
-from oom_sentinel.daemon.cli import main
-from oom_sentinel.daemon.cli_fleet import DASHBOARD_FILE
-from oom_sentinel.daemon.metrics import MetricsExporter
-from oom_sentinel.daemon.notifiers import SendResult
+from oom_sentinel.daemon.alerts.notifiers import SendResult
+from oom_sentinel.daemon.cli.fleet import DASHBOARD_FILE
+from oom_sentinel.daemon.cli.main import main
+from oom_sentinel.daemon.fleet.metrics import MetricsExporter
 
 GIB = 1024**3
 #: what a person picks in the dashboard's variables, and Grafana's built-in intervals

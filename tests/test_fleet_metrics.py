@@ -17,9 +17,9 @@ import snapshot_samples as samples
 from prometheus_client.parser import text_string_to_metric_families
 
 from oom_sentinel.config.settings import FleetSettings, MetricsSettings, parse_settings
-from oom_sentinel.daemon.errors import ConfigError
-from oom_sentinel.daemon.metrics import MetricsExporter
-from oom_sentinel.daemon.probes import GpuProcessSample, MemorySample, ProcessTreeSample
+from oom_sentinel.daemon.core.errors import ConfigError
+from oom_sentinel.daemon.fleet.metrics import MetricsExporter
+from oom_sentinel.daemon.probes.base import GpuProcessSample, MemorySample, ProcessTreeSample
 
 TOKEN = "f" * 40
 

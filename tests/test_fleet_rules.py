@@ -19,10 +19,10 @@ from click.testing import CliRunner
 from prom_series import ScrapeRecorder
 
 from oom_sentinel.config.settings import MetricsSettings
-from oom_sentinel.daemon.cli import main
-from oom_sentinel.daemon.cli_fleet import RULES_FILE
-from oom_sentinel.daemon.metrics import MetricsExporter
-from oom_sentinel.daemon.probes import (
+from oom_sentinel.daemon.cli.fleet import RULES_FILE
+from oom_sentinel.daemon.cli.main import main
+from oom_sentinel.daemon.fleet.metrics import MetricsExporter
+from oom_sentinel.daemon.probes.base import (
     GpuDeviceSample,
     GpuProcessSample,
     HostSample,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from oom_sentinel.daemon.gitread import git_dirs, read_head, remote_urls
-from oom_sentinel.daemon.install_state import git_head, normalize_remote_url
+from oom_sentinel.daemon.core.gitread import git_dirs, read_head, remote_urls
+from oom_sentinel.daemon.install.state import git_head, normalize_remote_url
 
 ENV = {
     "GIT_AUTHOR_NAME": "t",

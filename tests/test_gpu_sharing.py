@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from oom_sentinel.daemon.advice import advise
-from oom_sentinel.daemon.doctor import DoctorFacts, GpuState, check_second_instance
-from oom_sentinel.daemon.events import Backend, OomEvent, Pool
-from oom_sentinel.daemon.probes import GpuDeviceSample, GpuProcessSample
-from oom_sentinel.daemon.process_watch import process_section
-from oom_sentinel.daemon.processes import ComfyProcess, comfy_process_from, shares_gpu
+from oom_sentinel.daemon.classify.advice import advise
+from oom_sentinel.daemon.classify.events import Backend, OomEvent, Pool
+from oom_sentinel.daemon.comfy.process_watch import process_section
+from oom_sentinel.daemon.comfy.processes import ComfyProcess, comfy_process_from, shares_gpu
+from oom_sentinel.daemon.doctor.checks import DoctorFacts, GpuState, check_second_instance
+from oom_sentinel.daemon.probes.base import GpuDeviceSample, GpuProcessSample
 from oom_sentinel.daemon.service.assembly import advice_context
 
 GIB = 1024**3

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from oom_sentinel.daemon.heap import release_free_heap
+from oom_sentinel.daemon.core.heap import release_free_heap
 
 
 def _rss_kib() -> int:

@@ -17,7 +17,7 @@ from daemon_harness import Daemon, wait_for
 from fake_comfy_install import make_install, start_comfy, stop
 
 from oom_sentinel.config.settings import APP_NAME, SYSTEM_CONFIG, config_search_path
-from oom_sentinel.daemon.processes import PROCESS_SCOPE_ENV, find_comfy_processes
+from oom_sentinel.daemon.comfy.processes import PROCESS_SCOPE_ENV, find_comfy_processes
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -33,39 +33,39 @@ IO_LIBRARIES = frozenset({"psutil", "subprocess", "sqlite3", "aiohttp"})
 
 #: Modules that hold pure logic (their docstrings say so): none imports an I/O library itself.
 PURE = (
-    "oom_sentinel.bisect.plan",
-    "oom_sentinel.bisect.verdict",
-    "oom_sentinel.bisect.device",
-    "oom_sentinel.bisect.fit_candidates",
-    "oom_sentinel.bisect.cli_args_filter",
-    "oom_sentinel.bisect.ui_to_api",
+    "oom_sentinel.bisect.search.plan",
+    "oom_sentinel.bisect.search.verdict",
+    "oom_sentinel.bisect.measure.device",
+    "oom_sentinel.bisect.fit.candidates",
+    "oom_sentinel.bisect.measure.flags",
+    "oom_sentinel.bisect.workflow.ui_to_api",
     "oom_sentinel.daemon.classify",
     "oom_sentinel.daemon.classify.rules",
     "oom_sentinel.daemon.classify.fold",
     "oom_sentinel.daemon.classify.prefilter",
     "oom_sentinel.daemon.classify.scan",
-    "oom_sentinel.daemon.incidents",
-    "oom_sentinel.daemon.alerts",
-    "oom_sentinel.daemon.alert_format",
-    "oom_sentinel.daemon.advice",
-    "oom_sentinel.daemon.events",
-    "oom_sentinel.daemon.units",
-    "oom_sentinel.daemon.redact",
-    "oom_sentinel.daemon.textenc",
-    "oom_sentinel.daemon.fingerprint",
-    "oom_sentinel.daemon.doctor",
-    "oom_sentinel.daemon.discovery",
+    "oom_sentinel.daemon.incidents.tracker",
+    "oom_sentinel.daemon.alerts.policy",
+    "oom_sentinel.daemon.alerts.format",
+    "oom_sentinel.daemon.classify.advice",
+    "oom_sentinel.daemon.classify.events",
+    "oom_sentinel.daemon.core.units",
+    "oom_sentinel.daemon.core.redact",
+    "oom_sentinel.daemon.logs.textenc",
+    "oom_sentinel.daemon.comfy.prompt_fingerprint",
+    "oom_sentinel.daemon.doctor.checks",
+    "oom_sentinel.daemon.comfy.discovery",
 )
 #: Pure modules that, today, reach an I/O library through a module they take types from;
 #: the rest must not load one at import time either.
 PURE_BUT_IMPORTS_IO = {
     # State comes from bisect.states, which reads git (daemon.gitread runs git)
-    "oom_sentinel.bisect.plan": "bisect.states -> daemon.gitread",
+    "oom_sentinel.bisect.search.plan": "bisect.states -> daemon.gitread",
     # InterpreterFacts lives in daemon.interpreter, next to the probe that runs ComfyUI's python
-    "oom_sentinel.bisect.device": "daemon.interpreter",
+    "oom_sentinel.bisect.measure.device": "daemon.interpreter",
     # ComfyProcess / LaunchFlags live in daemon.processes, next to the psutil scan
-    "oom_sentinel.daemon.doctor": "daemon.processes",
-    "oom_sentinel.daemon.discovery": "daemon.processes",
+    "oom_sentinel.daemon.doctor.checks": "daemon.processes",
+    "oom_sentinel.daemon.comfy.discovery": "daemon.processes",
 }
 
 
@@ -257,22 +257,22 @@ def test_checker_finds_a_bisect_import_hidden_in_the_daemon(tmp_path: Path) -> N
         tmp_path,
         {
             "daemon/ok.py": "import json\nfrom oom_sentinel.daemon import units\n",
-            "daemon/late.py": "def f():\n    from oom_sentinel.bisect.plan import Plan\n",
+            "daemon/late.py": "def f():\n    from oom_sentinel.bisect.search.plan import Plan\n",
             "daemon/typed.py": (
                 "from typing import TYPE_CHECKING\n"
                 "if TYPE_CHECKING:\n    from oom_sentinel import bisect\n"
             ),
             "daemon/dyn.py": (
-                "import importlib\nm = importlib.import_module('oom_sentinel.bisect.cli')\n"
+                "import importlib\nm = importlib.import_module('oom_sentinel.bisect.cli.main')\n"
             ),
-            "daemon/sub/rel.py": "from ...bisect import verdict\n",
+            "daemon/sub/rel.py": "from ...bisect.search import verdict\n",
         },
     )
     found = bisect_imports_in_daemon(root)
     assert sorted(found) == [
-        "oom_sentinel.daemon.dyn (daemon/dyn.py:2) imports oom_sentinel.bisect.cli",
-        "oom_sentinel.daemon.late (daemon/late.py:2) imports oom_sentinel.bisect.plan.Plan",
-        "oom_sentinel.daemon.sub.rel (daemon/sub/rel.py:1) imports oom_sentinel.bisect.verdict",
+        "oom_sentinel.daemon.dyn (daemon/dyn.py:2) imports oom_sentinel.bisect.cli.main",
+        "oom_sentinel.daemon.late (daemon/late.py:2) imports oom_sentinel.bisect.search.plan.Plan",
+        "oom_sentinel.daemon.sub.rel (daemon/sub/rel.py:1) imports oom_sentinel.bisect.search.verdict",
         "oom_sentinel.daemon.typed (daemon/typed.py:3) imports oom_sentinel.bisect",
     ]
 

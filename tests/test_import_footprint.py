@@ -10,13 +10,13 @@ import sys
 
 import click
 
-from oom_sentinel.daemon.cli import LAZY_COMMANDS, main
+from oom_sentinel.daemon.cli.main import LAZY_COMMANDS, main
 
 #: the daemon's own code path: the CLI group, the ``run`` command, the service it starts
 PROBE = """
 import json, sys
 import click
-from oom_sentinel.daemon.cli import main
+from oom_sentinel.daemon.cli.main import main
 ctx = click.Context(main)
 main.get_command(ctx, "run")
 import oom_sentinel.daemon.service.wiring
@@ -31,19 +31,19 @@ NOT_AT_START = (
     "prometheus_client",
     "yaml",
     "ahocorasick_rs",
-    "oom_sentinel.daemon.cli_doctor",
-    "oom_sentinel.daemon.cli_states",
-    "oom_sentinel.daemon.cli_service",
-    "oom_sentinel.daemon.cli_snapshots",
-    "oom_sentinel.daemon.doctor",
-    "oom_sentinel.daemon.metrics",
+    "oom_sentinel.daemon.cli.doctor",
+    "oom_sentinel.daemon.cli.states",
+    "oom_sentinel.daemon.cli.service",
+    "oom_sentinel.daemon.cli.snapshots",
+    "oom_sentinel.daemon.doctor.checks",
+    "oom_sentinel.daemon.fleet.metrics",
     # [fleet]: the farm listener, the bucket (boto3 loads on the first upload, only when
     # bucket_url is set) and the rules/dashboard printer
     "boto3",
     "botocore",
-    "oom_sentinel.daemon.metrics_server",
-    "oom_sentinel.daemon.bucket",
-    "oom_sentinel.daemon.cli_fleet",
+    "oom_sentinel.daemon.fleet.metrics_server",
+    "oom_sentinel.daemon.fleet.bucket",
+    "oom_sentinel.daemon.cli.fleet",
     "oom_sentinel.bisect",
 )
 
@@ -68,7 +68,7 @@ def test_every_lazy_command_resolves_to_a_command_of_that_name() -> None:
 
 
 def test_an_unknown_command_is_a_usage_error_not_an_import() -> None:
-    code = "from oom_sentinel.daemon.cli import main; main()"
+    code = "from oom_sentinel.daemon.cli.main import main; main()"
     done = subprocess.run(
         [sys.executable, "-c", code, "no-such-command"],
         capture_output=True,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from oom_sentinel.config.settings import Settings
-from oom_sentinel.daemon.events import MERGED_FIELDS, Backend, OomEvent, OtherProcess, Pool
-from oom_sentinel.daemon.incidents import (
+from oom_sentinel.daemon.classify.events import MERGED_FIELDS, Backend, OomEvent, OtherProcess, Pool
+from oom_sentinel.daemon.incidents.tracker import (
     Action,
     CloseIncident,
     CountSoftOom,

@@ -17,9 +17,18 @@ import pytest
 import yaml
 from bisect_git import build_history, core_history, git, node_history, tree_snapshot
 
-from oom_sentinel.bisect.states import ABSENT, DISABLED, INSTALLED, resolve_state, scan_install
-from oom_sentinel.daemon.install_state import capture_install, url_key
-from oom_sentinel.daemon.manager_snapshots import read_manager_snapshot, resolve_unknown_commits
+from oom_sentinel.bisect.state.states import (
+    ABSENT,
+    DISABLED,
+    INSTALLED,
+    resolve_state,
+    scan_install,
+)
+from oom_sentinel.daemon.install.manager_snapshots import (
+    read_manager_snapshot,
+    resolve_unknown_commits,
+)
+from oom_sentinel.daemon.install.state import capture_install, url_key
 
 # folder -> (remote as the user cloned it in HTTPS form, the same repo in SSH form)
 PACKS = {

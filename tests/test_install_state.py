@@ -17,8 +17,9 @@ from install_builder import (
     tree_fingerprint,
 )
 
-from oom_sentinel.daemon.errors import InputError
-from oom_sentinel.daemon.install_state import (
+from oom_sentinel.daemon.comfy.interpreter import InterpreterFacts
+from oom_sentinel.daemon.core.errors import InputError
+from oom_sentinel.daemon.install.state import (
     CoreState,
     CustomNode,
     InstallState,
@@ -31,7 +32,6 @@ from oom_sentinel.daemon.install_state import (
     validate_node_name,
     watch_paths,
 )
-from oom_sentinel.daemon.interpreter import InterpreterFacts
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +243,7 @@ def test_content_hash_ignores_bytecode_and_changes_with_source(tmp_path: Path) -
 
 
 def test_content_hash_of_big_files_uses_size_only(tmp_path: Path) -> None:
-    from oom_sentinel.daemon.install_state import CONTENT_HASH_FULL_LIMIT_BYTES
+    from oom_sentinel.daemon.install.state import CONTENT_HASH_FULL_LIMIT_BYTES
 
     pack = tmp_path / "pack"
     pack.mkdir()

@@ -20,8 +20,7 @@ import psutil
 import pytest
 from torch_venv import TORCH_VERSION
 
-from oom_sentinel.daemon.errors import ProbeError
-from oom_sentinel.daemon.interpreter import (
+from oom_sentinel.daemon.comfy.interpreter import (
     FACTS_MARKER,
     GpuFacts,
     InterpreterFacts,
@@ -32,6 +31,7 @@ from oom_sentinel.daemon.interpreter import (
     probe_interpreter,
     redact_url_credentials,
 )
+from oom_sentinel.daemon.core.errors import ProbeError
 
 # ---------------------------------------------------------------------------------------------
 # Finding the interpreter

@@ -39,7 +39,7 @@ import pytest
 from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
 from webhook_receiver import Receiver
 
-from oom_sentinel.bisect.workspace import free_port
+from oom_sentinel.bisect.measure.workspace import free_port
 
 pytestmark = [pytest.mark.real_comfyui, pytest.mark.slow, pytest.mark.timeout(1500)]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import oom_sentinel.daemon.kernel_oom as kernel_oom_module
-from oom_sentinel.daemon.kernel_oom import (
+import oom_sentinel.daemon.kernel.oom as kernel_oom_module
+from oom_sentinel.daemon.kernel.oom import (
     CgroupPaths,
     KernelOomLine,
     LiveReadings,

@@ -37,7 +37,7 @@ def test_stdlib_bisect_and_random_import_from_repo_root() -> None:
 
 
 def test_namespace_imports() -> None:
-    import oom_sentinel.bisect.cli
+    import oom_sentinel.bisect.cli.main
     import oom_sentinel.config.settings
-    import oom_sentinel.daemon.cli
+    import oom_sentinel.daemon.cli.main
     import oom_sentinel.windows_service.paths  # noqa: F401

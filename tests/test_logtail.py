@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from logtail_helpers import append, copy_truncate, manager_rotate
 
-from oom_sentinel.daemon import logtail
-from oom_sentinel.daemon.cursors import FileCursor, MemoryOffsetStore
-from oom_sentinel.daemon.errors import StoreError
-from oom_sentinel.daemon.logtail import (
+from oom_sentinel.daemon.core.errors import StoreError
+from oom_sentinel.daemon.logs import tail as logtail
+from oom_sentinel.daemon.logs.cursors import FileCursor, MemoryOffsetStore
+from oom_sentinel.daemon.logs.tail import (
     FINGERPRINT_BYTES,
     LineSplitter,
     LogFollower,

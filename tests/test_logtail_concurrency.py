@@ -10,8 +10,8 @@ from pathlib import Path
 
 from logtail_helpers import append, manager_rotate
 
-from oom_sentinel.daemon.cursors import MemoryOffsetStore
-from oom_sentinel.daemon.logtail import LogLine, LogTailManager
+from oom_sentinel.daemon.logs.cursors import MemoryOffsetStore
+from oom_sentinel.daemon.logs.tail import LogLine, LogTailManager
 
 LINES = 3000
 ROTATE_EVERY = 500

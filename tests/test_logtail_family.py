@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oom_sentinel.daemon.logfamily import (
+from oom_sentinel.daemon.logs.family import (
     RotatedName,
     RotationFamily,
     manager_log_families,

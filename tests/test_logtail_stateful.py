@@ -31,8 +31,8 @@ from hypothesis.stateful import (
 )
 from logtail_helpers import append, copy_truncate, manager_rotate
 
-from oom_sentinel.daemon.cursors import MemoryOffsetStore
-from oom_sentinel.daemon.logtail import LogFollower, LogLine
+from oom_sentinel.daemon.logs.cursors import MemoryOffsetStore
+from oom_sentinel.daemon.logs.tail import LogFollower, LogLine
 
 
 class FollowedLog(RuleBasedStateMachine):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from logtail_helpers import append, manager_rotate
 
-from oom_sentinel.daemon.cursors import MemoryOffsetStore
-from oom_sentinel.daemon.logtail import LogTailManager
+from oom_sentinel.daemon.logs.cursors import MemoryOffsetStore
+from oom_sentinel.daemon.logs.tail import LogTailManager
 
 #: Far longer than any wait below: a wait that returns True was woken by a hint.
 NEVER_MS = 3_600_000
@@ -110,7 +110,7 @@ def test_observer_is_restarted_after_it_stopped(
     observer.stop()
     observer.join()
     assert manager.wake_backend == "poll"
-    with caplog.at_level(logging.WARNING, logger="oom_sentinel.daemon.logtail"):
+    with caplog.at_level(logging.WARNING, logger="oom_sentinel.daemon.logs.tail"):
         manager.poll()
     assert manager.wake_backend.startswith("watchdog ")
     assert any("starting a new one" in r.getMessage() for r in caplog.records)
@@ -147,7 +147,7 @@ def test_startup_logs_which_backend_is_active(
         caplog.clear()
         tails = LogTailManager(MemoryOffsetStore(), use_observer=use_observer)
         tails.add(tmp_path / "comfyui.log")
-        with caplog.at_level(logging.INFO, logger="oom_sentinel.daemon.logtail"), tails:
+        with caplog.at_level(logging.INFO, logger="oom_sentinel.daemon.logs.tail"), tails:
             pass
         lines = [r.getMessage() for r in caplog.records if "log follower" in r.getMessage()]
         assert len(lines) == 1

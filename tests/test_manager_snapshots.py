@@ -13,9 +13,8 @@ import pytest
 import yaml
 from install_builder import Install, build_install
 
-from oom_sentinel.daemon.errors import InputError
-from oom_sentinel.daemon.install_state import InstallState, capture_install
-from oom_sentinel.daemon.manager_snapshots import (
+from oom_sentinel.daemon.core.errors import InputError
+from oom_sentinel.daemon.install.manager_snapshots import (
     find_manager_snapshots,
     manager_states,
     parse_manager_snapshot,
@@ -26,6 +25,7 @@ from oom_sentinel.daemon.manager_snapshots import (
     to_manager_snapshot,
     write_manager_snapshot,
 )
+from oom_sentinel.daemon.install.state import InstallState, capture_install
 
 CORE = "0123456789abcdef0123456789abcdef01234567"
 FOO = "89abcdef0123456789abcdef0123456789abcdef"

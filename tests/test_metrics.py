@@ -9,10 +9,10 @@ import snapshot_samples as samples
 from prometheus_client.parser import text_string_to_metric_families
 
 from oom_sentinel.config.settings import MetricsSettings, parse_settings
-from oom_sentinel.daemon.errors import ConfigError
-from oom_sentinel.daemon.metrics import MetricsError, MetricsExporter
-from oom_sentinel.daemon.notifiers import SendResult
-from oom_sentinel.daemon.probes import GpuDeviceSample, MemorySample
+from oom_sentinel.daemon.alerts.notifiers import SendResult
+from oom_sentinel.daemon.core.errors import ConfigError
+from oom_sentinel.daemon.fleet.metrics import MetricsError, MetricsExporter
+from oom_sentinel.daemon.probes.base import GpuDeviceSample, MemorySample
 
 GIB = 1024**3
 

@@ -14,9 +14,9 @@ from standin_proc import start_standin
 from test_watch_e2e import make_install
 from webhook_receiver import Receiver
 
-from oom_sentinel.bisect.workspace import free_port
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.notifiers import url_channel_id
+from oom_sentinel.bisect.measure.workspace import free_port
+from oom_sentinel.daemon.alerts.notifiers import url_channel_id
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -88,8 +88,8 @@ def test_the_running_daemon_records_prompt_alert_and_worker_metrics(tmp_path) ->
         assert value(m, "oom_sentinel_prompts_total", instance=instance, outcome="success") == 1
         assert value(m, "oom_sentinel_prompt_duration_seconds_count", instance=instance) == 2
         # the peaks of the runs table: what the timeline measured (the fake GPU showed both)
-        from oom_sentinel.daemon.runs import list_runs
-        from oom_sentinel.daemon.store import Store
+        from oom_sentinel.daemon.store.db import Store
+        from oom_sentinel.daemon.store.runs import list_runs
 
         store = Store.open_existing(daemon.data_dir)
         assert store is not None

@@ -16,7 +16,7 @@ from daemon_harness import Daemon, snapshot_dirs, wait_for
 from standin_proc import start_standin
 from webhook_receiver import Receiver
 
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -14,12 +14,10 @@ from typing import Any
 import pytest
 from webhook_receiver import serve
 
-from oom_sentinel.bisect.workspace import free_port
+from oom_sentinel.bisect.measure.workspace import free_port
 from oom_sentinel.config.settings import Settings, parse_settings
-from oom_sentinel.daemon.alert_format import sample_alert
-from oom_sentinel.daemon.alerts import Alert
-from oom_sentinel.daemon.errors import ConfigError
-from oom_sentinel.daemon.notifiers import (
+from oom_sentinel.daemon.alerts.format import sample_alert
+from oom_sentinel.daemon.alerts.notifiers import (
     AppriseChannel,
     EventLogChannel,
     FeedChannel,
@@ -30,6 +28,8 @@ from oom_sentinel.daemon.notifiers import (
     read_feed,
     send_all,
 )
+from oom_sentinel.daemon.alerts.policy import Alert
+from oom_sentinel.daemon.core.errors import ConfigError
 
 PASSWORD = "s3cr3tPassw0rd"
 SEGMENT = "SEEKRITpathTOKEN42"

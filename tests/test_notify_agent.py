@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from oom_sentinel.daemon.alerts import Alert
-from oom_sentinel.daemon.notifiers import FeedChannel
-from oom_sentinel.daemon.notify_agent import (
+from oom_sentinel.daemon.alerts.notifiers import FeedChannel
+from oom_sentinel.daemon.alerts.notify_agent import (
     FeedEntry,
     FeedWatcher,
     default_feed_paths,
     run_agent,
     session_bus_problem,
 )
+from oom_sentinel.daemon.alerts.policy import Alert
 
 HERE = Path(__file__).parent
 T0 = 1_800_000_000.0
@@ -161,7 +161,7 @@ def test_session_bus_problem(tmp_path: Path) -> None:
 
 
 def _agent(env: dict[str, str], *args: str, pre: str = "") -> subprocess.CompletedProcess[str]:
-    code = pre + "from oom_sentinel.daemon.cli import main; main()"
+    code = pre + "from oom_sentinel.daemon.cli.main import main; main()"
     return subprocess.run(
         [sys.executable, "-c", code, "notify-agent", *args],
         capture_output=True,

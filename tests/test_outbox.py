@@ -15,21 +15,21 @@ import pytest
 import snapshot_samples as samples
 from webhook_receiver import Receiver, serve
 
-from oom_sentinel.bisect.workspace import free_port
+from oom_sentinel.bisect.measure.workspace import free_port
 from oom_sentinel.config.settings import Settings, parse_settings
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.alert_outbox import Outbox, OutboxSender, RetryPolicy
-from oom_sentinel.daemon.alerts import Alert
-from oom_sentinel.daemon.incidents import (
+from oom_sentinel.daemon.alerts.dispatch import AlertDispatcher
+from oom_sentinel.daemon.alerts.notifiers import AppriseChannel, LogChannel
+from oom_sentinel.daemon.alerts.outbox import Outbox, OutboxSender, RetryPolicy
+from oom_sentinel.daemon.alerts.policy import Alert
+from oom_sentinel.daemon.incidents.snapshot import write_snapshot
+from oom_sentinel.daemon.incidents.tracker import (
     CloseIncident,
     CountSoftOom,
     IncidentTracker,
     Observation,
     WriteSnapshot,
 )
-from oom_sentinel.daemon.notifiers import AppriseChannel, LogChannel
-from oom_sentinel.daemon.snapshot import write_snapshot
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.store.db import Store
 
 T0 = 1_800_000_000.0
 SECRET = "t0pSecretHookToken"

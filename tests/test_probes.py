@@ -20,11 +20,17 @@ from fake_pynvml import FakeDevice as NvmlDevice
 from fake_pynvml import FakeNvml
 
 from oom_sentinel.config.settings import GpuSettings
-from oom_sentinel.daemon.errors import ConfigError
-from oom_sentinel.daemon.fake_gpu import ENV_FAKE_GPU, FakeDevice, FakeGpuDir, FakeProcessUsage
-from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
-from oom_sentinel.daemon.gpu_select import NullGpuProbe, select_gpu_probe
-from oom_sentinel.daemon.host_probe import (
+from oom_sentinel.daemon.core.errors import ConfigError
+from oom_sentinel.daemon.probes.base import GpuDeviceSample, GpuProbe, GpuProcessSample
+from oom_sentinel.daemon.probes.fake_gpu import (
+    ENV_FAKE_GPU,
+    FakeDevice,
+    FakeGpuDir,
+    FakeProcessUsage,
+)
+from oom_sentinel.daemon.probes.fake_gpu_probe import FakeGpuProbe
+from oom_sentinel.daemon.probes.gpu_select import NullGpuProbe, select_gpu_probe
+from oom_sentinel.daemon.probes.host import (
     ProcessIdentity,
     ProcessNameCache,
     PsutilHostProbe,
@@ -33,8 +39,7 @@ from oom_sentinel.daemon.host_probe import (
     parse_children_file,
     parse_status_kib,
 )
-from oom_sentinel.daemon.nvml_probe import NvmlGpuProbe
-from oom_sentinel.daemon.probes import GpuDeviceSample, GpuProbe, GpuProcessSample
+from oom_sentinel.daemon.probes.nvml import NvmlGpuProbe
 
 GiB = 1024**3
 MiB = 1024**2
@@ -88,7 +93,7 @@ def check_gpu_probe_contract(probe: GpuProbe) -> None:
 GPU_USER = textwrap.dedent(
     """
     import os, sys, time
-    from oom_sentinel.daemon.fake_gpu import FakeGpuDir, FakeProcessUsage
+    from oom_sentinel.daemon.probes.fake_gpu import FakeGpuDir, FakeProcessUsage
     d = FakeGpuDir(sys.argv[1])
     used = int(sys.argv[2])
     d.report(FakeProcessUsage(os.getpid(), "python", int(sys.argv[3]), used, used))

@@ -20,7 +20,7 @@ import pynvml as real
 import pytest
 from fake_pynvml import FakeDevice, FakeNvml, GiB, MiB
 
-from oom_sentinel.daemon.nvml_probe import NOT_AVAILABLE, NvmlGpuProbe, describe_nvml_failure
+from oom_sentinel.daemon.probes.nvml import NOT_AVAILABLE, NvmlGpuProbe, describe_nvml_failure
 
 
 class Clock:
@@ -35,7 +35,7 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name.endswith("nvml_probe") and r.levelno >= logging.WARNING
+        if r.name.endswith("probes.nvml") and r.levelno >= logging.WARNING
     ]
 
 

@@ -20,16 +20,8 @@ from pathlib import Path
 import pytest
 from fake_comfy_install import make_install, start_comfy, stop
 
-from oom_sentinel.daemon.events import Pool
-from oom_sentinel.daemon.kernel_oom import (
-    KillEvidence,
-    ProcessDeath,
-    SourceReport,
-    SystemRoots,
-    evidence_gaps,
-)
-from oom_sentinel.daemon.probes import GpuProcessSample, HostSample, MemorySample
-from oom_sentinel.daemon.process_watch import (
+from oom_sentinel.daemon.classify.events import Pool
+from oom_sentinel.daemon.comfy.process_watch import (
     ProcessExit,
     ProcessWatcher,
     death_from_status,
@@ -41,7 +33,19 @@ from oom_sentinel.daemon.process_watch import (
     parse_stat_exit,
     process_section,
 )
-from oom_sentinel.daemon.processes import ComfyProcess, comfy_process_from, find_comfy_processes
+from oom_sentinel.daemon.comfy.processes import (
+    ComfyProcess,
+    comfy_process_from,
+    find_comfy_processes,
+)
+from oom_sentinel.daemon.kernel.oom import (
+    KillEvidence,
+    ProcessDeath,
+    SourceReport,
+    SystemRoots,
+    evidence_gaps,
+)
+from oom_sentinel.daemon.probes.base import GpuProcessSample, HostSample, MemorySample
 
 STATUSES = {"saw-kill", "no-kill", "unreadable", "unavailable"}
 

@@ -10,10 +10,7 @@ from pathlib import Path
 import pytest
 from fake_comfy_install import make_install, start_comfy, stop
 
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir, FakeProcessUsage
-from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
-from oom_sentinel.daemon.probes import GpuProcessSample
-from oom_sentinel.daemon.processes import (
+from oom_sentinel.daemon.comfy.processes import (
     ComfyProcess,
     LaunchFlags,
     comfy_process_from,
@@ -28,6 +25,9 @@ from oom_sentinel.daemon.processes import (
     split_python_command,
     still_running,
 )
+from oom_sentinel.daemon.probes.base import GpuProcessSample
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir, FakeProcessUsage
+from oom_sentinel.daemon.probes.fake_gpu_probe import FakeGpuProbe
 
 GiB = 1024**3
 

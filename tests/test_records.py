@@ -8,8 +8,8 @@ import tracemalloc
 import pytest
 
 from oom_sentinel.daemon.classify import scan_stream
-from oom_sentinel.daemon.logformat import split_prefix, strip_prefix
-from oom_sentinel.daemon.records import Record, RecordAssembler
+from oom_sentinel.daemon.logs.prefix import split_prefix, strip_prefix
+from oom_sentinel.daemon.logs.records import Record, RecordAssembler
 
 # -- prefixes -------------------------------------------------------------------------------------
 

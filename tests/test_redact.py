@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.daemon.redact import REDACTED, is_secret_name, redact, redact_text
+from oom_sentinel.daemon.core.redact import REDACTED, is_secret_name, redact, redact_text
 
 HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
 GHP = "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"

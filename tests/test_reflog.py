@@ -10,14 +10,7 @@ from pathlib import Path
 import pytest
 from install_builder import Install, build_install, commit_files, git
 
-from oom_sentinel.daemon.install_state import (
-    CORE_REPO,
-    CoreState,
-    CustomNode,
-    InstallState,
-    capture_install,
-)
-from oom_sentinel.daemon.reflog import (
+from oom_sentinel.daemon.install.reflog import (
     HeadMove,
     ReflogEntry,
     RepoHistory,
@@ -29,6 +22,13 @@ from oom_sentinel.daemon.reflog import (
     read_repo_history,
     state_before_last,
     states_over_time,
+)
+from oom_sentinel.daemon.install.state import (
+    CORE_REPO,
+    CoreState,
+    CustomNode,
+    InstallState,
+    capture_install,
 )
 
 A, B, C, D = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)

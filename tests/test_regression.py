@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import snapshot_samples as samples
 
-from oom_sentinel.daemon.install_state import CoreState, CustomNode, InstallState
-from oom_sentinel.daemon.regression import (
+from oom_sentinel.daemon.incidents.regression import (
     BISECT_ADVICE_KEY,
     GoodRun,
     RegressionVerdict,
@@ -19,8 +18,13 @@ from oom_sentinel.daemon.regression import (
     good_run_from_record,
     same_code_state,
 )
-from oom_sentinel.daemon.runs import RunRecord
-from oom_sentinel.daemon.snapshot import SNAPSHOT_ID_PLACEHOLDER, load_snapshot, write_snapshot
+from oom_sentinel.daemon.incidents.snapshot import (
+    SNAPSHOT_ID_PLACEHOLDER,
+    load_snapshot,
+    write_snapshot,
+)
+from oom_sentinel.daemon.install.state import CoreState, CustomNode, InstallState
+from oom_sentinel.daemon.store.runs import RunRecord
 
 CORE, NODE_OLD, NODE_NEW = ("c" * 40, "1" * 40, "2" * 40)
 A = InstallState(
@@ -163,7 +167,7 @@ def test_the_full_diff_is_what_the_section_shows() -> None:
     calls: list[tuple[str, str]] = []
 
     def full(a: InstallState, b: InstallState):  # type: ignore[no-untyped-def]
-        from oom_sentinel.daemon.state_diff import diff_states
+        from oom_sentinel.daemon.install.diff import diff_states
 
         calls.append((a.state_id, b.state_id))
         return diff_states(a, b)

@@ -31,13 +31,13 @@ from standin_proc import StandinProcess, start_standin
 from standin_repos import BuiltRepo, build_core_repo, build_node_repo
 from webhook_receiver import Receiver
 
-from oom_sentinel.bisect.workspace import free_port
-from oom_sentinel.daemon.install_state import InstallState
-from oom_sentinel.daemon.regression import BISECT_ADVICE_KEY
-from oom_sentinel.daemon.runs import RunRecord, list_runs
-from oom_sentinel.daemon.snapshot import load_snapshot
-from oom_sentinel.daemon.state_history import list_states, observations
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.bisect.measure.workspace import free_port
+from oom_sentinel.daemon.incidents.regression import BISECT_ADVICE_KEY
+from oom_sentinel.daemon.incidents.snapshot import load_snapshot
+from oom_sentinel.daemon.install.history import list_states, observations
+from oom_sentinel.daemon.install.state import InstallState
+from oom_sentinel.daemon.store.db import Store
+from oom_sentinel.daemon.store.runs import RunRecord, list_runs
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -125,7 +125,7 @@ def user_install(tmp_path: Path) -> Iterator[tuple[Path, BuiltRepo]]:
 
 @pytest.fixture
 def gpu(tmp_path: Path) -> Path:
-    from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+    from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
     root = tmp_path / "gpu"
     FakeGpuDir(root).create([FakeDevice(0, "NVIDIA GeForce RTX 4060", 8192 * MIB)])

@@ -10,17 +10,18 @@ from typing import Any
 
 import pytest
 
-from oom_sentinel.daemon.comfy_watch import PromptDone
-from oom_sentinel.daemon.events import Backend, OomEvent, Pool
-from oom_sentinel.daemon.fingerprint import fingerprint
-from oom_sentinel.daemon.probes import (
+from oom_sentinel.daemon.classify.events import Backend, OomEvent, Pool
+from oom_sentinel.daemon.comfy.prompt_fingerprint import fingerprint
+from oom_sentinel.daemon.comfy.watch import PromptDone
+from oom_sentinel.daemon.probes.base import (
     GpuDeviceSample,
     GpuProcessSample,
     HostSample,
     MemorySample,
     ProcessTreeSample,
 )
-from oom_sentinel.daemon.runs import (
+from oom_sentinel.daemon.store.db import MIGRATIONS, Store
+from oom_sentinel.daemon.store.runs import (
     PeakMemory,
     RunRecord,
     has_run,
@@ -30,7 +31,6 @@ from oom_sentinel.daemon.runs import (
     run_from_done,
     run_outcome,
 )
-from oom_sentinel.daemon.store import MIGRATIONS, Store
 
 MIB = 1024 * 1024
 PID = 4242

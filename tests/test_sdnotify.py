@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from oom_sentinel.daemon.sdnotify import Notifier, watchdog_interval_s
+from oom_sentinel.daemon.service.sdnotify import Notifier, watchdog_interval_s
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from daemon_harness import Daemon, append, cuda_oom_record, snapshot_dirs, wait_
 from standin_proc import start_standin
 from webhook_receiver import Receiver
 
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 pytestmark = pytest.mark.timeout(180)
 MIB = 1024 * 1024

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from oom_sentinel.bisect.workspace import free_port
+from oom_sentinel.bisect.measure.workspace import free_port
 from oom_sentinel.config.settings import load_settings
 from oom_sentinel.daemon.service.wiring import RunOptions, Service
 

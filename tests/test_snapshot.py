@@ -15,9 +15,8 @@ import jsonschema
 import pytest
 import snapshot_samples as samples
 
-from oom_sentinel.daemon.errors import InputError
-from oom_sentinel.daemon.install_state import CoreState, InstallState
-from oom_sentinel.daemon.snapshot import (
+from oom_sentinel.daemon.core.errors import InputError
+from oom_sentinel.daemon.incidents.snapshot import (
     SCHEMA_PATH,
     SnapshotNotFound,
     SnapshotWriteError,
@@ -31,6 +30,7 @@ from oom_sentinel.daemon.snapshot import (
     validate_snapshot_json,
     write_snapshot,
 )
+from oom_sentinel.daemon.install.state import CoreState, InstallState
 
 TESTS = Path(__file__).resolve().parent
 
@@ -180,7 +180,7 @@ CRASHING_WRITER = """
 import os, sys
 sys.path.insert(0, sys.argv[2])
 import snapshot_samples
-from oom_sentinel.daemon import snapshot
+from oom_sentinel.daemon.incidents import snapshot
 snapshot.fsync_dir = lambda path: os.kill(os.getpid(), 9)  # die just before the rename
 snapshot.write_snapshot(sys.argv[1], snapshot_samples.content())
 """

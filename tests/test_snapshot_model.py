@@ -1,4 +1,4 @@
-"""The typed ``snapshot.json`` (daemon/snapshot_model.py): the shipped schema is the models',
+"""The typed ``snapshot.json`` (daemon/incidents/snapshot_model.py): the shipped schema is the models',
 snapshots written before the models load unchanged, a bad field is one line naming the file
 and the field, and a section that does not match is left out rather than losing the incident.
 """
@@ -15,11 +15,11 @@ import pytest
 import snapshot_samples as samples
 from click.testing import CliRunner
 
-from oom_sentinel.bisect.cli import main
-from oom_sentinel.bisect.from_snapshot import read_snapshot_start, snapshot_state
-from oom_sentinel.bisect.states import State
-from oom_sentinel.daemon.errors import EXIT_INPUT, InputError
-from oom_sentinel.daemon.snapshot import (
+from oom_sentinel.bisect.cli.main import main
+from oom_sentinel.bisect.state.from_snapshot import read_snapshot_start, snapshot_state
+from oom_sentinel.bisect.state.states import State
+from oom_sentinel.daemon.core.errors import EXIT_INPUT, InputError
+from oom_sentinel.daemon.incidents.snapshot import (
     build_snapshot_json,
     list_snapshots,
     load_snapshot,
@@ -27,7 +27,7 @@ from oom_sentinel.daemon.snapshot import (
     snapshots_dir,
     write_snapshot,
 )
-from oom_sentinel.daemon.snapshot_model import SCHEMA_FILE, schema_text
+from oom_sentinel.daemon.incidents.snapshot_model import SCHEMA_FILE, schema_text
 
 FIXTURES = Path(__file__).parent / "snapshots_v1"
 V1_ID = "20260102T101113Z_gpu_KSampler"
@@ -49,7 +49,7 @@ def _edit(path: Path, change: Any) -> None:
 
 def test_the_shipped_schema_is_generated_from_the_models() -> None:
     assert SCHEMA_FILE.read_text("utf-8") == schema_text(), (
-        "daemon/snapshot.schema.json is stale: run .venv/bin/python scripts/snapshot_schema.py"
+        "daemon/incidents/snapshot.schema.json is stale: run .venv/bin/python scripts/snapshot_schema.py"
     )
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import snapshot_samples as samples
 
-from oom_sentinel.daemon.retention import plan_prune, prune_snapshots, snapshot_time_s
-from oom_sentinel.daemon.snapshot import write_snapshot
-from oom_sentinel.daemon.store import IncidentRow, Store
+from oom_sentinel.daemon.incidents.retention import plan_prune, prune_snapshots, snapshot_time_s
+from oom_sentinel.daemon.incidents.snapshot import write_snapshot
+from oom_sentinel.daemon.store.db import IncidentRow, Store
 
 DAY = 86400.0
 NOW = 1_800_000_000.0

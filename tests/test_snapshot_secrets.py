@@ -8,9 +8,7 @@ from pathlib import Path
 
 import snapshot_samples as samples
 
-from oom_sentinel.daemon.incidents import Observation
-from oom_sentinel.daemon.probes import GpuProcessSample
-from oom_sentinel.daemon.snapshot import (
+from oom_sentinel.daemon.incidents.snapshot import (
     InstanceInfo,
     SnapshotContent,
     export_snapshot,
@@ -18,6 +16,8 @@ from oom_sentinel.daemon.snapshot import (
     validate_snapshot_json,
     write_snapshot,
 )
+from oom_sentinel.daemon.incidents.tracker import Observation
+from oom_sentinel.daemon.probes.base import GpuProcessSample
 
 # Each value is unique, so finding any part of it on disk means it leaked.
 SECRETS = {

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from standin_proc import StandinProcess, start_standin
 
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir, FakeProcessUsage
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir, FakeProcessUsage
 
 MIB = 1024 * 1024
 

@@ -30,7 +30,7 @@ from standin_repos import (
     repo_fingerprint,
 )
 
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 MIB = 1024 * 1024
 CONTEXT_MIB = 312  # what the fake GPU shows for a process's CUDA context

@@ -8,15 +8,7 @@ import psutil
 import pytest
 from install_builder import Clock, Install, build_install, commit_files, git, repo_fingerprint
 
-from oom_sentinel.daemon.install_state import (
-    CORE_REPO,
-    CoreState,
-    CustomNode,
-    InstallState,
-    capture_install,
-)
-from oom_sentinel.daemon.manager_snapshots import parse_manager_snapshot
-from oom_sentinel.daemon.state_diff import (
+from oom_sentinel.daemon.install.diff import (
     CommitRange,
     PipChange,
     commit_range,
@@ -24,6 +16,14 @@ from oom_sentinel.daemon.state_diff import (
     is_gpu_stack,
     parse_pip_lines,
     repos_for_state,
+)
+from oom_sentinel.daemon.install.manager_snapshots import parse_manager_snapshot
+from oom_sentinel.daemon.install.state import (
+    CORE_REPO,
+    CoreState,
+    CustomNode,
+    InstallState,
+    capture_install,
 )
 
 A, B, C = ("a" * 40, "b" * 40, "c" * 40)

@@ -20,16 +20,8 @@ from install_builder import Install, build_install, commit_files, git
 from standin_repos import build_node_repo
 
 from oom_sentinel.config.settings import InstallStateSettings
-from oom_sentinel.daemon.errors import InputError
-from oom_sentinel.daemon.install_state import (
-    CoreState,
-    CustomNode,
-    InstallState,
-    capture_install,
-)
-from oom_sentinel.daemon.manager_snapshots import manager_states
-from oom_sentinel.daemon.reflog import import_install_history
-from oom_sentinel.daemon.state_history import (
+from oom_sentinel.daemon.core.errors import InputError
+from oom_sentinel.daemon.install.history import (
     InstallStateTracker,
     attribute_run,
     choose_run_as,
@@ -46,7 +38,15 @@ from oom_sentinel.daemon.state_history import (
     state_at,
     state_for_run,
 )
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.install.manager_snapshots import manager_states
+from oom_sentinel.daemon.install.reflog import import_install_history
+from oom_sentinel.daemon.install.state import (
+    CoreState,
+    CustomNode,
+    InstallState,
+    capture_install,
+)
+from oom_sentinel.daemon.store.db import Store
 
 C1, C2, C3 = ("1" * 40, "2" * 40, "3" * 40)
 N1, N2 = ("a" * 40, "b" * 40)

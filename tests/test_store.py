@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from oom_sentinel.daemon import store as store_mod
-from oom_sentinel.daemon.cursors import FileCursor, OffsetStore
-from oom_sentinel.daemon.errors import StoreError
-from oom_sentinel.daemon.events import Backend, OomEvent, Pool
-from oom_sentinel.daemon.incidents import IncidentTracker, Observation, WriteSnapshot
-from oom_sentinel.daemon.store import APPLICATION_ID, DB_NAME, MIGRATIONS, IncidentRow, Store
+from oom_sentinel.daemon.classify.events import Backend, OomEvent, Pool
+from oom_sentinel.daemon.core.errors import StoreError
+from oom_sentinel.daemon.incidents.tracker import IncidentTracker, Observation, WriteSnapshot
+from oom_sentinel.daemon.logs.cursors import FileCursor, OffsetStore
+from oom_sentinel.daemon.store import db as store_mod
+from oom_sentinel.daemon.store.db import APPLICATION_ID, DB_NAME, MIGRATIONS, IncidentRow, Store
 
 
 def row(n: int = 1, **changes: object) -> IncidentRow:
@@ -301,8 +301,8 @@ def test_many_threads_share_one_store(tmp_path: Path) -> None:
 
 CHILD = """
 import os, signal, sys
-from oom_sentinel.daemon.cursors import FileCursor
-from oom_sentinel.daemon.store import IncidentRow, Store
+from oom_sentinel.daemon.logs.cursors import FileCursor
+from oom_sentinel.daemon.store.db import IncidentRow, Store
 store = Store.open(sys.argv[1])
 store.save_incident(IncidentRow("inc-child", "snap-child", "main", "ram", "cpu", None, None,
                                 1.0, 2.0, 1, ("log",), "System RAM exhausted on main", "fp"))
@@ -350,7 +350,7 @@ def test_incidents_from_before_the_records_table_are_not_resumed(tmp_path: Path)
 
 
 def test_records_are_saved_with_their_incident_once_and_go_with_it(tmp_path: Path) -> None:
-    from oom_sentinel.daemon.incidents import FoldedRecord
+    from oom_sentinel.daemon.incidents.tracker import FoldedRecord
 
     first = FoldedRecord("log|0|a", 1, "log", "cuda-oom", 10.0)
     second = FoldedRecord("log|900|b", 2, "log", "cuda-oom", 13.0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from oom_sentinel.config.settings import Settings
-from oom_sentinel.daemon.cli_service import plan_install, templates_dir
+from oom_sentinel.daemon.cli.service import plan_install, templates_dir
 
 UNITS = templates_dir()
 SYSTEM = UNITS / "oom-sentinel.service"

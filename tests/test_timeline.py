@@ -15,18 +15,24 @@ import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from oom_sentinel.config.settings import SamplingSettings
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir, FakeProcessUsage
-from oom_sentinel.daemon.fake_gpu_probe import FakeGpuProbe
-from oom_sentinel.daemon.gpu_select import NullGpuProbe
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
-from oom_sentinel.daemon.probes import (
+from oom_sentinel.daemon.probes.base import (
     GpuDeviceSample,
     GpuProcessSample,
     HostSample,
     MemorySample,
     ProcessTreeSample,
 )
-from oom_sentinel.daemon.timeline import SAMPLER_JOB_ID, Sampler, Timeline, csv_columns, to_csv
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir, FakeProcessUsage
+from oom_sentinel.daemon.probes.fake_gpu_probe import FakeGpuProbe
+from oom_sentinel.daemon.probes.gpu_select import NullGpuProbe
+from oom_sentinel.daemon.probes.host import PsutilHostProbe
+from oom_sentinel.daemon.probes.timeline import (
+    SAMPLER_JOB_ID,
+    Sampler,
+    Timeline,
+    csv_columns,
+    to_csv,
+)
 
 GiB = 1024**3
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.bisect.ui_to_api import ConversionResult, convert, is_ui_workflow
-from oom_sentinel.daemon.errors import InputError
+from oom_sentinel.bisect.workflow.ui_to_api import ConversionResult, convert, is_ui_workflow
+from oom_sentinel.daemon.core.errors import InputError
 
 HERE = Path(__file__).parent / "workflows"
 OBJECT_INFO: dict[str, Any] = json.loads((HERE / "object_info.json").read_text())

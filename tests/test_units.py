@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oom_sentinel.daemon.units import GIB, KIB, MIB, format_bytes, parse_size, size_bytes
+from oom_sentinel.daemon.core.units import GIB, KIB, MIB, format_bytes, parse_size, size_bytes
 
 
 @pytest.mark.parametrize(

@@ -26,10 +26,10 @@ import pytest
 from daemon_harness import Daemon, kernel_kill_lines, load_snapshot_json, snapshot_dirs, wait_for
 from standin_proc import STANDIN_DIR, StandinProcess, start_standin
 
-from oom_sentinel.bisect.workspace import free_port
-from oom_sentinel.daemon.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.runs import RunRecord, list_runs
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.bisect.measure.workspace import free_port
+from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
+from oom_sentinel.daemon.store.db import Store
+from oom_sentinel.daemon.store.runs import RunRecord, list_runs
 
 pytestmark = pytest.mark.timeout(240)
 

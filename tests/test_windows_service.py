@@ -20,8 +20,8 @@ from fake_comfy_install import make_install
 from fake_win32 import SERVICE_RUNNING, SERVICE_STOPPED, Harness, Journal, make_modules
 
 from oom_sentinel.config.settings import LoadedSettings
-from oom_sentinel.daemon.errors import ConfigError
-from oom_sentinel.daemon.snapshot import SnapshotRef
+from oom_sentinel.daemon.core.errors import ConfigError
+from oom_sentinel.daemon.incidents.snapshot import SnapshotRef
 from oom_sentinel.windows_service import win32
 from oom_sentinel.windows_service.paths import (
     desktop_locations,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from oom_sentinel.bisect import workflow as wfmod
-from oom_sentinel.bisect.workflow import LoadedWorkflow, load_workflow
-from oom_sentinel.daemon.errors import EXIT_INPUT, InputError
+from oom_sentinel.bisect.workflow import load as wfmod
+from oom_sentinel.bisect.workflow.load import LoadedWorkflow, load_workflow
+from oom_sentinel.daemon.core.errors import EXIT_INPUT, InputError
 
 HERE = Path(__file__).parent / "workflows"
 OBJECT_INFO = json.loads((HERE / "object_info.json").read_text())

@@ -14,8 +14,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from oom_sentinel.daemon.discovery import DiscoveredInstance, desktop_dirs, discover_instances
-from oom_sentinel.daemon.processes import ComfyProcess
+from oom_sentinel.daemon.comfy.discovery import DiscoveredInstance, desktop_dirs, discover_instances
+from oom_sentinel.daemon.comfy.processes import ComfyProcess
 
 __all__ = [
     "SKIPPED_PROFILES",

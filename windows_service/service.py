@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oom_sentinel.config.settings import LoadedSettings, load_settings
-from oom_sentinel.daemon.errors import EXIT_ERROR, SentinelError
+from oom_sentinel.daemon.core.errors import EXIT_ERROR, SentinelError
 from oom_sentinel.windows_service import win32
 from oom_sentinel.windows_service.paths import service_data_dir
 
 if TYPE_CHECKING:
-    from oom_sentinel.daemon.incidents import Incident
-    from oom_sentinel.daemon.snapshot import SnapshotRef
+    from oom_sentinel.daemon.incidents.snapshot import SnapshotRef
+    from oom_sentinel.daemon.incidents.tracker import Incident
 
 __all__ = [
     "CLASS_STRING",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from oom_sentinel.daemon.errors import SentinelError
+from oom_sentinel.daemon.core.errors import SentinelError
 
 __all__ = ["PyWin32Missing", "Win32Modules", "load", "use"]
 

@@ -15,15 +15,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from oom_sentinel.daemon.classify.events import MERGED_FIELDS, OomEvent, Pool, unknown
 from oom_sentinel.daemon.classify.rules import (
     _classify,
     _Found,
     _is_node_ident,
     pinned_evidence,
 )
-from oom_sentinel.daemon.events import MERGED_FIELDS, OomEvent, Pool, unknown
-from oom_sentinel.daemon.logformat import split_prefix
-from oom_sentinel.daemon.records import Record, RecordAssembler
+from oom_sentinel.daemon.logs.prefix import split_prefix
+from oom_sentinel.daemon.logs.records import Record, RecordAssembler
 
 #: Two events this many lines apart or closer may be one failure seen twice (ComfyUI's
 #: ``!!! Exception`` header and its traceback, the traceback and ``Got an OOM`` after a

@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from oom_sentinel.daemon.events import Backend, OomEvent, OtherProcess, Pool
-from oom_sentinel.daemon.logformat import split_prefix, strip_ansi
-from oom_sentinel.daemon.units import KIB, size_bytes
+from oom_sentinel.daemon.classify.events import Backend, OomEvent, OtherProcess, Pool
+from oom_sentinel.daemon.core.units import KIB, size_bytes
+from oom_sentinel.daemon.logs.prefix import split_prefix, strip_ansi
 
 #: Substrings at least one of which every detectable OOM text contains (see module docstring).
 #: Chosen for the speed of ``bytes.find``: long or upper-case needles skip fastest.

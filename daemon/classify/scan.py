@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from oom_sentinel.daemon.classify.fold import MERGE_GAP_LINES, Finding, _Folder
 from oom_sentinel.daemon.classify.prefilter import DEFAULT_PREFILTER, PREFILTERS, Prefilter
-from oom_sentinel.daemon.records import RecordAssembler
+from oom_sentinel.daemon.logs.records import RecordAssembler
 
 _CHUNK = 4 * 1024 * 1024
 #: a line longer than this is cut (memory stays bounded on a file without newlines)

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oom_sentinel.config.settings import FleetSettings
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.errors import SentinelError, StoreError
-from oom_sentinel.daemon.incidents import (
+from oom_sentinel.daemon.alerts.dispatch import AlertDispatcher
+from oom_sentinel.daemon.core.errors import SentinelError, StoreError
+from oom_sentinel.daemon.incidents.snapshot import SnapshotRef, write_snapshot
+from oom_sentinel.daemon.incidents.tracker import (
     CloseIncident,
     CountSoftOom,
     FoldedRecord,
@@ -27,11 +28,10 @@ from oom_sentinel.daemon.incidents import (
 )
 from oom_sentinel.daemon.service.assembly import SnapshotAssembler
 from oom_sentinel.daemon.service.instances import InstanceRegistry, WatchedInstance
-from oom_sentinel.daemon.snapshot import SnapshotRef, write_snapshot
-from oom_sentinel.daemon.store import IncidentRow, Store
+from oom_sentinel.daemon.store.db import IncidentRow, Store
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
-    from oom_sentinel.daemon.metrics import MetricsExporter
+    from oom_sentinel.daemon.fleet.metrics import MetricsExporter
 
 log = logging.getLogger("oom_sentinel")
 
@@ -237,7 +237,7 @@ class IncidentActions:
     def queue_upload(self, instance: str, snapshot_id: str, path: Path) -> None:
         """[fleet] bucket_url: the finished (redacted) snapshot goes to the bucket, via the
         outbox (retried, kept across restarts)."""
-        from oom_sentinel.daemon.bucket import upload_item
+        from oom_sentinel.daemon.fleet.bucket import upload_item
 
         assert self.alerts is not None
         item = upload_item(

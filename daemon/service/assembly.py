@@ -14,22 +14,27 @@ from typing import Any
 
 import psutil
 
-from oom_sentinel.daemon.advice import AdviceContext, ComfyInstance, GpuProcess, advise
-from oom_sentinel.daemon.incidents import FoldedRecord, Incident
-from oom_sentinel.daemon.probes import GpuProcessSample, MemorySample
-from oom_sentinel.daemon.process_watch import kernel_section, process_section
-from oom_sentinel.daemon.processes import (
+from oom_sentinel.daemon.classify.advice import AdviceContext, ComfyInstance, GpuProcess, advise
+from oom_sentinel.daemon.comfy.process_watch import kernel_section, process_section
+from oom_sentinel.daemon.comfy.processes import (
     ComfyProcess,
     find_comfy_processes,
     other_gpu_processes,
     process_exists,
     shares_gpu,
 )
+from oom_sentinel.daemon.incidents.snapshot import (
+    HostFacts,
+    SnapshotContent,
+    collect_host_facts,
+    iso_utc,
+)
+from oom_sentinel.daemon.incidents.tracker import FoldedRecord, Incident
+from oom_sentinel.daemon.install.history import InstallStateTracker
+from oom_sentinel.daemon.probes.base import GpuProcessSample, MemorySample
+from oom_sentinel.daemon.probes.timeline import Sampler, Timeline, to_csv
 from oom_sentinel.daemon.service.instances import WatchedInstance
 from oom_sentinel.daemon.service.prompts import PromptLifecycle
-from oom_sentinel.daemon.snapshot import HostFacts, SnapshotContent, collect_host_facts, iso_utc
-from oom_sentinel.daemon.state_history import InstallStateTracker
-from oom_sentinel.daemon.timeline import Sampler, Timeline, to_csv
 
 
 def advice_context(

@@ -12,10 +12,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from oom_sentinel.config.settings import Settings
-from oom_sentinel.daemon.discovery import DiscoveredInstance, describe_install, discover_instances
-from oom_sentinel.daemon.errors import ConfigError
-from oom_sentinel.daemon.processes import ComfyProcess, find_comfy_processes, process_for
-from oom_sentinel.daemon.snapshot import InstanceInfo
+from oom_sentinel.daemon.comfy.discovery import (
+    DiscoveredInstance,
+    describe_install,
+    discover_instances,
+)
+from oom_sentinel.daemon.comfy.processes import ComfyProcess, find_comfy_processes, process_for
+from oom_sentinel.daemon.core.errors import ConfigError
+from oom_sentinel.daemon.incidents.snapshot import InstanceInfo
 
 log = logging.getLogger("oom_sentinel")
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from oom_sentinel.daemon.classify import classify_record
-from oom_sentinel.daemon.errors import SentinelError
-from oom_sentinel.daemon.incidents import FoldedRecord, Incident, Observation
-from oom_sentinel.daemon.logtail import LogLine, LogTailManager
-from oom_sentinel.daemon.records import Record, RecordAssembler
+from oom_sentinel.daemon.core.errors import SentinelError
+from oom_sentinel.daemon.incidents.tracker import FoldedRecord, Incident, Observation
+from oom_sentinel.daemon.logs.records import Record, RecordAssembler
+from oom_sentinel.daemon.logs.tail import LogLine, LogTailManager
 
 log = logging.getLogger("oom_sentinel")
 

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from oom_sentinel.daemon.redact import redact_text
+from oom_sentinel.daemon.core.redact import redact_text
 
 log = logging.getLogger("oom_sentinel")
 

@@ -14,21 +14,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oom_sentinel.config.settings import FleetSettings
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.incidents import Incident, IncidentTracker, Observation
-from oom_sentinel.daemon.logtail import LogLine
+from oom_sentinel.daemon.alerts.dispatch import AlertDispatcher
+from oom_sentinel.daemon.incidents.snapshot import SnapshotRef
+from oom_sentinel.daemon.incidents.tracker import Incident, IncidentTracker, Observation
+from oom_sentinel.daemon.install.history import InstallStateTracker
+from oom_sentinel.daemon.logs.tail import LogLine
 from oom_sentinel.daemon.service.actions import IncidentActions
 from oom_sentinel.daemon.service.assembly import SnapshotAssembler
 from oom_sentinel.daemon.service.instances import InstanceRegistry
 from oom_sentinel.daemon.service.logrecords import RECORD_IDLE_S, LogRecords
 from oom_sentinel.daemon.service.prompts import PromptLifecycle
 from oom_sentinel.daemon.service.sources import Sources
-from oom_sentinel.daemon.snapshot import SnapshotRef
-from oom_sentinel.daemon.state_history import InstallStateTracker
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.store.db import Store
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
-    from oom_sentinel.daemon.metrics import MetricsExporter
+    from oom_sentinel.daemon.fleet.metrics import MetricsExporter
 
 
 class Pipeline:

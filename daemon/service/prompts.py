@@ -15,19 +15,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oom_sentinel.daemon.comfy_watch import ApiContext, ApiStatus, PromptDone, PromptStarted
-from oom_sentinel.daemon.errors import SentinelError
-from oom_sentinel.daemon.events import Pool
-from oom_sentinel.daemon.incidents import Incident, IncidentTracker, Observation
-from oom_sentinel.daemon.process_watch import ProcessExit, kill_observation
-from oom_sentinel.daemon.runs import RunRecord, has_run, record_run, run_from_done
+from oom_sentinel.daemon.classify.events import Pool
+from oom_sentinel.daemon.comfy.process_watch import ProcessExit, kill_observation
+from oom_sentinel.daemon.comfy.watch import ApiContext, ApiStatus, PromptDone, PromptStarted
+from oom_sentinel.daemon.core.errors import SentinelError
+from oom_sentinel.daemon.incidents.tracker import Incident, IncidentTracker, Observation
+from oom_sentinel.daemon.install.history import InstallStateTracker
+from oom_sentinel.daemon.probes.timeline import Sampler, Timeline
 from oom_sentinel.daemon.service.instances import InstanceRegistry
-from oom_sentinel.daemon.state_history import InstallStateTracker
-from oom_sentinel.daemon.store import Store
-from oom_sentinel.daemon.timeline import Sampler, Timeline
+from oom_sentinel.daemon.store.db import Store
+from oom_sentinel.daemon.store.runs import RunRecord, has_run, record_run, run_from_done
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
-    from oom_sentinel.daemon.metrics import MetricsExporter
+    from oom_sentinel.daemon.fleet.metrics import MetricsExporter
 
 log = logging.getLogger("oom_sentinel")
 

@@ -10,15 +10,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oom_sentinel.daemon.incidents import IncidentTracker
-from oom_sentinel.daemon.service.actions import IncidentActions
-from oom_sentinel.daemon.snapshot import (
+from oom_sentinel.daemon.incidents.snapshot import (
     Snapshot,
     list_snapshots,
     parse_iso_utc,
     snapshot_records,
 )
-from oom_sentinel.daemon.store import IncidentRow, Store
+from oom_sentinel.daemon.incidents.tracker import IncidentTracker
+from oom_sentinel.daemon.service.actions import IncidentActions
+from oom_sentinel.daemon.store.db import IncidentRow, Store
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
     pass

@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from oom_sentinel.config.settings import LoadedSettings, Settings, load_settings
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.errors import SentinelError
-from oom_sentinel.daemon.incidents import IncidentTracker, TrackerConfig
-from oom_sentinel.daemon.notifiers import AlertChannel, build_channels
+from oom_sentinel.daemon.alerts.dispatch import AlertDispatcher
+from oom_sentinel.daemon.alerts.notifiers import AlertChannel, build_channels
+from oom_sentinel.daemon.core.errors import SentinelError
+from oom_sentinel.daemon.incidents.tracker import IncidentTracker, TrackerConfig
 from oom_sentinel.daemon.service.actions import IncidentActions
 from oom_sentinel.daemon.service.instances import InstanceRegistry
 from oom_sentinel.daemon.service.logrecords import LogRecords

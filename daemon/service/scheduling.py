@@ -16,12 +16,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 
 from oom_sentinel.config.settings import Settings
-from oom_sentinel.daemon.errors import SentinelError
-from oom_sentinel.daemon.heap import release_free_heap
-from oom_sentinel.daemon.retention import prune_snapshots
+from oom_sentinel.daemon.core.errors import SentinelError
+from oom_sentinel.daemon.core.heap import release_free_heap
+from oom_sentinel.daemon.incidents.retention import prune_snapshots
+from oom_sentinel.daemon.probes.timeline import Sampler
 from oom_sentinel.daemon.service.workers import Worker
-from oom_sentinel.daemon.store import Store
-from oom_sentinel.daemon.timeline import Sampler
+from oom_sentinel.daemon.store.db import Store
 
 log = logging.getLogger("oom_sentinel")
 

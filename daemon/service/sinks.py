@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oom_sentinel.config.settings import Settings
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.notifiers import build_channels
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.alerts.dispatch import AlertDispatcher
+from oom_sentinel.daemon.alerts.notifiers import build_channels
+from oom_sentinel.daemon.store.db import Store
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
-    from oom_sentinel.daemon.metrics import MetricsExporter
+    from oom_sentinel.daemon.fleet.metrics import MetricsExporter
 
 log = logging.getLogger("oom_sentinel")
 
@@ -24,7 +24,7 @@ def start_metrics(settings: Settings, clock: Callable[[], float]) -> MetricsExpo
     """The /metrics listener when ``[metrics]`` or ``[fleet] listen`` asks for it."""
     if not (settings.metrics.enabled or settings.fleet.listen):
         return None
-    from oom_sentinel.daemon.metrics import MetricsExporter
+    from oom_sentinel.daemon.fleet.metrics import MetricsExporter
 
     metrics = MetricsExporter(settings.metrics, clock=clock, fleet=settings.fleet)
     host, port = metrics.start()
@@ -44,7 +44,7 @@ def build_alerts(
     """The alert dispatcher (not started), with the bucket channel when ``bucket_url`` is set."""
     upload_channel = None
     if settings.fleet.bucket_url:  # boto3 loads on the first upload, never before
-        from oom_sentinel.daemon.bucket import BucketChannel
+        from oom_sentinel.daemon.fleet.bucket import BucketChannel
 
         upload_channel = BucketChannel(settings.fleet)
         log.info("snapshots are uploaded to %s", upload_channel.name)

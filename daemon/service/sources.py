@@ -17,18 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from oom_sentinel.config.settings import Settings
-from oom_sentinel.daemon.comfy_watch import ComfyWatcher, WatchOptions
-from oom_sentinel.daemon.gpu_select import select_gpu_probe
-from oom_sentinel.daemon.host_probe import PsutilHostProbe
-from oom_sentinel.daemon.incidents import IncidentTracker
-from oom_sentinel.daemon.kernel_oom import SystemRoots
-from oom_sentinel.daemon.probes import MemorySample
-from oom_sentinel.daemon.process_watch import ProcessWatcher
+from oom_sentinel.daemon.comfy.process_watch import ProcessWatcher
+from oom_sentinel.daemon.comfy.watch import ComfyWatcher, WatchOptions
+from oom_sentinel.daemon.incidents.tracker import IncidentTracker
+from oom_sentinel.daemon.install.history import InstallStateTracker
+from oom_sentinel.daemon.kernel.oom import SystemRoots
+from oom_sentinel.daemon.probes.base import MemorySample
+from oom_sentinel.daemon.probes.gpu_select import select_gpu_probe
+from oom_sentinel.daemon.probes.host import PsutilHostProbe
+from oom_sentinel.daemon.probes.timeline import Sampler, Timeline
 from oom_sentinel.daemon.service.instances import WatchedInstance
 from oom_sentinel.daemon.service.workers import Worker
-from oom_sentinel.daemon.state_history import InstallStateTracker
-from oom_sentinel.daemon.store import Store
-from oom_sentinel.daemon.timeline import Sampler, Timeline
+from oom_sentinel.daemon.store.db import Store
 
 log = logging.getLogger("oom_sentinel")
 

@@ -10,20 +10,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.atomic import write_json_atomic
-from oom_sentinel.daemon.errors import SentinelError
-from oom_sentinel.daemon.logtail import LogTailManager
-from oom_sentinel.daemon.probes import MemorySample
-from oom_sentinel.daemon.redact import redact
+from oom_sentinel.daemon.alerts.dispatch import AlertDispatcher
+from oom_sentinel.daemon.core.atomic import write_json_atomic
+from oom_sentinel.daemon.core.errors import SentinelError
+from oom_sentinel.daemon.core.redact import redact
+from oom_sentinel.daemon.logs.tail import LogTailManager
+from oom_sentinel.daemon.probes.base import MemorySample
 from oom_sentinel.daemon.service.instances import InstanceRegistry
 from oom_sentinel.daemon.service.pipeline import Pipeline
 from oom_sentinel.daemon.service.sources import Sources
 from oom_sentinel.daemon.service.workers import Health
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.store.db import Store
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
-    from oom_sentinel.daemon.metrics import MetricsExporter
+    from oom_sentinel.daemon.fleet.metrics import MetricsExporter
 
 log = logging.getLogger("oom_sentinel")
 

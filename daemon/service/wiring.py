@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oom_sentinel.config.settings import LoadedSettings, Settings
-from oom_sentinel.daemon.alert_dispatch import AlertDispatcher
-from oom_sentinel.daemon.comfy_watch import ApiStatus
-from oom_sentinel.daemon.errors import SentinelError
-from oom_sentinel.daemon.incidents import Incident, IncidentTracker, TrackerConfig
-from oom_sentinel.daemon.logtail import LogTailManager
-from oom_sentinel.daemon.probes import MemorySample
-from oom_sentinel.daemon.sdnotify import Notifier
+from oom_sentinel.daemon.alerts.dispatch import AlertDispatcher
+from oom_sentinel.daemon.comfy.watch import ApiStatus
+from oom_sentinel.daemon.core.errors import SentinelError
+from oom_sentinel.daemon.incidents.snapshot import SnapshotRef, clean_leftovers, snapshots_dir
+from oom_sentinel.daemon.incidents.tracker import Incident, IncidentTracker, TrackerConfig
+from oom_sentinel.daemon.logs.tail import LogTailManager
+from oom_sentinel.daemon.probes.base import MemorySample
 from oom_sentinel.daemon.service.actions import IncidentActions, counted_by
 from oom_sentinel.daemon.service.instances import InstanceRegistry, RunOptions, WatchedInstance
 from oom_sentinel.daemon.service.logrecords import LogRecords
@@ -42,6 +42,7 @@ from oom_sentinel.daemon.service.prompts import PromptLifecycle
 from oom_sentinel.daemon.service.recovery import catch_up_fleet, recover, resume_storms
 from oom_sentinel.daemon.service.reload import apply_settings, load_again, log_reloaded
 from oom_sentinel.daemon.service.scheduling import WorkerScheduler, build_scheduler, prune
+from oom_sentinel.daemon.service.sdnotify import Notifier
 from oom_sentinel.daemon.service.sinks import build_alerts, start_metrics
 from oom_sentinel.daemon.service.sources import Sources
 from oom_sentinel.daemon.service.status import (
@@ -52,11 +53,10 @@ from oom_sentinel.daemon.service.status import (
     write_status,
 )
 from oom_sentinel.daemon.service.workers import Health, WatchdogPing, Worker
-from oom_sentinel.daemon.snapshot import SnapshotRef, clean_leftovers, snapshots_dir
-from oom_sentinel.daemon.store import Store
+from oom_sentinel.daemon.store.db import Store
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on (off by default)
-    from oom_sentinel.daemon.metrics import MetricsExporter
+    from oom_sentinel.daemon.fleet.metrics import MetricsExporter
 
 __all__ = ["RunOptions", "Service", "WatchedInstance", "run_service"]
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from oom_sentinel.daemon.sdnotify import Notifier, watchdog_interval_s
+from oom_sentinel.daemon.service.sdnotify import Notifier, watchdog_interval_s
 
 log = logging.getLogger("oom_sentinel")
 

@@ -4,7 +4,7 @@ Real ComfyUI (v0.3.x-v0.8) runs every node through the module-level
 ``execution.execute(server, dynprompt, caches, current_item, extra_data, executed, prompt_id,
 execution_list, pending_subgraph_results, ...)`` and looks it up at call time, so a wrapper
 installed when the module is imported sees each node's start and end; ``dynprompt.get_node(id)``
-gives its ``class_type``. The replay bootstrap (``bisect/bootstrap.py``) wraps exactly that;
+gives its ``class_type``. The replay bootstrap (``bisect/measure/bootstrap.py``) wraps exactly that;
 the stand-in's executor calls it the same way, so the stand-in tests exercise the same hook.
 """
 

@@ -8,7 +8,7 @@ device lines (``Total VRAM``, ``Set vram state to``, ``Device:``), core and cust
 none of ComfyUI's code is here.
 
 Environment knobs (the command line stays ComfyUI's):
-  OOM_SENTINEL_FAKE_GPU      fake-GPU directory (daemon/fake_gpu.py); required unless --cpu
+  OOM_SENTINEL_FAKE_GPU      fake-GPU directory (daemon/probes/fake_gpu.py); required unless --cpu
   OOM_STANDIN_MANAGER_LOG=1  tee the console to a ComfyUI-Manager-style <user>/comfyui[_PORT].log
   OOM_STANDIN_RLIMIT_AS_MIB  address-space limit applied at start (like ``ulimit -v``)
   OOM_STANDIN_RLIMIT_AS_HEADROOM_MIB  address-space limit: what is mapped once started, plus this

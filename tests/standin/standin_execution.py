@@ -682,7 +682,7 @@ class PromptExecutor:
         run = _Run(prompt, signatures, outputs, ui_outputs)
         for node_id in self._execution_order(prompt, execute_outputs, signatures):
             # through the module attribute, looked up per node, as ComfyUI's executor does:
-            # the replay bootstrap wraps execution.execute (bisect/bootstrap.py)
+            # the replay bootstrap wraps execution.execute (bisect/measure/bootstrap.py)
             failure = execution.execute(
                 self.server, dynprompt, self, node_id, extra_data, executed, prompt_id, run, {}
             )

@@ -6,7 +6,7 @@ a real ``MemoryError``; it is re-raised with the type and text the real library 
 (torch's ``DefaultCPUAllocator`` ``RuntimeError``, numpy's ``_ArrayMemoryError``), as observed on
 a real ComfyUI (comfyui-facts.md 11).
 
-VRAM is accounting on the fake GPU (``daemon/fake_gpu.py`` protocol, ``$OOM_SENTINEL_FAKE_GPU``):
+VRAM is accounting on the fake GPU (``daemon/probes/fake_gpu.py`` protocol, ``$OOM_SENTINEL_FAKE_GPU``):
 this process publishes its usage in ``proc-<pid>.json`` and raises a CUDA-style OOM, with the
 numbers torch prints, when an allocation does not fit beside the other processes' usage.
 

@@ -1,0 +1,1 @@
+"""The ``oom-bisect`` command."""

@@ -1,0 +1,1 @@
+"""``oom-bisect fit``: what makes the failing workflow fit."""

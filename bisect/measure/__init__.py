@@ -1,0 +1,1 @@
+"""One measurement: a fresh ComfyUI in the workspace replaying the prompt."""

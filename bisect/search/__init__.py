@@ -1,0 +1,1 @@
+"""The search and its verdicts, pure: no git, no processes, no files."""

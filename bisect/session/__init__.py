@@ -1,0 +1,1 @@
+"""A bisect session: its files, its step loop and its report."""

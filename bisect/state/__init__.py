@@ -1,0 +1,1 @@
+"""Install states for the bisect: resolving them, checking them out, their envs."""

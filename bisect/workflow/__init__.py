@@ -1,0 +1,1 @@
+"""The workflow a bisect replays, whatever file the user has."""

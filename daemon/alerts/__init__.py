@@ -1,0 +1,1 @@
+"""Which alerts go out, their words, and the channels they leave by."""

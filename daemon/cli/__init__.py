@@ -1,0 +1,1 @@
+"""The ``oom-sentinel`` command, one module per subcommand."""

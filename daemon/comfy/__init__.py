@@ -1,0 +1,1 @@
+"""ComfyUI itself: its API, its processes, its interpreter, finding installs."""

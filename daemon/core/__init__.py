@@ -1,0 +1,1 @@
+"""What both front ends and the bisect share: errors, atomic writes, units, redaction, git reads."""

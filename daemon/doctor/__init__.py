@@ -1,0 +1,1 @@
+"""``oom-sentinel doctor``: collected facts and the pure checks over them."""

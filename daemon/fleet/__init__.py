@@ -1,0 +1,1 @@
+"""A farm of boxes: Prometheus metrics and rules, the dashboard, the bucket."""

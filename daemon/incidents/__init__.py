@@ -1,0 +1,1 @@
+"""Incidents and the crash snapshots that record them."""

@@ -1,0 +1,1 @@
+"""What an install consists of, its history, and what changed between states."""

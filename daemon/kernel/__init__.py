@@ -1,0 +1,1 @@
+"""The operating system's OOM killers and their evidence."""

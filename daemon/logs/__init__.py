@@ -1,0 +1,1 @@
+"""Following ComfyUI's log files and putting their lines back into records."""

@@ -1,0 +1,1 @@
+"""The daemon's durable state in SQLite, and the prompts it saw run."""
