@@ -10,7 +10,11 @@ from typing import Any
 
 import pytest
 
-from oom_sentinel.daemon.comfy.prompt_fingerprint import canonical_json, fingerprint, workflow_hash
+from oom_sentinel.daemon.comfy.prompt_fingerprint import (
+    canonical_json,
+    workflow_fingerprint,
+    workflow_hash,
+)
 
 HERE = Path(__file__).parent / "workflows"
 OBJECT_INFO = json.loads((HERE / "object_info.json").read_text())
@@ -41,7 +45,7 @@ def changed(**edits: Any) -> dict[str, Any]:
     ids=["new-seed", "new-prefix", "new-title", "key-order", "int-as-float"],
 )
 def test_fingerprint_ignores_per_run_noise(other: dict[str, Any]) -> None:
-    assert fingerprint(other) == fingerprint(API)
+    assert workflow_fingerprint(other) == workflow_fingerprint(API)
 
 
 @pytest.mark.parametrize(
@@ -56,26 +60,28 @@ def test_fingerprint_ignores_per_run_noise(other: dict[str, Any]) -> None:
     ids=["steps", "resolution", "prompt-text", "rewired", "node-removed"],
 )
 def test_fingerprint_sees_real_changes(other: dict[str, Any]) -> None:
-    assert fingerprint(other) != fingerprint(API)
+    assert workflow_fingerprint(other) != workflow_fingerprint(API)
 
 
 def test_uploaded_file_names_are_ignored() -> None:
     a = {"1": {"class_type": "LoadImage", "inputs": {"image": "ComfyUI_00001_.png"}}}
     b = {"1": {"class_type": "LoadImage", "inputs": {"image": "pasted/image (3).png"}}}
-    assert fingerprint(a) == fingerprint(b)
+    assert workflow_fingerprint(a) == workflow_fingerprint(b)
 
 
 def test_object_info_adds_flagged_inputs() -> None:
     a = {"1": {"class_type": "PrimitiveInt", "inputs": {"value": 5}}}
     b = {"1": {"class_type": "PrimitiveInt", "inputs": {"value": 6}}}
-    assert fingerprint(a) != fingerprint(b)  # "value" is not a seed name...
-    assert fingerprint(a, OBJECT_INFO) == fingerprint(b, OBJECT_INFO)  # ...but re-rolled
+    assert workflow_fingerprint(a) != workflow_fingerprint(b)  # "value" is not a seed name...
+    assert workflow_fingerprint(a, OBJECT_INFO) == workflow_fingerprint(
+        b, OBJECT_INFO
+    )  # ...but re-rolled
 
 
 def test_a_seed_that_is_a_link_is_structure() -> None:
     a = changed(**{"3__seed": ["5", 0]})
     b = changed(**{"3__seed": ["6", 0]})
-    assert fingerprint(a) != fingerprint(b)
+    assert workflow_fingerprint(a) != workflow_fingerprint(b)
 
 
 def test_workflow_hash_is_exact_but_ignores_meta_and_order() -> None:

@@ -20,7 +20,7 @@ from oom_sentinel.daemon.incidents.tracker import (
     UpdateIncident,
     WriteSnapshot,
     expected_sources,
-    fingerprint,
+    incident_fingerprint,
     merge_events,
     summarize,
 )
@@ -418,12 +418,12 @@ def test_merge_events_needs_an_observation() -> None:
 
 
 def test_fingerprint_ignores_numbers_but_not_node_or_family() -> None:
-    a = fingerprint("main", LOG_TRACEBACK)
-    assert a == fingerprint("main", replace(LOG_TRACEBACK, requested_bytes=1))
-    assert a == fingerprint("main", replace(LOG_TRACEBACK, pool=Pool.GPU_FRAGMENTATION))
-    assert a != fingerprint("main", replace(LOG_TRACEBACK, node_type="VAEDecode"))
-    assert a != fingerprint("other", LOG_TRACEBACK)
-    assert a != fingerprint("main", replace(LOG_TRACEBACK, pool=Pool.RAM))
+    a = incident_fingerprint("main", LOG_TRACEBACK)
+    assert a == incident_fingerprint("main", replace(LOG_TRACEBACK, requested_bytes=1))
+    assert a == incident_fingerprint("main", replace(LOG_TRACEBACK, pool=Pool.GPU_FRAGMENTATION))
+    assert a != incident_fingerprint("main", replace(LOG_TRACEBACK, node_type="VAEDecode"))
+    assert a != incident_fingerprint("other", LOG_TRACEBACK)
+    assert a != incident_fingerprint("main", replace(LOG_TRACEBACK, pool=Pool.RAM))
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from oom_sentinel.daemon.logs.tail import (
     LogFollower,
     LogLine,
     LogTailManager,
-    fingerprint,
+    head_digest,
 )
 
 
@@ -360,7 +360,7 @@ def test_cursor_fingerprint_mismatch_on_reused_inode_reads_from_start(live: Path
     st = live.stat()
     head = b"[2025-12-31 23:59:59.999] other content that was here before\n"
     store = MemoryOffsetStore()
-    store.save_cursor(FileCursor(str(live), st.st_dev, st.st_ino, 20, fingerprint(head, 20)))
+    store.save_cursor(FileCursor(str(live), st.st_dev, st.st_ino, 20, head_digest(head, 20)))
     lines = LogFollower(live, store).poll()
     assert texts(lines) == ["[2026-01-01 00:00:00.000] current content"]
 
@@ -548,9 +548,9 @@ def test_open_shared_does_not_block_rename_on_windows(live: Path) -> None:
 
 def test_fingerprint_covers_only_bytes_before_the_offset() -> None:
     head = b"0123456789" * 200
-    assert fingerprint(head, 0) == ""
-    assert fingerprint(head, 5) == fingerprint(b"01234 other bytes", 5)
-    assert fingerprint(head, 10_000) == fingerprint(head[:FINGERPRINT_BYTES], 10_000)
+    assert head_digest(head, 0) == ""
+    assert head_digest(head, 5) == head_digest(b"01234 other bytes", 5)
+    assert head_digest(head, 10_000) == head_digest(head[:FINGERPRINT_BYTES], 10_000)
 
 
 def test_stat_failure_is_reported_once_and_recovers(

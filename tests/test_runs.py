@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from oom_sentinel.daemon.classify.events import Backend, OomEvent, Pool
-from oom_sentinel.daemon.comfy.prompt_fingerprint import fingerprint
+from oom_sentinel.daemon.comfy.prompt_fingerprint import workflow_fingerprint
 from oom_sentinel.daemon.comfy.watch import PromptDone
 from oom_sentinel.daemon.probes.base import (
     GpuDeviceSample,
@@ -157,7 +157,7 @@ def test_a_run_row_carries_the_fingerprint_error_and_peaks() -> None:
         "KSampler",
         "torch.OutOfMemoryError",
     )
-    assert run.fingerprint == fingerprint(PROMPT)
+    assert run.fingerprint == workflow_fingerprint(PROMPT)
     assert run.peak_rss_bytes == 3000 * MIB and run.peak_vram_bytes == 5000 * MIB
     assert (run.cached_nodes, run.node_count, run.pid) == (1, 3, PID)
     assert run.install_state_id is None

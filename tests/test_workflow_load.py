@@ -363,7 +363,3 @@ def test_ui_workflow_with_nothing_to_run(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no node the server can run") as info:
         load_workflow(path).to_api(OBJECT_INFO)
     assert_one_line(info.value, path)
-
-
-def test_workflow_hash_and_fingerprint_are_reexported() -> None:
-    assert wfmod.workflow_hash(API) != wfmod.fingerprint(API)

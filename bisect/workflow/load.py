@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from oom_sentinel.bisect.workflow.ui_to_api import ConversionResult, convert, is_ui_workflow
-from oom_sentinel.daemon.comfy.prompt_fingerprint import fingerprint, workflow_hash
 from oom_sentinel.daemon.core.errors import InputError
 
 __all__ = [
@@ -32,13 +31,11 @@ __all__ = [
     "MAX_TEXT_CHUNK_BYTES",
     "LoadedWorkflow",
     "SourceKind",
-    "fingerprint",
     "load_workflow",
     "parse_workflow_document",
     "read_png_text",
     "read_webp_text",
     "validate_api_prompt",
-    "workflow_hash",
 ]
 
 #: A workflow JSON larger than this is refused (real ones are kilobytes to a few megabytes).

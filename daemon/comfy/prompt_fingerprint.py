@@ -4,7 +4,7 @@ Two different questions need two different hashes:
 
 - ``workflow_hash`` answers "is this exactly the prompt we replayed before?" It keys the
   bisect's outcome cache, so every value counts (a new seed is a new measurement).
-- ``fingerprint`` answers "is this the same workflow the user ran yesterday?" It keys run
+- ``workflow_fingerprint`` answers "is this the same workflow the user ran yesterday?" It keys run
   history (a suspected regression is an OOM of a workflow that used to succeed), so it ignores
   what changes on every queue without changing the work: seeds (``control_after_generate``
   re-rolls them after each run), output filename prefixes, the names of uploaded input files,
@@ -27,7 +27,7 @@ __all__ = [
     "FILE_INPUTS",
     "SEED_INPUT_NAMES",
     "canonical_json",
-    "fingerprint",
+    "workflow_fingerprint",
     "workflow_hash",
 ]
 
@@ -65,7 +65,9 @@ def workflow_hash(api_prompt: Mapping[str, Any]) -> str:
     return _sha256(canonical_json(stripped))
 
 
-def fingerprint(api_prompt: Mapping[str, Any], object_info: Mapping[str, Any] | None = None) -> str:
+def workflow_fingerprint(
+    api_prompt: Mapping[str, Any], object_info: Mapping[str, Any] | None = None
+) -> str:
     """SHA-256 (hex) of the prompt with per-run noise replaced by a placeholder.
 
     Ignored (the key is kept, its literal value replaced, so removing an input still changes

@@ -66,7 +66,7 @@ __all__ = [
     "UpdateIncident",
     "WriteSnapshot",
     "expected_sources",
-    "fingerprint",
+    "incident_fingerprint",
     "merge_events",
     "pool_family",
     "storm_key",
@@ -309,7 +309,7 @@ def merge_events(observations: Iterable[Observation]) -> OomEvent:
     )
 
 
-def fingerprint(instance: str, event: OomEvent) -> str:
+def incident_fingerprint(instance: str, event: OomEvent) -> str:
     """Groups "the same failure" across incidents and restarts: instance, pool family,
     exception type and node type (never numbers, which vary run to run)."""
     key = "\0".join(
@@ -702,7 +702,7 @@ class IncidentTracker:
             last_seen_s=inc.last_seen_s,
             count=inc.count,
             sources=tuple(sorted(inc.sources)),
-            fingerprint=fingerprint(inc.instance, inc.event),
+            fingerprint=incident_fingerprint(inc.instance, inc.event),
             summary=summarize(inc.instance, inc.event),
             snapshot_written=inc.written,
             workflow_fingerprint=inc.workflow,

@@ -66,7 +66,7 @@ from typing import Any, Protocol
 from oom_sentinel.config.settings import InstallStateSettings
 from oom_sentinel.daemon.classify.advice import Advice
 from oom_sentinel.daemon.comfy.interpreter import find_interpreter
-from oom_sentinel.daemon.comfy.prompt_fingerprint import fingerprint as workflow_fingerprint
+from oom_sentinel.daemon.comfy.prompt_fingerprint import workflow_fingerprint
 from oom_sentinel.daemon.core.errors import InputError, SentinelError
 from oom_sentinel.daemon.incidents.regression import (
     GoodRun,

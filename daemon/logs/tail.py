@@ -88,7 +88,7 @@ __all__ = [
     "LogFollower",
     "LogLine",
     "LogTailManager",
-    "fingerprint",
+    "head_digest",
     "open_shared",
 ]
 
@@ -149,7 +149,7 @@ class FollowerState:
     error: str | None
 
 
-def fingerprint(head: bytes, offset: int) -> str:
+def head_digest(head: bytes, offset: int) -> str:
     """Digest of the first ``min(offset, FINGERPRINT_BYTES)`` bytes ("" when that is 0).
 
     Covering only bytes before the cursor's offset keeps the fingerprint stable while the file
@@ -613,7 +613,7 @@ class LogFollower:
                     head = fh.read(FINGERPRINT_BYTES)
             except OSError:
                 continue
-            if fingerprint(head, cursor.offset) != cursor.fingerprint:
+            if head_digest(head, cursor.offset) != cursor.fingerprint:
                 continue
             copy = _File(st.st_dev, st.st_ino, head)
             self._begin(copy, str(path), cursor.offset)
@@ -655,7 +655,7 @@ class LogFollower:
             return _Verify.GONE, b""
         if st.st_size < cursor.offset or len(head) < min(cursor.offset, FINGERPRINT_BYTES):
             return _Verify.MISMATCH, head
-        if fingerprint(head, cursor.offset) != cursor.fingerprint:
+        if head_digest(head, cursor.offset) != cursor.fingerprint:
             return _Verify.MISMATCH, head
         return _Verify.OK, head
 
@@ -887,7 +887,7 @@ class LogFollower:
 
     def _save(self, f: _File, offset: int) -> None:
         self._store.save_cursor(
-            FileCursor(self.key, f.dev, f.ino, offset, fingerprint(f.head, offset))
+            FileCursor(self.key, f.dev, f.ino, offset, head_digest(f.head, offset))
         )
         self._persisted = (f, offset)
 

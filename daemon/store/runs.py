@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from oom_sentinel.daemon.comfy.prompt_fingerprint import fingerprint, workflow_hash
+from oom_sentinel.daemon.comfy.prompt_fingerprint import workflow_fingerprint, workflow_hash
 from oom_sentinel.daemon.comfy.watch import PromptDone
 from oom_sentinel.daemon.probes.base import MemorySample
 from oom_sentinel.daemon.store.db import Store
@@ -219,7 +219,7 @@ def run_from_done(
     fp = wh = None
     if prompt:
         try:
-            fp, wh = fingerprint(prompt), workflow_hash(prompt)
+            fp, wh = workflow_fingerprint(prompt), workflow_hash(prompt)
         except (TypeError, ValueError):
             fp = wh = None
 
