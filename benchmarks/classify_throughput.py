@@ -30,8 +30,13 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from oom_sentinel.daemon import classify
-from oom_sentinel.daemon.classify import DEFAULT_PREFILTER, PREFILTERS, iter_findings, scan_stream
+from oom_sentinel.daemon.classify import (
+    DEFAULT_PREFILTER,
+    PREFILTERS,
+    iter_findings,
+    parallel,
+    scan_stream,
+)
 from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
 
 #: grep's equivalent of the classifier's rules: the texts that make an OOM record
@@ -284,11 +289,11 @@ def main(argv: list[str] | None = None) -> int:
             f"({writer.oom_records / writer.records:.3%}) in {time.perf_counter() - started:.1f} s"
         )
         with path.open("rb") as raw:  # how many processes diagnose's scan will use
-            parts = min(classify._cpu_count(), size // classify.PARALLEL_RANGE_BYTES)
-            forks = classify._parallel_source(raw) is not None and parts > 1
+            parts = min(parallel._cpu_count(), size // parallel.PARALLEL_RANGE_BYTES)
+            forks = parallel._parallel_source(raw) is not None and parts > 1
             hits_of = PREFILTERS[DEFAULT_PREFILTER]
             procs = (
-                len(classify._plan_ranges(raw.fileno(), 0, size, parts, hits_of)) if forks else 1
+                len(parallel._plan_ranges(raw.fileno(), 0, size, parts, hits_of)) if forks else 1
             )
 
         grep = shutil.which("grep")

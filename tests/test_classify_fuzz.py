@@ -13,13 +13,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.daemon import classify
 from oom_sentinel.daemon.classify import (
     NEEDLES,
     classify_execution_error,
     classify_record,
     has_needle,
     iter_findings,
+    rules,
     scan_stream,
 )
 from oom_sentinel.daemon.events import OomEvent
@@ -81,7 +81,7 @@ FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCh
 @FUZZ
 @given(texts)
 def test_rules_never_raise_on_text_built_from_real_fragments(text: str) -> None:
-    found = classify._classify(text)  # no safety net
+    found = rules._classify(text)  # no safety net
     assert found is None or isinstance(found.event, OomEvent)
     event = classify_record(text)
     assert event is None or isinstance(event, OomEvent)
@@ -91,7 +91,7 @@ def test_rules_never_raise_on_text_built_from_real_fragments(text: str) -> None:
 @given(st.binary(max_size=600))
 def test_rules_never_raise_on_arbitrary_bytes(data: bytes) -> None:
     text = data.decode("utf-8", errors="replace")
-    classify._classify(text)
+    rules._classify(text)
     assert classify_record(text) is None or has_needle(text)
 
 
@@ -122,7 +122,7 @@ payload_keys = st.sampled_from(
 @FUZZ
 @given(st.dictionaries(payload_keys, json_values, max_size=6))
 def test_execution_error_payloads_never_raise(payload: dict[str, object]) -> None:
-    classify._classify_execution_error(payload)  # no safety net
+    rules._classify_execution_error(payload)  # no safety net
     event = classify_execution_error(payload)
     assert event is None or isinstance(event, OomEvent)
 

@@ -23,12 +23,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oom_sentinel.daemon import classify
 from oom_sentinel.daemon.classify import (
     NEEDLES,
     PREFILTERS,
     Finding,
     iter_findings,
+    parallel,
+    scan,
     scan_stream,
 )
 from oom_sentinel.daemon.logformat import split_prefix
@@ -225,11 +226,11 @@ def test_ranges_scanned_by_workers_give_the_sequential_findings(big_log: Path, n
     assert len(want) > 50
     with big_log.open("rb") as f:
         fd, size = f.fileno(), os.fstat(f.fileno()).st_size
-        ranges = classify._plan_ranges(fd, 0, size, 6, PREFILTERS[name])
+        ranges = parallel._plan_ranges(fd, 0, size, 6, PREFILTERS[name])
         assert len(ranges) == 6
         assert ranges[0][0] == 0 and ranges[-1][1] == size
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
-        got = list(classify._scan_ranges(fd, ranges, chunk, name))
+        got = list(parallel._scan_ranges(fd, ranges, chunk, name))
     assert _key(got) == _key(want)
 
 
@@ -244,19 +245,19 @@ def test_scan_stream_with_workers_gives_the_sequential_findings(big_log: Path) -
 
 _SPLIT_PROBE = """
 import json, sys
-from oom_sentinel.daemon import classify
+from oom_sentinel.daemon.classify import parallel
 from oom_sentinel.daemon.cli_diagnose import open_log, scan_log
 
 used = []
-real = classify._scan_ranges
+real = parallel._scan_ranges
 
 def counting(fd, ranges, *args, **kw):
     used.append((len(ranges), kw.get("workers")))
     return real(fd, ranges, *args, **kw)
 
-classify._scan_ranges = counting
-classify.PARALLEL_RANGE_BYTES = 512 * 1024
-classify._cpu_count = lambda: 4
+parallel._scan_ranges = counting
+parallel.PARALLEL_RANGE_BYTES = 512 * 1024
+parallel._cpu_count = lambda: 4
 with open_log(sys.argv[1]) as stream:
     got = [
         [f.line_no, f.end_line_no, f.record.line_no, f.record.start_offset, f.record.text,
@@ -272,7 +273,7 @@ def test_diagnose_splits_a_big_plain_file_and_finds_the_same(big_log: Path) -> N
     splits it once it is at least two ranges big. Forking needs a single-threaded process,
     which this suite's own stops being once any test leaves a thread behind, so the split is
     watched in a fresh interpreter: the one ``oom-sentinel diagnose`` runs in."""
-    want = [[*k[:5], repr(k[5])] for k in _key(_sequential(big_log, classify._CHUNK))]
+    want = [[*k[:5], repr(k[5])] for k in _key(_sequential(big_log, scan._CHUNK))]
     proc = subprocess.run(
         [sys.executable, "-c", _SPLIT_PROBE, str(big_log)],
         capture_output=True,
@@ -307,12 +308,12 @@ def test_a_dead_worker_s_range_is_scanned_by_the_parent(
     def die(*_args: object) -> None:
         os._exit(3)
 
-    monkeypatch.setattr(classify, "_scan_range_to_file", die)
+    monkeypatch.setattr(parallel, "_scan_range_to_file", die)
     with big_log.open("rb") as f:
         fd, size = f.fileno(), os.fstat(f.fileno()).st_size
-        ranges = classify._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
+        ranges = parallel._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
         assert len(ranges) == 3
-        got = list(classify._scan_ranges(fd, ranges, chunk, "find"))
+        got = list(parallel._scan_ranges(fd, ranges, chunk, "find"))
     assert _key(got) == _key(want)
 
 
@@ -321,18 +322,18 @@ def test_a_worker_file_cut_short_is_replayed_then_the_rest_scanned_here(
 ) -> None:
     chunk = 64 * 1024
     want = _sequential(big_log, chunk)
-    real = classify._scan_range_to_file
+    real = parallel._scan_range_to_file
 
     def cut_short(*args: object) -> None:
         real(*args)  # type: ignore[arg-type]
         out_fd = args[-1]
         os.ftruncate(out_fd, os.fstat(out_fd).st_size // 2)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(classify, "_scan_range_to_file", cut_short)
+    monkeypatch.setattr(parallel, "_scan_range_to_file", cut_short)
     with big_log.open("rb") as f:
         fd, size = f.fileno(), os.fstat(f.fileno()).st_size
-        ranges = classify._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
-        got = list(classify._scan_ranges(fd, ranges, chunk, "find"))
+        ranges = parallel._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
+        got = list(parallel._scan_ranges(fd, ranges, chunk, "find"))
     assert _key(got) == _key(want)
 
 
@@ -345,11 +346,11 @@ def test_ranges_are_scanned_here_when_no_worker_can_start(
     def no_temp_file() -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(classify.tempfile, "TemporaryFile", no_temp_file)
+    monkeypatch.setattr(parallel.tempfile, "TemporaryFile", no_temp_file)
     with big_log.open("rb") as f:
         fd, size = f.fileno(), os.fstat(f.fileno()).st_size
-        ranges = classify._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
-        got = list(classify._scan_ranges(fd, ranges, chunk, "find"))
+        ranges = parallel._plan_ranges(fd, 0, size, 3, PREFILTERS["find"])
+        got = list(parallel._scan_ranges(fd, ranges, chunk, "find"))
     assert _key(got) == _key(want)
 
 
@@ -366,12 +367,12 @@ def test_a_seam_is_a_record_start_followed_by_needle_free_lines(big_log: Path) -
     with big_log.open("rb") as f:
         fd = f.fileno()
         for nominal in range(1000, len(data) - 1000, len(data) // 40):
-            seam = classify._seam_after(fd, nominal, len(data), PREFILTERS["find"])
+            seam = parallel._seam_after(fd, nominal, len(data), PREFILTERS["find"])
             if seam is None:
                 continue
             assert seam > nominal - 1 and data[seam - 1 : seam] == b"\n"
-            zone = data[seam:].split(b"\n", classify._SEAM_LINES)[: classify._SEAM_LINES]
-            assert len(zone) == classify._SEAM_LINES
+            zone = data[seam:].split(b"\n", parallel._SEAM_LINES)[: parallel._SEAM_LINES]
+            assert len(zone) == parallel._SEAM_LINES
             assert not any(n in line for line in zone for n in _NEEDLES_B)
             assert split_prefix(zone[0].decode("utf-8", "replace")).starts_record
 
@@ -382,10 +383,10 @@ def test_no_seam_inside_a_stretch_full_of_needles(tmp_path: Path) -> None:
     path.write_bytes((b"[2026-01-02 10:11:12.345] got prompt\n" * 100 + oom) * 2000)
     with path.open("rb") as f:
         assert (
-            classify._seam_after(f.fileno(), 10_000, path.stat().st_size, PREFILTERS["find"])
+            parallel._seam_after(f.fileno(), 10_000, path.stat().st_size, PREFILTERS["find"])
             is None
         )
-        assert classify._plan_ranges(f.fileno(), 0, path.stat().st_size, 4, PREFILTERS["find"]) == [
+        assert parallel._plan_ranges(f.fileno(), 0, path.stat().st_size, 4, PREFILTERS["find"]) == [
             (0, path.stat().st_size)
         ]
 

@@ -1,0 +1,295 @@
+"""Records in, events out: each record classified (classify/rules.py), and one failure seen
+twice folded into one event (ComfyUI's ``!!! Exception`` header and its traceback, the
+traceback and ``Got an OOM``, a shell's ``Killed`` and the kernel's line), with the hints that
+only neighbouring records give (the node type printed on the line before, pinning evidence a
+few lines up).
+
+``iter_findings`` runs it over lines (the daemon's follower, a paste); the byte scanner
+(classify/scan.py) feeds it the records of the windows around prefilter hits. Pure.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from oom_sentinel.daemon.classify.rules import (
+    _classify,
+    _Found,
+    _is_node_ident,
+    pinned_evidence,
+)
+from oom_sentinel.daemon.events import Backend, OomEvent, Pool
+from oom_sentinel.daemon.logformat import split_prefix
+from oom_sentinel.daemon.records import Record, RecordAssembler
+
+#: Two events this many lines apart or closer may be one failure seen twice (ComfyUI's
+#: ``!!! Exception`` header and its traceback, the traceback and ``Got an OOM`` after a
+#: memory summary table, a shell's ``Killed`` and the kernel's line).
+MERGE_GAP_LINES = 80
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """An event found in a file: the record it came from and the line that shows it."""
+
+    record: Record
+    event: OomEvent
+    #: 1-based line number of the evidence line
+    line_no: int
+    #: last line of the last record folded into this finding
+    end_line_no: int
+
+
+_BOUNDARIES = ("got prompt", "Prompt executed in", "Processing interrupted", "Interrupting prompt")
+
+
+#: how many lines may lie between pinning evidence and a bare CUDA OOM that is still read as
+#: pinned host RAM. No more than the scanner's lookbehind always feeds before a needle's line
+#: (``_StreamScanner.open_window``: at least three lines), so the byte scanner and the
+#: line-by-line path see the same context and find the same events.
+_PINNED_CONTEXT_LINES = 2
+#: ... and at most this many records back
+_PINNED_CONTEXT_RECORDS = 3
+
+
+class _Folder:
+    """Folds consecutive events that are one failure; tracks the previous record for node hints."""
+
+    def __init__(self) -> None:
+        self._cand: Finding | None = None
+        #: the candidate is ComfyUI's bare exception header (its traceback may follow)
+        self._header_only = False
+        self._boundary = False
+        self._prev: Record | None = None
+        self._prev_hint: str | None = None
+        #: the latest records without an event, (last line, text), newest last: read only when
+        #: a bare CUDA OOM follows (``_with_pinning``), so the common path pays nothing
+        self._quiet: deque[tuple[int, str]] = deque(maxlen=_PINNED_CONTEXT_RECORDS)
+
+    def gap(self) -> list[Finding]:
+        """The scanner skipped text here: nothing before may fold with anything after."""
+        self._prev = None
+        self._prev_hint = None
+        self._quiet.clear()
+        return self._close()
+
+    def finish(self) -> list[Finding]:
+        return self._close()
+
+    def _close(self) -> list[Finding]:
+        out = [self._cand] if self._cand is not None else []
+        self._cand = None
+        self._boundary = False
+        return out
+
+    def push(self, record: Record) -> list[Finding]:
+        out: list[Finding] = []
+        found = _classify_safe(record.text)
+        hint = None
+        if found is None:
+            text = record.text
+            self.note_boundary(text)
+            first_raw = text.split("\n", 1)[0]
+            # a node-type hint has no space; what follows the last prefix end ("] ", " - ")
+            # has one whenever the message does, so this skips the prefix parse for most lines
+            quick = first_raw.rsplit("] ", 1)[-1].rsplit(" - ", 1)[-1].strip()
+            if record.line_count <= 3 and len(text) <= 200 and " " not in quick:
+                first = split_prefix(first_raw).message.strip()
+                if " " not in first and self._is_single_line(record) and _is_node_ident(first):
+                    hint = first
+            self._quiet.append((record.line_no + record.line_count - 1, text))
+        else:
+            found = self._with_hint(record, found)
+            found = self._with_pinning(record, found)
+            line_no = record.line_no + found.line_index
+            end = record.line_no + record.line_count - 1
+            finding = Finding(record, found.event, line_no, end)
+            out.extend(self._fold(finding, found))
+        self._prev = record
+        self._prev_hint = hint
+        return out
+
+    def note_boundary(self, text: str) -> None:
+        """What a record without an event does to folding: a prompt boundary (``got prompt``,
+        ``Prompt executed in``, an interrupt) keeps events on either side apart."""
+        maybe_boundary = "got prompt" in text or "Prompt executed" in text or "nterrupt" in text
+        if maybe_boundary and split_prefix(text.split("\n", 1)[0]).message.strip().startswith(
+            _BOUNDARIES
+        ):
+            self._boundary = True
+
+    @staticmethod
+    def _is_single_line(record: Record) -> bool:
+        return sum(1 for ln in record.text.split("\n") if ln.strip()) == 1
+
+    def _with_hint(self, record: Record, found: _Found) -> _Found:
+        if found.event.node_type is not None or self._prev_hint is None or self._prev is None:
+            return found
+        if self._prev.line_no + self._prev.line_count != record.line_no or found.line_index != 0:
+            return found
+        return _Found(
+            replace(found.event, node_type=self._prev_hint), found.line_index, found.header_only
+        )
+
+    def _with_pinning(self, record: Record, found: _Found) -> _Found:
+        """CUDA's bare ``out of memory`` a few lines after ComfyUI released an mmap or tried to
+        pin RAM is host RAM being pinned (the rule alone sees only its own record)."""
+        event = found.event
+        if event.rule != "cuda-error-oom" or event.pool is Pool.RAM:
+            return found
+        if not any(
+            0 <= record.line_no - end - 1 <= _PINNED_CONTEXT_LINES and pinned_evidence(text)
+            for end, text in self._quiet
+        ):
+            return found
+        pinned = replace(
+            event, pool=Pool.RAM, extra=_add_extra(event.extra, "host_memory", "pinned")
+        )
+        return _Found(pinned, found.line_index, found.header_only)
+
+    def _fold(self, new: Finding, found: _Found) -> list[Finding]:
+        cand = self._cand
+        if cand is None:
+            self._cand = new
+            self._header_only = found.header_only
+            self._boundary = False
+            return []
+        near = (
+            not self._boundary
+            and new.record.line_no - cand.end_line_no - 1 <= MERGE_GAP_LINES
+            and new.record.line_no > cand.end_line_no - 1
+        )
+        merged = _merge(cand, new, self._header_only, found) if near else None
+        if merged is not None:
+            self._cand = merged
+            self._header_only = self._header_only and found.header_only
+            return []
+        self._cand = new
+        self._header_only = found.header_only
+        self._boundary = False
+        return [cand]
+
+
+def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -> Finding | None:
+    a, b = cand.event, new.event
+    end = max(cand.end_line_no, new.end_line_no)
+    if (
+        b.rule in ("comfy-got-oom", "comfy-oom-tips")
+        and not a.recovered
+        and a.pool is not Pool.KILLED_BY_OS
+    ):
+        extra = (
+            a.extra
+            if b.rule == "comfy-oom-tips"
+            else _add_extra(a.extra, "comfy_unloaded_models", True)
+        )
+        return replace(cand, event=replace(a, extra=extra), end_line_no=end)
+    if (
+        a.rule == "supir-oom-hint"
+        and not b.recovered
+        and b.pool in (Pool.GPU, Pool.GPU_FRAGMENTATION)
+    ):
+        return Finding(cand.record, _combine(primary=b, secondary=a), cand.line_no, end)
+    if (
+        cand_header_only
+        and not b.recovered
+        and not found.header_only
+        and a.pool is not Pool.KILLED_BY_OS
+    ):
+        merged = _combine(primary=b, secondary=a)
+        return Finding(cand.record, merged, cand.line_no, end)
+    if a.pool is Pool.KILLED_BY_OS and b.pool is Pool.KILLED_BY_OS:
+        if a.killed_pid is None or b.killed_pid is None or a.killed_pid == b.killed_pid:
+            merged = _combine(primary=b if b.killer else a, secondary=a if b.killer else b)
+            return Finding(cand.record, merged, cand.line_no, end)
+        return None
+    if _same(a, b):
+        count = a.count + b.count
+        return replace(cand, event=replace(a, count=count), end_line_no=end)
+    return None
+
+
+def _same(a: OomEvent, b: OomEvent) -> bool:
+    if a.rule != b.rule or a.message != b.message or a.pool is not b.pool:
+        return False
+    return a == replace(b, count=a.count)
+
+
+def _add_extra(
+    extra: tuple[tuple[str, Any], ...], key: str, value: Any
+) -> tuple[tuple[str, Any], ...]:
+    return (*((k, v) for k, v in extra if k != key), (key, value))
+
+
+def _combine(primary: OomEvent, secondary: OomEvent) -> OomEvent:
+    """Fields of ``primary``, with its unknowns filled from ``secondary``."""
+    updates: dict[str, Any] = {}
+    for name in (
+        "exception_type",
+        "node_type",
+        "node_id",
+        "gpu_index",
+        "requested_bytes",
+        "total_bytes",
+        "free_bytes",
+        "allocated_bytes",
+        "reserved_unallocated_bytes",
+        "reserved_bytes",
+        "process_used_bytes",
+        "mps_allocated_bytes",
+        "mps_other_bytes",
+        "mps_max_allowed_bytes",
+        "killer",
+        "killed_pid",
+    ):
+        if getattr(primary, name) is None and getattr(secondary, name) is not None:
+            updates[name] = getattr(secondary, name)
+    if primary.backend is Backend.UNKNOWN and secondary.backend is not Backend.UNKNOWN:
+        updates["backend"] = secondary.backend
+    if not primary.other_processes and secondary.other_processes:
+        updates["other_processes"] = secondary.other_processes
+    if secondary.other_process_named:
+        updates["other_process_named"] = True
+    keys = {k for k, _ in primary.extra}
+    extra = primary.extra + tuple((k, v) for k, v in secondary.extra if k not in keys)
+    if extra != primary.extra:
+        updates["extra"] = extra
+    return replace(primary, **updates) if updates else primary
+
+
+def _classify_safe(text: str) -> _Found | None:
+    try:
+        return _classify(text)
+    except Exception:  # never raise out of a scan; the rules are fuzzed separately
+        return None
+
+
+def scan_lines(
+    lines: Iterable[str], *, first_line_no: int = 1
+) -> Iterator[tuple[Record, OomEvent]]:
+    """Assemble ``lines`` (no newlines needed) into records and yield ``(record, event)``.
+
+    Events that are one failure seen twice are folded into one (see ``MERGE_GAP_LINES``); the
+    record is the first one of the fold. Use ``iter_findings`` for the evidence line numbers.
+    """
+    for finding in iter_findings(lines, first_line_no=first_line_no):
+        yield finding.record, finding.event
+
+
+def iter_findings(lines: Iterable[str], *, first_line_no: int = 1) -> Iterator[Finding]:
+    """Like ``scan_lines`` but yields ``Finding`` (with line numbers). Byte offsets assume UTF-8."""
+    assembler = RecordAssembler(first_line_no=first_line_no)
+    folder = _Folder()
+    offset = 0
+    for line in lines:
+        text = line[:-1] if line.endswith("\n") else line
+        size = len(text.encode("utf-8", "replace")) + 1
+        for record in assembler.feed(text, offset, offset + size):
+            yield from folder.push(record)
+        offset += size
+    for record in assembler.flush():
+        yield from folder.push(record)
+    yield from folder.finish()

@@ -1,0 +1,976 @@
+"""The rules: one log record (or a ComfyUI ``execution_error``) in, the OOM event it shows out:
+which pool ran out, on which backend, by how much, in which node, and whether ComfyUI
+recovered.
+
+Everything here is pure and never raises: the input is whatever a log, a user's paste or a
+websocket handed us. The rules follow the texts the producers really print (comfyui-facts.md
+§2 and §11, torch's allocator messages across versions, the kernel's and earlyoom's kill lines)
+and are checked against a labelled corpus of excerpts users posted (tests/corpus/).
+
+A rule fires on a *message structure*, never on the bare words "out of memory": prose such as
+"it gets out of memory quick" or a node called ``OutOfMemoryGuard`` stays negative.
+
+Every rule needs one of ``NEEDLES`` in the text. That is the cheap prefilter the file scanner
+runs over raw bytes before anything is decoded or split into lines (classify/prefilter.py),
+and because ``classify_record`` checks the same needles first, the prefilter can never hide
+an event.
+
+Units: torch (CUDA/HIP/XPU ``format_size``), MPS (``GB``/``MB`` computed with 1024), numpy
+(``MiB``/``GiB``), the kernel (``kB``) and earlyoom (``MiB``) all print binary multiples, so
+every K/M/G here is 1024-based.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from oom_sentinel.daemon.events import Backend, OomEvent, OtherProcess, Pool
+from oom_sentinel.daemon.logformat import split_prefix, strip_ansi
+
+#: Substrings at least one of which every detectable OOM text contains (see module docstring).
+#: Chosen for the speed of ``bytes.find``: long or upper-case needles skip fastest.
+NEEDLES: tuple[str, ...] = (
+    "emory",  # out of memory, MemoryError, not enough memory, video memory, Memory cgroup
+    "Allocation on device",  # cudaMallocAsync
+    "_STATUS_",  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_NOT_ALLOCATED, ...
+    "OOM",  # Got an OOM, OOMed, the OOM killer
+    "Killed",  # bare Killed, Killed process
+    "rror 1455",  # os error 1455, WinError 1455 (the paging file, in any language)
+    "sending SIG",  # earlyoom
+    "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
+    "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
+)
+
+_K = 1024
+_UNITS: dict[str, int] = {
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "k": _K,
+    "kb": _K,
+    "kib": _K,
+    "m": _K**2,
+    "mb": _K**2,
+    "mib": _K**2,
+    "g": _K**3,
+    "gb": _K**3,
+    "gib": _K**3,
+    "t": _K**4,
+    "tb": _K**4,
+    "tib": _K**4,
+    "p": _K**5,
+    "pb": _K**5,
+    "pib": _K**5,
+}
+_SIZE = r"(\d+(?:,\d{3})*(?:\.\d*)?)\s?(bytes|byte|[KMGTP]i?B|kB|B)\b"
+
+
+def parse_size(number: str, unit: str) -> int | None:
+    """``("2.00", "GiB")`` → 2147483648; None when it is not a size."""
+    try:
+        value = float(number.replace(",", ""))
+    except ValueError:
+        return None
+    factor = _UNITS.get(unit.lower())
+    if factor is None or value < 0 or value > 1e21:
+        return None
+    return round(value * factor)
+
+
+def has_needle(text: str) -> bool:
+    """True when ``text`` could hold an OOM (the scanner's prefilter, on str)."""
+    return (  # spelled out: about three times faster than any() over NEEDLES
+        "emory" in text
+        or "OOM" in text
+        or "Killed" in text
+        or "Allocation on device" in text
+        or "_STATUS_" in text
+        or "rror 1455" in text
+        or "sending SIG" in text
+        or "nvalid buffer" in text
+        or "oom-kill" in text
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# message rules
+# --------------------------------------------------------------------------------------------
+
+_M = re.MULTILINE
+_RX_KERNEL_KILLED = re.compile(r"\bKilled process (\d+) \(([^)\n]*)\)")
+_RX_KERNEL_KILL = re.compile(
+    r"(Memory cgroup out of memory|Out of memory(?: \([\w ]+\))?): Kill(?:ed)? process (\d+) \(([^)\n]*)\)"
+)
+_RX_KERNEL_FIELD = re.compile(r"\b(total-vm|anon-rss|file-rss|shmem-rss):\s?([\d,]+)\s?kB")
+_RX_EARLYOOM = re.compile(
+    r'sending (SIGTERM|SIGKILL) to process (\d+) uid (\d+) "([^"\n]*)":'
+    r"(?: (?:oom_score|badness) (-?\d+),)? VmRSS (\d+) MiB"
+)
+_RX_OOMD = re.compile(r"\bKilled (/\S+) due to (?:memory|swap)")
+_RX_SYSTEMD_UNIT = re.compile(
+    r"([\w@.\-]+): A process of this unit has been killed by the OOM killer"
+)
+_RX_BASH_KILLED = re.compile(r"\bline \d+:\s+(\d+) Killed(?:\s|$)", _M)
+_RX_BARE_KILLED = re.compile(r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?\s*$", _M)
+
+_RX_MPS = re.compile(r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)", _M)
+_RX_TORCH_DEVICE = re.compile(r"(CUDA|HIP|XPU) out of memory\.(?= Tried to allocate|\s*$)", _M)
+_RX_TORCH_DEVICE_LINE = re.compile(
+    r"^(?:\S+Error: |!!! Exception during processing !!! )?(CUDA|HIP|XPU) out of memory\b", _M
+)
+_RX_EXCEED = re.compile(r"Allocation on device (\d+) would exceed allowed memory")
+_RX_ALLOC_ON_DEVICE = re.compile(
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: )Allocation on device\s*$|OutOfMemoryError: Allocation on device\b",
+    _M,
+)
+_RX_CUDA_ERROR_OOM = re.compile(
+    r"\b(CUDA|HIP) (?:driver )?error: out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory"
+)
+_RX_LIB_ALLOC = re.compile(
+    r"\b(CUBLAS|CUDNN|CUSOLVER|CUSPARSE|CUFFT|HIPBLAS|ROCBLAS|MIOPEN|HIPSOLVER)_STATUS_(?:ALLOC_FAILED|NOT_ALLOCATED)\b",
+    re.IGNORECASE,
+)
+_RX_DIRECTML = re.compile(
+    r"(?:Could not allocate tensor with (\d+) bytes\. )?There is not enough GPU video memory available"
+)
+_RX_PAGEFILE = re.compile(r"(?:os error|WinError) 1455\b")
+_RX_CPU_ALLOC = re.compile(
+    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate (\d+) ?(bytes|GB)"
+)
+_RX_MMAP = re.compile(r"unable to mmap (\d+) bytes from file [\s\S]{0,400}?Cannot allocate memory")
+_RX_NUMPY = re.compile(r"Unable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
+_RX_GOT_OOM = re.compile(r"Got an OOM, unloading all loaded models")
+_RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
+#: MPSAllocator's refusal of a single buffer over the device's limit; torch formats the size
+#: with two decimals (``8.21 GB``; newer torch ``19.38 GiB``), which keeps other programs'
+#: "invalid buffer size: 64" out
+_RX_MPS_BUFFER = re.compile(
+    r"(?:\b([A-Za-z_]\w*Error): ?)?Invalid buffer size: ?(\d+\.\d\d) ?([KMG]i?B)\b"
+)
+#: the kernel's first OOM line names the allocating task, which for torch is pt_main_thread
+_RX_KERNEL_INVOKED = re.compile(r"\b(\S+) invoked oom-killer: ")
+_RX_KERNEL_OOM_KILL_TASK = re.compile(r"\boom-kill:constraint=\S*?,task=([^,\s]+),pid=(\d+)")
+#: an uncatchable C++ exception ending the process (``terminate called after throwing an
+#: instance of 'c10::AcceleratorError'``)
+_RX_CXX_TERMINATE = re.compile(r"instance of '([\w:]+)'")
+#: custom-node packs' own OOM stops and hints, worded as their sources print them (the pack's
+#: text is often all a paste has: VideoHelperSuite raises it instead of a torch message, and
+#: SUPIR prints its hint before re-raising, so a cut traceback may end before torch's line)
+_RX_VHS_LIMIT = re.compile(
+    r"Memory limit hit after loading (\d+) frames|Meta Batch set to (\d+) frames but only (\d+) can fit in memory"
+)
+_RX_SUPIR_HINT = re.compile(r"too large of an image or batch_size for SUPIR was used")
+#: rule → the pack that printed it
+_NODE_PACK_RULES = {
+    "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
+    "supir-oom-hint": "ComfyUI-SUPIR",
+}
+_RX_XPU_4GB = re.compile(r"can NOT allocate memory block with size larger than 4GB")
+
+_RX_SOFT: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "soft-vae-tiled",
+        re.compile(
+            r"Ran out of memory when regular (?:VAE )?(?:de|en)coding, retrying with tiled VAE (?:de|en)coding"
+        ),
+    ),
+    (
+        "soft-split-attention-empty-cache",
+        re.compile(r"out of memory error, emptying cache and trying again"),
+    ),
+    (
+        "soft-split-attention-steps",
+        re.compile(r"out of memory error, increasing steps and trying again(?: (\d+))?"),
+    ),
+    (
+        "soft-vae-slice-attention",
+        re.compile(r"scaled_dot_product_attention OOMed: switched to slice attention"),
+    ),
+    (
+        "soft-subquadratic-softmax",
+        re.compile(
+            r"ran out of memory while running softmax in\s+_get_attention_scores_no_kv_chunking, trying slower in place softmax instead"
+        ),
+    ),
+)
+
+# exception lines: ``torch.OutOfMemoryError: CUDA out of memory. ...``, ``MemoryError``
+_RX_EXC_LINE = re.compile(
+    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::[ \t]?(.*))?$", _M
+)
+#: a field of ComfyUI's Error Report in any language: ``- **<label>:** <value>``, one per line
+#: or, in a paste that lost its newlines, one after another on a line
+_RX_ANY_FIELD = re.compile(
+    r"(?:^|\s)-\s*\*\*([^*\n]{1,40}?):\*\*[ \t]*(.*?)(?=\s+-\s*\*\*[^*\n]{1,40}?:\*\*|\s+##|$)", _M
+)
+_RX_EXC_TYPE_VALUE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)$")
+_RX_NODE_ID_VALUE = re.compile(r"^\d+(?::\d+)*$")
+#: ComfyUI's old error dialog: the node on its own line, or (an issue title) the message after it
+_RX_DIALOG = re.compile(r"^Error occurred when executing ([^:\n]+?):(?:[ \t]|$)", _M)
+_RX_NODE_COLON = re.compile(r"^([A-Za-z][\w\-]{1,80}) : ")
+_RX_NODE_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{2,80}$")
+_NOT_NODES = frozenset(
+    {"Traceback", "Killed", "Exception", "Error", "Warning", "Logs", "Details", "Other"}
+)
+_HEADER = "!!! Exception during processing !!!"
+_QUOTES = frozenset("\"'`")
+
+# numbers in torch's allocator messages (new style since torch 2.1, old style before, XPU both)
+_RX_TRIED = re.compile(r"Tried to allocate " + _SIZE)
+_RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
+_RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" total capacity")
+_RX_FREE = re.compile(r"of which " + _SIZE + r" is free|; " + _SIZE + r" free[;)]")
+_RX_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
+_RX_THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
+_RX_ALLOCATED = re.compile(
+    r"Of the allocated memory "
+    + _SIZE
+    + r" is allocated by PyTorch|"
+    + _SIZE
+    + r" already allocated"
+)
+_RX_PRIVATE = re.compile(r"with " + _SIZE + r" allocated in private pools")
+_RX_RESERVED_UNALLOC = re.compile(
+    # torch>=2.1 says "and X is reserved by PyTorch but unallocated"; "is reserved" only ever
+    # introduces that figure, so a message cut right after it still gives it
+    r"and " + _SIZE + r" is reserved\b|" + _SIZE + r" cached\)"
+)
+_RX_RESERVED = re.compile(_SIZE + r"\s+reserved in total\b")  # \s+: a message hard-wrapped here
+_RX_ALLOWED = re.compile(r"[;.] " + _SIZE + r" allowed;")  # torch>=2.1: "... is free. X allowed;"
+_RX_EX_ALLOCATED = re.compile(r"Currently allocated\s*:\s*" + _SIZE)
+_RX_EX_REQUESTED = re.compile(r"Requested\s*:\s*" + _SIZE)
+_RX_EX_LIMIT = re.compile(r"Device limit\s*:\s*" + _SIZE)
+_RX_EX_FREE = re.compile(r"Free \(according to CUDA\)\s*:\s*" + _SIZE)
+_RX_MPS_ALLOCATED = re.compile(r"MPS allocated: " + _SIZE)
+_RX_MPS_OTHER = re.compile(r"other allocations: " + _SIZE)
+_RX_MPS_MAX = re.compile(r"max allowed: " + _SIZE)
+_RX_MPS_TRIED = re.compile(r"Tried to allocate " + _SIZE + r" on private pool")
+
+#: another process holds at least this much GPU memory → "other processes named" (see events)
+_OTHERS_MIN_BYTES = 512 * _K**2
+
+
+def _size(m: re.Match[str] | None, group: int = 1) -> int | None:
+    """Size from the first matched (number, unit) group pair at or after ``group``."""
+    if m is None:
+        return None
+    groups = m.groups()
+    for i in range(group - 1, len(groups) - 1, 2):
+        if groups[i] is not None and groups[i + 1] is not None:
+            return parse_size(groups[i], groups[i + 1])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    event: OomEvent
+    #: index of the line (within the record) that carries the evidence
+    line_index: int
+    #: the record is ComfyUI's one-line ``!!! Exception during processing !!!`` header only
+    header_only: bool = False
+
+
+def _normalize(text: str) -> list[str]:
+    """Lines of a record with wrapper prefixes, ANSI codes and markdown quote marks removed."""
+    lines = []
+    for raw in text.split("\n"):
+        if raw[:1] in (" ", "\t"):  # no prefix starts with whitespace: a traceback body line
+            lines.append(raw.rstrip("\r"))
+            continue
+        msg = split_prefix(raw.rstrip("\r")).message
+        if msg.startswith(">"):
+            msg = msg[2:] if msg.startswith("> ") else msg[1:]
+        if msg[:1] in _QUOTES:
+            msg = msg.lstrip("\"'`").lstrip()
+        lines.append(msg)
+    return lines
+
+
+def _line_of(starts: list[int], pos: int) -> int:
+    lo, hi = 0, len(starts) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if starts[mid] <= pos:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def classify_record(text: str) -> OomEvent | None:
+    """The OOM event in one log record (a line and its continuation lines), or None.
+
+    Never raises: a record that makes a rule trip over itself is treated as no OOM.
+    """
+    try:
+        found = _classify(text)
+    except Exception:  # the contract is "never raises"; _classify is fuzzed without this net
+        return None
+    return found.event if found is not None else None
+
+
+#: normalized records up to this long are remembered (``_classify_normalized``)
+_MEMO_CHARS = 8192
+
+
+def _classify(text: str) -> _Found | None:
+    if not isinstance(text, str) or not has_needle(text):
+        return None
+    if "\x1b" in text:
+        text = strip_ansi(text)
+    lines = _normalize(text)
+    key = "\n".join(lines)  # lines hold no newline: the join is one-to-one
+    if len(key) <= _MEMO_CHARS:
+        return _classify_normalized(key)
+    return _classify_lines(lines)
+
+
+@functools.lru_cache(maxsize=256)
+def _classify_normalized(key: str) -> _Found | None:
+    """``_classify_lines`` of ``key.split("\\n")``, remembered: what follows normalization is a
+    pure function of the normalized lines, and an OOM storm repeats the same record with only
+    its timestamps changed (``Got an OOM, unloading all loaded models.``, a soft OOM's retry
+    line, the same traceback). At most 256 × ``_MEMO_CHARS`` characters are held."""
+    return _classify_lines(key.split("\n"))
+
+
+def _classify_lines(lines: list[str]) -> _Found | None:
+    """``_classify`` of a record already split into normalized lines (``_normalize``)."""
+    # The rules read the record's "focus": every line that does not start with whitespace,
+    # plus indented lines holding a needle. Traceback frames (most of a big record) drop out,
+    # and no OOM text is lost: messages, exception lines, report fields and the numbers of
+    # torch's multi-line messages all start at column 0.
+    focus: list[int] = []
+    indented: list[int] = []
+    for i, line in enumerate(lines):
+        (indented if line[:1] in (" ", "\t") else focus).append(i)
+    # one needle test over all traceback frames together (they rarely hold one), then per line
+    if indented and has_needle("\n".join([lines[i] for i in indented])):
+        focus = sorted(focus + [i for i in indented if has_needle(lines[i])])
+    flines = [lines[i] for i in focus]
+    body = "\n".join(flines)
+    starts = [0]
+    for line in flines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+
+    # a pasted Error Report is parsed once, for the rules and for its fields
+    report = _report(body)
+    rule, pool, backend, pos, recovered = _detect(body, report)
+    if rule is None:
+        restored = _restore_case(body)
+        if restored is None:
+            return None
+        report = _report(restored)
+        rule, pool, backend, pos, recovered = _detect(restored, report)
+        if rule is None:
+            return None
+        # case-only edits: every position and line length stays the same
+        body = restored
+        flines = body.split("\n")
+        lines = list(lines)
+        for i, line in zip(focus, flines, strict=True):
+            lines[i] = line
+    fidx = _line_of(starts, pos)
+    idx = focus[fidx]
+    fields: dict[str, Any] = {}
+    extra: list[tuple[str, Any]] = []
+    _numbers(rule, body, fields, extra)
+
+    exc_type, exc_msg = _exception_of(flines, fidx)
+    if exc_type is None:
+        exc_type = _inline_exception_type(rule, body)
+    node_type = node_id = None
+    if report is not None:
+        node_type, node_id, exc_type = report.node_type, report.node_id, report.exception_type
+    if node_type is None:
+        node_type = _dialog_node(body) or _colon_node(lines[idx])
+    if node_type is None and idx > 0:
+        prev = lines[idx - 1].strip()
+        if _is_node_ident(prev):
+            node_type = prev
+
+    report_msg = report.message if report is not None else None
+    message = _message_of(lines[idx], pos - starts[fidx], exc_msg, report_msg)
+    if backend is Backend.UNKNOWN:
+        backend = _backend_from_text(body, report_msg)
+    if rule == "cuda-error-oom" and pinned_evidence("\n".join(lines)):
+        pool = Pool.RAM
+        extra.append(("host_memory", "pinned"))
+    if pool is Pool.GPU and fields.get("requested_bytes") is not None:
+        ru = fields.get("reserved_unallocated_bytes")
+        if ru is not None and ru >= fields["requested_bytes"]:
+            pool = Pool.GPU_FRAGMENTATION
+    others = fields.pop("_others", ())
+    named = bool(others)
+    total, free, used = (
+        fields.get("total_bytes"),
+        fields.get("free_bytes"),
+        fields.get("process_used_bytes"),
+    )
+    if not named and total is not None and free is not None and used is not None:
+        outside = total - free - used
+        if outside >= _OTHERS_MIN_BYTES:
+            named = True
+            extra.append(("outside_process_bytes", outside))
+    if rule == "comfy-got-oom":
+        extra.append(("comfy_unloaded_models", True))
+    if rule in _NODE_PACK_RULES:
+        extra.insert(0, ("node_pack", _NODE_PACK_RULES[rule]))
+    event = OomEvent(
+        pool=pool,
+        backend=backend,
+        recovered=recovered,
+        message=message,
+        exception_type=exc_type,
+        node_type=node_type,
+        node_id=node_id,
+        other_processes=tuple(others),
+        other_process_named=named,
+        rule=rule,
+        extra=tuple(extra),
+        **fields,
+    )
+    header_only = lines[0].startswith(_HEADER) and len([ln for ln in lines if ln.strip()]) == 1
+    return _Found(event, idx, header_only)
+
+
+#: the words of the messages, in their printed case: a paste that was lower-cased (chat apps,
+#: some forums) is matched again after these are put back; every edit changes case only
+_CASED_WORDS: tuple[str, ...] = (
+    "CUDA out of memory",
+    "HIP out of memory",
+    "XPU out of memory",
+    "MPS backend out of memory",
+    "MPS allocated",
+    "CUDA error: out of memory",
+    "Tried to allocate",
+    "Of the allocated memory",
+    "allocated by PyTorch",
+    "reserved by PyTorch",
+    "non-PyTorch",
+    "Allocation on device",
+    "Currently allocated",
+    "Requested",
+    "Device limit",
+    "Free (according to CUDA)",
+    "DefaultCPUAllocator",
+    "OutOfMemoryError",
+    "RuntimeError",
+    "Invalid buffer size",
+)
+_RX_CASED_WORDS = re.compile("|".join(re.escape(w) for w in _CASED_WORDS), re.IGNORECASE)
+_CASED = {w.lower(): w for w in _CASED_WORDS}
+_RX_LOWER_UNIT_OR_GPU = re.compile(r"(?<=\d)( ?)([kmgtp])(i?)b\b|\bgpu(?= \d)")
+#: a lower-cased record holds one of these
+_LOWER_SIGNS = ("out of memory", "allocation on device", "invalid buffer size", "outofmemory")
+
+
+def _restore_case(body: str) -> str | None:
+    """``body`` with the messages' words in their printed case, or None when it has none of
+    them in another case (see ``_CASED_WORDS``)."""
+    low = body.lower()
+    if not any(sign in low for sign in _LOWER_SIGNS):
+        return None
+    out = _RX_CASED_WORDS.sub(lambda m: _CASED[m.group(0).lower()], body)
+    out = _RX_LOWER_UNIT_OR_GPU.sub(
+        lambda m: (
+            "GPU" if m.group(0) == "gpu" else f"{m.group(1)}{m.group(2).upper()}{m.group(3)}B"
+        ),
+        out,
+    )
+    return out if out != body else None
+
+
+def _find(rx: re.Pattern[str], body: str, *gates: str) -> re.Match[str] | None:
+    """``rx.search(body)``, run only when one of the literal ``gates`` is in ``body``.
+
+    A record can be a 250 KiB traceback; a substring test is far cheaper than a regex search,
+    and every rule below has a literal it cannot match without.
+    """
+    for gate in gates:
+        if gate in body:
+            return rx.search(body)
+    return None
+
+
+def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backend, int, bool]:
+    """(rule, pool, backend, match position, recovered) of the strongest rule, or rule None.
+
+    ``report`` is ``_report(body)``: the fields of a pasted Error Report, if ``body`` is one."""
+    m = _find(_RX_KERNEL_KILL, body, "Kill") or _find(_RX_KERNEL_KILLED, body, "Killed process")
+    if m:
+        return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _find(_RX_KERNEL_OOM_KILL_TASK, body, "oom-kill:") or _find(
+        _RX_KERNEL_INVOKED, body, "invoked oom-killer"
+    )
+    if m:
+        return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _find(_RX_EARLYOOM, body, "sending SIG")
+    if m:
+        return "earlyoom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _find(_RX_OOMD, body, "Killed /")
+    if m:
+        return "systemd-oomd-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _find(_RX_SYSTEMD_UNIT, body, "OOM killer")
+    if m:
+        return "systemd-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _find(_RX_MPS, body, "MPS backend out of memory")
+    if m:
+        return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
+    m = _find(_RX_MPS_BUFFER, body, "nvalid buffer")
+    if m:
+        return "mps-invalid-buffer", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
+    m = _find(_RX_TORCH_DEVICE, body, " out of memory") or _find(
+        _RX_TORCH_DEVICE_LINE, body, " out of memory"
+    )
+    if m:
+        dev = m.group(1)
+        backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
+        return f"{dev.lower()}-oom", Pool.GPU, backend, m.start(1), False
+    m = _find(_RX_EXCEED, body, "would exceed allowed memory")
+    if m:
+        return "cuda-exceed-allowed", Pool.GPU, Backend.CUDA, m.start(), False
+    m = _find(_RX_ALLOC_ON_DEVICE, body, "Allocation on device")
+    if m:
+        pos = body.find("Allocation on device", m.start())
+        return "cuda-alloc-on-device", Pool.GPU, Backend.CUDA, pos, False
+    m = _find(
+        _RX_CUDA_ERROR_OOM,
+        body,
+        "error: out of memory",
+        "ErrorMemoryAllocation",
+        "ErrorOutOfMemory",
+    )
+    if m:
+        rocm = (m.group(1) or m.group(2) or "hip").lower() == "hip"
+        return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
+    m = _find(_RX_LIB_ALLOC, body, "_STATUS_", "_status_", "_Status_")
+    if m:
+        lib = m.group(1).upper()
+        backend = Backend.ROCM if lib.startswith(("HIP", "ROC", "MIOPEN")) else Backend.CUDA
+        return f"{lib.lower()}-alloc-failed", Pool.GPU, backend, m.start(), False
+    m = _find(_RX_DIRECTML, body, "not enough GPU video memory")
+    if m:
+        return "directml-oom", Pool.GPU, Backend.DIRECTML, m.start(), False
+    m = _find(_RX_PAGEFILE, body, "rror 1455")
+    if m:
+        return "windows-pagefile", Pool.SWAP_PAGEFILE, Backend.CPU, m.start(), False
+    m = _find(_RX_CPU_ALLOC, body, "DefaultCPUAllocator")
+    if m:
+        return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_MMAP, body, "unable to mmap")
+    if m:
+        return "mmap-enomem", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_VHS_LIMIT, body, "Memory limit hit", "can fit in memory")
+    if m:
+        return "vhs-memory-limit", Pool.RAM, Backend.CPU, m.start(), False
+    exc = _oom_exception_line(body) if "MemoryError" in body else None
+    if exc is not None:
+        type_name, start = exc
+        if type_name.endswith("OutOfMemoryError"):
+            return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
+        if _find(_RX_NUMPY, body, "Unable to allocate"):
+            return "numpy-alloc", Pool.RAM, Backend.CPU, start, False
+        return "memory-error", Pool.RAM, Backend.CPU, start, False
+    if report is not None and report.exception_type.endswith(("OutOfMemoryError", "MemoryError")):
+        type_name, start = report.exception_type, report.position
+        if type_name.endswith("OutOfMemoryError"):
+            return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
+        return "memory-error", Pool.RAM, Backend.CPU, start, False
+    m = _find(_RX_GOT_OOM, body, "Got an OOM")
+    if m:
+        return "comfy-got-oom", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_TIPS, body, "ran out of memory on your GPU")
+    if m:
+        return "comfy-oom-tips", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_SUPIR_HINT, body, "for SUPIR was used")
+    if m:
+        return "supir-oom-hint", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_BASH_KILLED, body, "Killed") or _find(_RX_BARE_KILLED, body, "Killed")
+    if m:
+        return "shell-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    if "out of memory" in body or "OOMed" in body:
+        for name, rx in _RX_SOFT:
+            m = rx.search(body)
+            if m:
+                return name, Pool.GPU, Backend.UNKNOWN, m.start(), True
+    return None, Pool.GPU, Backend.UNKNOWN, 0, False
+
+
+#: what in a record, or just before it, shows that CUDA's ``out of memory`` came from pinning
+#: host RAM, not from VRAM: ComfyUI releasing a model's mmap to pin it, pinning APIs, the pinned
+#: staging buffer, the offload stream's async copies, an uncatchable C++ error ending the process
+_PINNED_MARKS: tuple[str, ...] = (
+    "Attempting to release mmap",
+    "pin_memory",
+    "cudaHostRegister",
+    "Unable to pin memory",
+    "hostbuf",
+    "HostBuffer",
+    "offload_stream.synchronize",
+    "non_blocking=non_blocking)",
+    "terminate called after throwing",
+)
+
+
+def pinned_evidence(text: str) -> bool:
+    """True when ``text`` shows host RAM being pinned (see ``_PINNED_MARKS``)."""
+    return any(mark in text for mark in _PINNED_MARKS)
+
+
+_RX_INLINE_OOM_TYPE = re.compile(
+    r"((?:[A-Za-z_]\w*\.)*OutOfMemoryError): (?:CUDA|HIP|XPU) out of memory"
+)
+
+
+def _inline_exception_type(rule: str, body: str) -> str | None:
+    """An exception type the text names inside a line rather than at its start."""
+    if rule == "mps-invalid-buffer":
+        m = _RX_MPS_BUFFER.search(body)
+        return m.group(1) if m and m.group(1) else None
+    if rule in ("cuda-oom", "hip-oom", "xpu-oom") and "OutOfMemoryError: " in body:
+        m = _RX_INLINE_OOM_TYPE.search(body)
+        return m.group(1) if m else None
+    if rule == "cuda-error-oom" and "instance of '" in body:
+        m = _RX_CXX_TERMINATE.search(body)
+        return m.group(1) if m else None
+    return None
+
+
+def _oom_exception_line(body: str) -> tuple[str, int] | None:
+    """The last exception line whose type is an OOM type (OutOfMemoryError, MemoryError)."""
+    best = None
+    for m in _RX_EXC_LINE.finditer(body):
+        name = m.group(1)
+        if name.endswith(("OutOfMemoryError", "MemoryError")):
+            best = (name, m.start())
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class _Report:
+    """The error fields of a pasted ComfyUI Error Report."""
+
+    exception_type: str
+    #: where the exception type's field starts in the text
+    position: int
+    message: str | None
+    node_type: str | None
+    node_id: str | None
+
+
+def _report(body: str) -> _Report | None:
+    """The Error Report's fields read by their *structure*, in any language.
+
+    The frontend writes ``- **Node ID:** …``, ``- **Node Type:** …``, ``- **Exception Type:**
+    …``, ``- **Exception Message:** …`` in that order, and a translated page (or a browser's
+    translation of it) renames the labels but keeps the Markdown and the Python type name.
+    So the exception type is the first field whose value is a Python exception type, the
+    message is the field after it, the node type the field before it (unless that is the node
+    ID, a number) and the node ID the field before that when it is a number.
+    """
+    if ":**" not in body:
+        return None
+    fields = [(m.group(2).strip(), m.start(1)) for m in _RX_ANY_FIELD.finditer(body)]
+    k = next((i for i, (value, _) in enumerate(fields) if _RX_EXC_TYPE_VALUE.match(value)), -1)
+    if k < 0:
+        return None
+    value, pos = fields[k]
+    message = fields[k + 1][0] or None if k + 1 < len(fields) else None
+    node_type = node_id = None
+    if k >= 1 and fields[k - 1][0]:
+        before = fields[k - 1][0]
+        if _RX_NODE_ID_VALUE.match(before):
+            node_id = before
+        else:
+            node_type = before
+            if k >= 2 and _RX_NODE_ID_VALUE.match(fields[k - 2][0]):
+                node_id = fields[k - 2][0]
+    return _Report(value, pos, message, node_type, node_id)
+
+
+def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str, Any]]) -> None:
+    if rule.startswith(("cuda-oom", "hip-oom", "xpu-oom", "oom-exception", "cuda-alloc", "comfy-")):
+        fields["requested_bytes"] = _size(_find(_RX_TRIED, body, "Tried to allocate"))
+        m = _find(_RX_TOTAL, body, "total capac")
+        if m:
+            fields["total_bytes"] = _size(m) if m.group(1) else _size(m, 3)
+        m = _find(_RX_FREE, body, " free")
+        if m:
+            fields["free_bytes"] = _size(m) if m.group(1) else _size(m, 3)
+        m = _find(_RX_ALLOCATED, body, "allocated by PyTorch", "already allocated")
+        if m:
+            fields["allocated_bytes"] = _size(m) if m.group(1) else _size(m, 3)
+        m = _find(_RX_RESERVED_UNALLOC, body, "is reserved", "cached)")
+        if m:
+            fields["reserved_unallocated_bytes"] = _size(m) if m.group(1) else _size(m, 3)
+        reserved = _size(_find(_RX_RESERVED, body, "reserved in total"))
+        fields["reserved_bytes"] = reserved
+        if (
+            fields.get("reserved_unallocated_bytes") is None
+            and reserved is not None
+            and fields.get("allocated_bytes") is not None
+            and reserved >= fields["allocated_bytes"]
+        ):
+            fields["reserved_unallocated_bytes"] = reserved - fields["allocated_bytes"]
+        fields["process_used_bytes"] = _size(_find(_RX_THIS_PROCESS, body, "this process has"))
+        others = []
+        for pm in _RX_PROCESS.finditer(body) if "Process " in body else ():
+            others.append(
+                OtherProcess(pid=int(pm.group(1)), bytes=parse_size(pm.group(2), pm.group(3)))
+            )
+        fields["_others"] = tuple(others)
+        private = _size(_find(_RX_PRIVATE, body, "private pools"))
+        if private is not None:
+            extra.append(("private_pools_bytes", private))
+        allowed = _size(_find(_RX_ALLOWED, body, " allowed;"))
+        if allowed is not None:
+            extra.append(("allowed_bytes", allowed))
+        m = _find(_RX_GPU_INDEX, body, "GPU")
+        if m:
+            fields["gpu_index"] = int(m.group(1))
+    if rule == "cuda-exceed-allowed":
+        fields["allocated_bytes"] = _size(_RX_EX_ALLOCATED.search(body))
+        fields["requested_bytes"] = _size(_RX_EX_REQUESTED.search(body))
+        fields["total_bytes"] = _size(_RX_EX_LIMIT.search(body))
+        fields["free_bytes"] = _size(_RX_EX_FREE.search(body))
+        m = _RX_EXCEED.search(body)
+        if m:
+            fields["gpu_index"] = int(m.group(1))
+    elif rule == "mps-oom":
+        fields["mps_allocated_bytes"] = _size(_RX_MPS_ALLOCATED.search(body))
+        fields["allocated_bytes"] = fields["mps_allocated_bytes"]
+        fields["mps_other_bytes"] = _size(_RX_MPS_OTHER.search(body))
+        fields["mps_max_allowed_bytes"] = _size(_RX_MPS_MAX.search(body))
+        fields["requested_bytes"] = _size(_RX_MPS_TRIED.search(body))
+    elif rule == "vhs-memory-limit":
+        m = _RX_VHS_LIMIT.search(body)
+        if m and m.group(1):
+            extra.append(("frames_loaded", int(m.group(1))))
+        elif m:
+            extra.append(("frames_per_batch", int(m.group(2))))
+            extra.append(("frames_that_fit", int(m.group(3))))
+    elif rule == "mps-invalid-buffer":
+        m = _RX_MPS_BUFFER.search(body)
+        if m:
+            fields["requested_bytes"] = parse_size(m.group(2), m.group(3))
+    elif rule == "directml-oom":
+        m = _RX_DIRECTML.search(body)
+        if m and m.group(1):
+            fields["requested_bytes"] = int(m.group(1))
+    elif rule == "cpu-allocator":
+        m = _RX_CPU_ALLOC.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
+    elif rule == "mmap-enomem":
+        m = _RX_MMAP.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1))
+    elif rule in ("numpy-alloc", "memory-error"):
+        m = _RX_NUMPY.search(body)
+        if m:
+            fields["requested_bytes"] = parse_size(m.group(1), m.group(2))
+    elif rule == "kernel-oom-kill":
+        m = _RX_KERNEL_KILLED.search(body) or _RX_KERNEL_KILL.search(body)
+        if m is not None:
+            if m.re is _RX_KERNEL_KILLED:
+                fields["killed_pid"], comm = int(m.group(1)), m.group(2)
+            else:
+                fields["killed_pid"], comm = int(m.group(2)), m.group(3)
+            extra.append(("process_name", comm))
+            tail = body[m.end() : m.end() + 400].split("\n", 1)[0]
+            for fm in _RX_KERNEL_FIELD.finditer(tail):
+                extra.append(
+                    (
+                        fm.group(1).replace("-", "_") + "_bytes",
+                        int(fm.group(2).replace(",", "")) * _K,
+                    )
+                )
+        else:
+            tm = _RX_KERNEL_OOM_KILL_TASK.search(body)
+            im = _RX_KERNEL_INVOKED.search(body)
+            if tm is not None:
+                fields["killed_pid"] = int(tm.group(2))
+                extra.append(("process_name", tm.group(1)))
+            elif im is not None:
+                extra.append(("invoked_by", im.group(1)))
+        cg = _RX_KERNEL_KILL.search(body)
+        extra.append(
+            ("scope", "cgroup" if cg and cg.group(1).startswith("Memory cgroup") else "system")
+        )
+        fields["killer"] = "kernel"
+    elif rule == "earlyoom-kill":
+        m = _RX_EARLYOOM.search(body)
+        if m:
+            fields["killed_pid"] = int(m.group(2))
+            extra.append(("signal", m.group(1)))
+            extra.append(("process_name", m.group(4)))
+            extra.append(("vm_rss_bytes", int(m.group(6)) * _K**2))
+        fields["killer"] = "earlyoom"
+    elif rule == "systemd-oomd-kill":
+        m = _RX_OOMD.search(body)
+        if m:
+            extra.append(("unit", m.group(1)))
+        fields["killer"] = "systemd-oomd"
+    elif rule == "systemd-oom-kill":
+        m = _RX_SYSTEMD_UNIT.search(body)
+        if m:
+            extra.append(("unit", m.group(1)))
+        fields["killer"] = "kernel"
+    elif rule == "shell-killed":
+        m = _RX_BASH_KILLED.search(body)
+        if m:
+            fields["killed_pid"] = int(m.group(1))
+    elif rule == "soft-split-attention-steps":
+        m = _RX_SOFT[2][1].search(body)
+        if m and m.group(1):
+            extra.append(("steps", int(m.group(1))))
+    for key in list(fields):
+        if fields[key] is None and key != "_others":
+            del fields[key]
+
+
+def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
+    """(type, message) of the exception line carrying the evidence, else the last OOM-ish one."""
+    m = _RX_EXC_LINE.match(lines[idx].lstrip())
+    if m and not m.group(1).startswith(("Warning", "Compile")):
+        return m.group(1), m.group(2)
+    best: tuple[str | None, str | None] = (None, None)
+    evidence = lines[idx]
+    for line in lines:
+        m = _RX_EXC_LINE.match(line)
+        if not m:
+            continue
+        msg = (m.group(2) or "").strip()
+        name = m.group(1)
+        if (
+            name.endswith(("OutOfMemoryError", "MemoryError"))
+            or (msg and msg[:40] in evidence)
+            or (msg and _shares_oom_text(msg, evidence))
+        ):
+            best = (name, m.group(2))
+    return best
+
+
+def _shares_oom_text(msg: str, evidence: str) -> bool:
+    for key in (
+        "out of memory",
+        "Allocation on device",
+        "DefaultCPUAllocator",
+        "_STATUS_",
+        "1455",
+        "video memory",
+        "allocate",
+    ):
+        if key in msg and key in evidence:
+            return True
+    return False
+
+
+def _dialog_node(body: str) -> str | None:
+    m = _RX_DIALOG.search(body)
+    return m.group(1).strip() if m else None
+
+
+def _colon_node(line: str) -> str | None:
+    m = _RX_NODE_COLON.match(line)
+    if m and not m.group(1).endswith(("Error", "Exception")):
+        return m.group(1)
+    return None
+
+
+def _is_node_ident(text: str) -> bool:
+    if not _RX_NODE_IDENT.match(text) or text in _NOT_NODES:
+        return False
+    if text.endswith(("Error", "Exception", "Warning")):
+        return False
+    return any(c.isupper() for c in text) or "_" in text
+
+
+def _message_of(line: str, col: int, exc_msg: str | None, report: str | None) -> str:
+    """The evidence text: the line from where the rule matched, without header or type."""
+    if report and line.lstrip().startswith("-"):
+        return report[:500]
+    text = line[max(0, col) :].strip()
+    if text.startswith(_HEADER):
+        text = text[len(_HEADER) :].strip()
+    m = _RX_EXC_LINE.match(text)
+    if m and m.group(2):
+        text = m.group(2).strip()
+    elif m:
+        text = m.group(1)
+    if not text and exc_msg:
+        text = exc_msg.strip()
+    return text[:500]
+
+
+def report_message(body: str) -> str | None:
+    """The ``Exception Message`` of a pasted ComfyUI Error Report (any language), if any."""
+    report = _report(body)
+    return report.message if report is not None else None
+
+
+def _backend_from_text(body: str, report_msg: str | None) -> Backend:
+    if "HIP out of memory" in body or "PYTORCH_HIP_ALLOC_CONF" in body:
+        return Backend.ROCM
+    if "CUDA out of memory" in body or "Allocation on device" in body:
+        return Backend.CUDA
+    if "XPU out of memory" in body:
+        return Backend.XPU
+    if report_msg is not None and report_msg.startswith("HIP "):
+        return Backend.ROCM
+    if "MPS backend" in body:
+        return Backend.MPS
+    return Backend.UNKNOWN
+
+
+# --------------------------------------------------------------------------------------------
+# ComfyUI's execution_error payload
+# --------------------------------------------------------------------------------------------
+
+
+def classify_execution_error(payload: Mapping[str, Any]) -> OomEvent | None:
+    """The OOM event in a websocket/history ``execution_error`` payload, or None. Never raises."""
+    try:
+        return _classify_execution_error(payload)
+    except Exception:  # contract: never raises; the inner function is fuzzed without this net
+        return None
+
+
+def _text_field(payload: Mapping[str, Any], key: str) -> str | None:
+    value = payload.get(key)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _classify_execution_error(payload: Mapping[str, Any]) -> OomEvent | None:
+    if not isinstance(payload, Mapping):
+        return None
+    exc_type = _text_field(payload, "exception_type")
+    message = _text_field(payload, "exception_message") or ""
+    node_type = _text_field(payload, "node_type")
+    node_id = _text_field(payload, "node_id")
+    lines = [message]
+    if exc_type:
+        first, _, rest = message.partition("\n")
+        lines = [f"{exc_type}: {first}" if first else exc_type, rest]
+    found = _classify("\n".join(lines))
+    if found is None:
+        return None
+    event = found.event
+    msg_first = message.strip().split("\n", 1)[0].strip()
+    return replace(
+        event,
+        exception_type=exc_type or event.exception_type,
+        node_type=node_type or event.node_type,
+        node_id=node_id or event.node_id,
+        message=(msg_first or event.message)[:500],
+        rule=f"execution-error/{event.rule}",
+    )
