@@ -677,3 +677,48 @@ def test_pinned_context_is_the_same_for_the_byte_scanner_and_the_line_path(fille
     by_lines = [(f.line_no, f.event.pool) for f in iter_findings(text.splitlines())]
     assert by_bytes == by_lines
     assert by_bytes[0][1] is (Pool.RAM if filler <= 2 else Pool.GPU)
+
+
+# -- issue 12, batch 4: forms found in the corpus' tune part ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        (
+            "torch/install/share/lua/5.1/nn/THNN.lua:109: $ Torch: not enough memory: you tried to reallocate 11GB. Buy new RAM! at /tmp/luarocks_torch-scm-1-2936/torch7/lib/TH/THGeneral.c:251",
+            11 * GiB,
+        ),
+        ("$ Torch: not enough memory: you tried to allocate 2GB. Buy new RAM!", 2 * GiB),
+    ],
+    ids=["lua-torch7-reallocate", "th-allocate"],
+)
+def test_th_host_allocator_before_c10_is_ram(text: str, size: int) -> None:
+    event = _event(text)
+    assert (event.pool, event.backend, event.requested_bytes) == (Pool.RAM, Backend.CPU, size)
+
+
+def test_a_wrappers_exception_type_gives_way_to_the_inner_one() -> None:
+    event = _event(
+        "    com.chaquo.python.PyException: RuntimeError: [enforce fail at CPUAllocator.cpp:72] data. DefaultCPUAllocator: not enough memory: you tried to allocate 38400000 bytes. Buy new RAM!"
+    )
+    assert (event.exception_type, event.requested_bytes) == ("RuntimeError", 38400000)
+
+
+def test_an_exception_type_glued_before_the_evidence_is_read() -> None:
+    event = _event("Wan2_1_SkyreelsA2,RuntimeError: CUDA error: out of memory")
+    assert (event.pool, event.exception_type) == (Pool.GPU, "RuntimeError")
+    # a name that merely ends the same way is not cut into a type
+    assert _event("see cudaRuntimeError: CUDA error: out of memory").exception_type == (
+        "cudaRuntimeError"
+    )
+
+
+def test_an_error_toast_flattened_into_a_title_gives_type_node_and_id() -> None:
+    event = _event("torch.OutOfMemoryError 3 KSampler torch.OutOfMemoryError Allocation on device")
+    assert (event.pool, event.backend) == (Pool.GPU, Backend.CUDA)
+    assert (event.exception_type, event.node_type, event.node_id) == (
+        "torch.OutOfMemoryError",
+        "KSampler",
+        "3",
+    )

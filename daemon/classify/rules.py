@@ -124,7 +124,7 @@ _RX_TORCH_DEVICE_LINE = re.compile(
 )
 _RX_EXCEED = re.compile(r"Allocation on device (\d+) would exceed allowed memory")
 _RX_ALLOC_ON_DEVICE = re.compile(
-    r"(?:^|OutOfMemoryError: |!!! |\*\* |: )Allocation on device\s*$|OutOfMemoryError: Allocation on device\b",
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b",
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
@@ -138,8 +138,10 @@ _RX_DIRECTML = re.compile(
     r"(?:Could not allocate tensor with (\d+) bytes\. )?There is not enough GPU video memory available"
 )
 _RX_PAGEFILE = re.compile(r"(?:os error|WinError) 1455\b")
+#: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
+#: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
 _RX_CPU_ALLOC = re.compile(
-    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate (\d+) ?(bytes|GB)"
+    r"(?:DefaultCPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory): you tried to (?:re)?allocate (\d+) ?(bytes|GB)"
 )
 _RX_MMAP = re.compile(r"unable to mmap (\d+) bytes from file [\s\S]{0,400}?Cannot allocate memory")
 _RX_NUMPY = re.compile(r"Unable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
@@ -383,9 +385,14 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     exc_type, exc_msg = _exception_of(flines, fidx)
     if exc_type is None:
         exc_type = _inline_exception_type(rule, body)
+    if exc_type is None:
+        exc_type = _type_before(flines[fidx], pos - starts[fidx])
     node_type = node_id = None
     if report is not None:
         node_type, node_id, exc_type = report.node_type, report.node_id, report.exception_type
+    if node_type is None and (toast := _RX_FLAT_TOAST.match(lines[idx])):
+        exc_type = exc_type or toast.group(1)
+        node_id, node_type = toast.group(2), toast.group(3)
     if node_type is None:
         node_type = _dialog_node(body) or _colon_node(lines[idx])
     if node_type is None and idx > 0:
@@ -559,7 +566,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_PAGEFILE, body, "rror 1455")
     if m:
         return "windows-pagefile", Pool.SWAP_PAGEFILE, Backend.CPU, m.start(), False
-    m = _find(_RX_CPU_ALLOC, body, "DefaultCPUAllocator")
+    m = _find(_RX_CPU_ALLOC, body, "DefaultCPUAllocator", "$ Torch")
     if m:
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_MMAP, body, "unable to mmap")
@@ -838,6 +845,10 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
     """(type, message) of the exception line carrying the evidence, else the last OOM-ish one."""
     m = _RX_EXC_LINE.match(lines[idx].lstrip())
     if m and not m.group(1).startswith(("Warning", "Compile")):
+        # a wrapper's type before the real one (``com.chaquo.python.PyException: RuntimeError:
+        # [enforce fail ...``, a str(e) re-raised): the innermost type names the failure
+        while m.group(2) and (inner := _RX_EXC_LINE.match(m.group(2))):
+            m = inner
         return m.group(1), m.group(2)
     best: tuple[str | None, str | None] = (None, None)
     evidence = lines[idx]
@@ -856,6 +867,20 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
     return best
 
 
+#: an exception type printed right before the evidence, after a non-name character: an issue
+#: title ``Wan2_1_SkyreelsA2,RuntimeError: CUDA error: out of memory``, a sentence ending
+#: ``...during execution:torch.OutOfMemoryError: Allocation on device``
+_RX_TYPE_BEFORE = re.compile(
+    r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]?$"
+)
+
+
+def _type_before(line: str, col: int) -> str | None:
+    """The exception type that ends right where the evidence starts on its line, if any."""
+    m = _RX_TYPE_BEFORE.search(line, 0, max(col, 0))
+    return m.group(1) if m else None
+
+
 def _shares_oom_text(msg: str, evidence: str) -> bool:
     for key in (
         "out of memory",
@@ -869,6 +894,13 @@ def _shares_oom_text(msg: str, evidence: str) -> bool:
         if key in msg and key in evidence:
             return True
     return False
+
+
+#: the UI's error toast with its newlines lost (an issue title): the exception type as the
+#: toast's title, the node's id and type, then the type again before the message
+_RX_FLAT_TOAST = re.compile(
+    r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)) (\d+(?::\d+)*) ([A-Za-z][\w\-]{1,80}) \1\b"
+)
 
 
 def _dialog_node(body: str) -> str | None:
