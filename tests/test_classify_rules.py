@@ -722,3 +722,39 @@ def test_an_error_toast_flattened_into_a_title_gives_type_node_and_id() -> None:
         "KSampler",
         "3",
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "task"),
+    [
+        (
+            "Apr 25 19:05:01 netlogo01 kernel: [ 7097.004932] GC Thread#9 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+            "GC Thread#9",
+        ),
+        (
+            "[Sun Mar 30 08:24:00 2025] pt_main_thread invoked oom-killer: gfp_mask=0x140dca(GFP_HIGHUSER_MOVABLE|__GFP_COMP|__GFP_ZERO), order=0, oom_score_adj=0",
+            "pt_main_thread",
+        ),
+        (
+            "2024-04-29T14:55:41,678628+02:00 pool invoked oom-killer: gfp_mask=0x6200ca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+            "pool",
+        ),
+    ],
+    ids=["thread-name-with-space", "dmesg-T-pt-main-thread", "iso-timestamp"],
+)
+def test_the_invoking_task_is_the_whole_thread_name(line: str, task: str) -> None:
+    event = _event(line)
+    assert (event.pool, event.killer) == (Pool.KILLED_BY_OS, "kernel")
+    assert dict(event.extra)["invoked_by"] == task
+
+
+def test_a_kill_names_its_scope_only_where_the_kernel_lines_say_it() -> None:
+    bare = _event(
+        "Aug 18 03:19:11 169 kernel: Killed process 7748 (python) total-vm:12907828kB, anon-rss:11500204kB, file-rss:0kB"
+    )
+    assert bare.killed_pid == 7748 and "scope" not in dict(bare.extra)
+    assert dict(_event("Out of memory: Killed process 3502 (main)").extra)["scope"] == "system"
+    memcg = _event(
+        "Memory cgroup out of memory: Killed process 15617 (python3) total-vm:11892kB, anon-rss:4292kB, file-rss:3428kB, shmem-rss:0kB"
+    )
+    assert dict(memcg.extra)["scope"] == "cgroup"

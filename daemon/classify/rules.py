@@ -155,6 +155,40 @@ _RX_MPS_BUFFER = re.compile(
 )
 #: the kernel's first OOM line names the allocating task, which for torch is pt_main_thread
 _RX_KERNEL_INVOKED = re.compile(r"\b(\S+) invoked oom-killer: ")
+#: what ends the prefix before a kernel line's task name: dmesg's ``[ 7097.004932] ``, syslog's
+#: ``kernel: ``
+_RX_KERNEL_PREFIX_END = re.compile(r"(?:\] |kernel: )")
+#: the kernel keeps a task's name in 16 bytes, its NUL included
+_TASK_COMM_MAX = 15
+
+
+def _invoking_task(body: str, m: re.Match[str]) -> str:
+    """The task named before ``invoked oom-killer``, spaces included (``GC Thread#9``).
+
+    A thread's name, not the process's: torch renames its main thread ``pt_main_thread``.
+    The regex takes the last word; the words before it on the line belong to the name when
+    they follow the line's dmesg/syslog prefix (or start the line) and fit the kernel's
+    15 characters.
+    """
+    name = m.group(1)
+    line_start = body.rfind("\n", 0, m.start(1)) + 1
+    before = body[line_start : m.start(1)]
+    ends = [e.end() for e in _RX_KERNEL_PREFIX_END.finditer(before)]
+    tail = before[ends[-1] :] if ends else before
+    if tail and len(tail) + len(name) <= _TASK_COMM_MAX:
+        return tail + name
+    return name
+
+
+def _kernel_scope(body: str) -> str | None:
+    """``cgroup`` or ``system``, where the kernel's lines say which; None when they do not."""
+    if "Memory cgroup out of memory" in body or "CONSTRAINT_MEMCG" in body:
+        return "cgroup"
+    if "global_oom" in body or _RX_KERNEL_KILL.search(body) is not None:
+        return "system"
+    return None
+
+
 _RX_KERNEL_OOM_KILL_TASK = re.compile(r"\boom-kill:constraint=\S*?,task=([^,\s]+),pid=(\d+)")
 #: an uncatchable C++ exception ending the process (``terminate called after throwing an
 #: instance of 'c10::AcceleratorError'``)
@@ -804,11 +838,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
                 fields["killed_pid"] = int(tm.group(2))
                 extra.append(("process_name", tm.group(1)))
             elif im is not None:
-                extra.append(("invoked_by", im.group(1)))
-        cg = _RX_KERNEL_KILL.search(body)
-        extra.append(
-            ("scope", "cgroup" if cg and cg.group(1).startswith("Memory cgroup") else "system")
-        )
+                extra.append(("invoked_by", _invoking_task(body, im)))
+        scope = _kernel_scope(body)
+        if scope is not None:
+            extra.append(("scope", scope))
         fields["killer"] = "kernel"
     elif rule == "earlyoom-kill":
         m = _RX_EARLYOOM.search(body)
