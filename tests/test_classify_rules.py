@@ -708,6 +708,9 @@ def test_a_wrappers_exception_type_gives_way_to_the_inner_one() -> None:
 def test_an_exception_type_glued_before_the_evidence_is_read() -> None:
     event = _event("Wan2_1_SkyreelsA2,RuntimeError: CUDA error: out of memory")
     assert (event.pool, event.exception_type) == (Pool.GPU, "RuntimeError")
+    # glued to the full stop of the output line before it
+    glued = _event("number of parameters: 81894144.RuntimeError: CUDA out of memory.")
+    assert glued.exception_type == "RuntimeError"
     # a name that merely ends the same way is not cut into a type
     assert _event("see cudaRuntimeError: CUDA error: out of memory").exception_type == (
         "cudaRuntimeError"

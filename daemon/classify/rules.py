@@ -902,9 +902,11 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
 
 #: an exception type printed right before the evidence, after a non-name character: an issue
 #: title ``Wan2_1_SkyreelsA2,RuntimeError: CUDA error: out of memory``, a sentence ending
-#: ``...during execution:torch.OutOfMemoryError: Allocation on device``
+#: ``...during execution:torch.OutOfMemoryError: Allocation on device``, or after the full stop
+#: of the output line it was glued to (``number of parameters: 81894144.RuntimeError: ...``; a
+#: dotted module path has a letter before its dots)
 _RX_TYPE_BEFORE = re.compile(
-    r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]?$"
+    r"(?:(?<![\w.])|(?<=[0-9)\]]\.))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]?$"
 )
 
 
