@@ -761,3 +761,45 @@ def test_a_kill_names_its_scope_only_where_the_kernel_lines_say_it() -> None:
         "Memory cgroup out of memory: Killed process 15617 (python3) total-vm:11892kB, anon-rss:4292kB, file-rss:3428kB, shmem-rss:0kB"
     )
     assert dict(memcg.extra)["scope"] == "cgroup"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1513368888240/work/torch/lib/THC/generic/THCStorage.c line=82 error=2 : out of memory",
+        "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCTensorRandom.cu:25",
+        "RuntimeError:cuda runtime error(2):out of memory",
+        "F1206 10:15:04.766489   447 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
+        'what issues can lead to this error which is "RuntimeError: CUDA error:out of memory"?',
+    ],
+    ids=["thc-check", "runtime-error-2", "runtime-error-2-compact", "caffe-glog", "no-space"],
+)
+def test_cudas_error_2_as_old_torch_and_cxx_frameworks_print_it_is_the_gpu(text: str) -> None:
+    event = _event(text)
+    assert (event.pool, event.backend, event.rule) == (Pool.GPU, Backend.CUDA, "cuda-error-oom")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "():[08:45:46]/home/travis/build/dmlc/mxnet-distro / mxnet-build / 3 rdparty / mshadow / mshadow /。/ stream_gpu-inl。h:184:检查失败:e == cudaSuccess: CUDA:没有记忆",
+        "Check failed: e == cudaSuccess: CUDA：内存不足",
+    ],
+    ids=["machine-translated-literal", "full-width-colon"],
+)
+def test_cudas_out_of_memory_string_translated_after_its_colon_is_the_gpu(text: str) -> None:
+    assert has_needle(text)
+    assert (_event(text).pool, _event(text).backend) == (Pool.GPU, Backend.CUDA)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "CUDA: True",
+        "PyTorch CUDA: 12.4, cuDNN: 9.1",
+        "Check failed: error == cudaSuccess (1 vs. 0)  invalid argument",
+        "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=11 : invalid argument",
+    ],
+)
+def test_cuda_lines_that_are_no_oom_stay_quiet(text: str) -> None:
+    assert classify_record(text) is None

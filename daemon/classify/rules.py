@@ -43,6 +43,8 @@ NEEDLES: tuple[str, ...] = (
     "sending SIG",  # earlyoom
     "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
+    "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
+    "CUDA：",  # the same with a full-width colon
 )
 
 _K = 1024
@@ -93,6 +95,8 @@ def has_needle(text: str) -> bool:
         or "sending SIG" in text
         or "nvalid buffer" in text
         or "oom-kill" in text
+        or "CUDA:" in text
+        or "CUDA：" in text
     )
 
 
@@ -128,7 +132,25 @@ _RX_ALLOC_ON_DEVICE = re.compile(
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
-    r"\b(CUDA|HIP) (?:driver )?error: out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory"
+    r"\b(CUDA|HIP) (?:driver )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory"
+)
+#: CUDA's error 2 (cudaErrorMemoryAllocation) as torch 0.x and C++ frameworks print it:
+#: ``cuda runtime error (2) : out of memory at ...`` (THC's exception, spaces optional),
+#: ``THCudaCheck FAIL file=... error=2 : out of memory``, glog's ``Check failed: error ==
+#: cudaSuccess (2 vs. 0)  out of memory`` (Caffe) or ``cudaSuccess == cudaStat (0 vs. 2)``
+_RX_CUDA_LEGACY_OOM = re.compile(
+    r"\bcuda runtime error ?\(2\) ?: ?out of memory"
+    r"|\bTHCudaCheck FAIL\b[^\n]*?\berror=2 : out of memory"
+    r"|\bcudaSuccess\b[^\n]{0,40}?\((?:2 vs\. 0|0 vs\. 2)\)[^\n]{0,40}?out of memory",
+    re.IGNORECASE,
+)
+#: CUDA's "out of memory" error string translated (a browser's or a machine translation of a
+#: pasted check or title): the error name's colon, then the translation. A word list, so it
+#: only adds to the rules above; the Chinese literal '没有记忆' is a real machine translation.
+_RX_CUDA_TRANSLATED_OOM = re.compile(
+    r"CUDA ?[:：] ?(?:没有记忆|内存不足|显存不足|記憶體不足|メモリ不足|メモリが不足|메모리 부족"
+    r"|недостаточно памяти|нехватка памяти|sin memoria|memoria insuficiente|sem memória"
+    r"|mémoire insuffisante|nicht genügend Speicher)"
 )
 _RX_LIB_ALLOC = re.compile(
     r"\b(CUBLAS|CUDNN|CUSOLVER|CUSPARSE|CUFFT|HIPBLAS|ROCBLAS|MIOPEN|HIPSOLVER)_STATUS_(?:ALLOC_FAILED|NOT_ALLOCATED)\b",
@@ -583,12 +605,18 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         _RX_CUDA_ERROR_OOM,
         body,
         "error: out of memory",
+        "error:out of memory",
         "ErrorMemoryAllocation",
         "ErrorOutOfMemory",
     )
     if m:
         rocm = (m.group(1) or m.group(2) or "hip").lower() == "hip"
         return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
+    m = _find(_RX_CUDA_LEGACY_OOM, body, "out of memory") or _find(
+        _RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA：", "CUDA :"
+    )
+    if m:
+        return "cuda-error-oom", Pool.GPU, Backend.CUDA, m.start(), False
     m = _find(_RX_LIB_ALLOC, body, "_STATUS_", "_status_", "_Status_")
     if m:
         lib = m.group(1).upper()
