@@ -44,7 +44,6 @@ NEEDLES: tuple[str, ...] = (
     "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
     "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
-    "CUDA：",  # the same with a full-width colon
 )
 
 _K = 1024
@@ -96,7 +95,6 @@ def has_needle(text: str) -> bool:
         or "nvalid buffer" in text
         or "oom-kill" in text
         or "CUDA:" in text
-        or "CUDA：" in text
     )
 
 
@@ -147,8 +145,9 @@ _RX_CUDA_LEGACY_OOM = re.compile(
 #: CUDA's "out of memory" error string translated (a browser's or a machine translation of a
 #: pasted check or title): the error name's colon, then the translation. A word list, so it
 #: only adds to the rules above; the Chinese literal '没有记忆' is a real machine translation.
+#: One needle, 'CUDA:', gates it (each needle is one more pass of the stdlib prefilter).
 _RX_CUDA_TRANSLATED_OOM = re.compile(
-    r"CUDA ?[:：] ?(?:没有记忆|内存不足|显存不足|記憶體不足|メモリ不足|メモリが不足|메모리 부족"
+    r"CUDA ?: ?(?:没有记忆|内存不足|显存不足|記憶體不足|メモリ不足|メモリが不足|메모리 부족"
     r"|недостаточно памяти|нехватка памяти|sin memoria|memoria insuficiente|sem memória"
     r"|mémoire insuffisante|nicht genügend Speicher)"
 )
@@ -613,7 +612,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         rocm = (m.group(1) or m.group(2) or "hip").lower() == "hip"
         return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
     m = _find(_RX_CUDA_LEGACY_OOM, body, "out of memory") or _find(
-        _RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA：", "CUDA :"
+        _RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA :"
     )
     if m:
         return "cuda-error-oom", Pool.GPU, Backend.CUDA, m.start(), False
