@@ -109,6 +109,24 @@ def test_fragmentation_gets_expandable_segments_right_after_other_programs() -> 
     )
 
 
+def test_fragmentation_in_torch_2_0s_message_format_gets_max_split_size_instead() -> None:
+    """'... 3.46 GiB reserved in total by PyTorch' (reserved_bytes) is torch <= 2.0, which has
+    no expandable segments; the hint such a message carries names max_split_size_mb."""
+    event = _gpu_event(
+        pool=Pool.GPU_FRAGMENTATION,
+        requested_bytes=20 * MiB,
+        allocated_bytes=round(3.40 * GiB),
+        reserved_unallocated_bytes=round(3.46 * GiB) - round(3.40 * GiB),
+        reserved_bytes=round(3.46 * GiB),
+    )
+    keys = _keys(advise(event))
+    assert "max-split-size" in keys and "expandable-segments" not in keys
+    text = next(a.text for a in advise(event) if a.key == "max-split-size")
+    assert "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:" in text
+    already = AdviceContext(alloc_conf="max_split_size_mb:64")
+    assert "max-split-size" not in _keys(advise(event, already))
+
+
 def test_rocm_fragmentation_names_the_hip_variable() -> None:
     event = _gpu_event(
         pool=Pool.GPU_FRAGMENTATION,

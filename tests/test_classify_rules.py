@@ -659,3 +659,129 @@ def test_pinned_context_is_the_same_for_the_byte_scanner_and_the_line_path(fille
     by_lines = [(f.line_no, f.event.pool) for f in iter_findings(text.splitlines())]
     assert by_bytes == by_lines
     assert by_bytes[0][1] is (Pool.RAM if filler <= 2 else Pool.GPU)
+
+
+# -- issue 12, batch 4: forms found in the corpus' tune part ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        (
+            "torch/install/share/lua/5.1/nn/THNN.lua:109: $ Torch: not enough memory: you tried to reallocate 11GB. Buy new RAM! at /tmp/luarocks_torch-scm-1-2936/torch7/lib/TH/THGeneral.c:251",
+            11 * GiB,
+        ),
+        ("$ Torch: not enough memory: you tried to allocate 2GB. Buy new RAM!", 2 * GiB),
+    ],
+    ids=["lua-torch7-reallocate", "th-allocate"],
+)
+def test_th_host_allocator_before_c10_is_ram(text: str, size: int) -> None:
+    event = _event(text)
+    assert (event.pool, event.backend, event.requested_bytes) == (Pool.RAM, Backend.CPU, size)
+
+
+def test_a_wrappers_exception_type_gives_way_to_the_inner_one() -> None:
+    event = _event(
+        "    com.chaquo.python.PyException: RuntimeError: [enforce fail at CPUAllocator.cpp:72] data. DefaultCPUAllocator: not enough memory: you tried to allocate 38400000 bytes. Buy new RAM!"
+    )
+    assert (event.exception_type, event.requested_bytes) == ("RuntimeError", 38400000)
+
+
+def test_an_exception_type_glued_before_the_evidence_is_read() -> None:
+    event = _event("Wan2_1_SkyreelsA2,RuntimeError: CUDA error: out of memory")
+    assert (event.pool, event.exception_type) == (Pool.GPU, "RuntimeError")
+    # glued to the full stop of the output line before it
+    glued = _event("number of parameters: 81894144.RuntimeError: CUDA out of memory.")
+    assert glued.exception_type == "RuntimeError"
+    # a name that merely ends the same way is not cut into a type
+    assert _event("see cudaRuntimeError: CUDA error: out of memory").exception_type == (
+        "cudaRuntimeError"
+    )
+
+
+def test_an_error_toast_flattened_into_a_title_gives_type_node_and_id() -> None:
+    event = _event("torch.OutOfMemoryError 3 KSampler torch.OutOfMemoryError Allocation on device")
+    assert (event.pool, event.backend) == (Pool.GPU, Backend.CUDA)
+    assert (event.exception_type, event.node_type, event.node_id) == (
+        "torch.OutOfMemoryError",
+        "KSampler",
+        "3",
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "task"),
+    [
+        (
+            "Apr 25 19:05:01 netlogo01 kernel: [ 7097.004932] GC Thread#9 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+            "GC Thread#9",
+        ),
+        (
+            "[Sun Mar 30 08:24:00 2025] pt_main_thread invoked oom-killer: gfp_mask=0x140dca(GFP_HIGHUSER_MOVABLE|__GFP_COMP|__GFP_ZERO), order=0, oom_score_adj=0",
+            "pt_main_thread",
+        ),
+        (
+            "2024-04-29T14:55:41,678628+02:00 pool invoked oom-killer: gfp_mask=0x6200ca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+            "pool",
+        ),
+    ],
+    ids=["thread-name-with-space", "dmesg-T-pt-main-thread", "iso-timestamp"],
+)
+def test_the_invoking_task_is_the_whole_thread_name(line: str, task: str) -> None:
+    event = _event(line)
+    assert (event.pool, event.killer) == (Pool.KILLED_BY_OS, "kernel")
+    assert dict(event.extra)["invoked_by"] == task
+
+
+def test_a_kill_names_its_scope_only_where_the_kernel_lines_say_it() -> None:
+    bare = _event(
+        "Aug 18 03:19:11 169 kernel: Killed process 7748 (python) total-vm:12907828kB, anon-rss:11500204kB, file-rss:0kB"
+    )
+    assert bare.killed_pid == 7748 and "scope" not in dict(bare.extra)
+    assert dict(_event("Out of memory: Killed process 3502 (main)").extra)["scope"] == "system"
+    memcg = _event(
+        "Memory cgroup out of memory: Killed process 15617 (python3) total-vm:11892kB, anon-rss:4292kB, file-rss:3428kB, shmem-rss:0kB"
+    )
+    assert dict(memcg.extra)["scope"] == "cgroup"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1513368888240/work/torch/lib/THC/generic/THCStorage.c line=82 error=2 : out of memory",
+        "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCTensorRandom.cu:25",
+        "RuntimeError:cuda runtime error(2):out of memory",
+        "F1206 10:15:04.766489   447 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
+        'what issues can lead to this error which is "RuntimeError: CUDA error:out of memory"?',
+    ],
+    ids=["thc-check", "runtime-error-2", "runtime-error-2-compact", "caffe-glog", "no-space"],
+)
+def test_cudas_error_2_as_old_torch_and_cxx_frameworks_print_it_is_the_gpu(text: str) -> None:
+    event = _event(text)
+    assert (event.pool, event.backend, event.rule) == (Pool.GPU, Backend.CUDA, "cuda-error-oom")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "():[08:45:46]/home/travis/build/dmlc/mxnet-distro / mxnet-build / 3 rdparty / mshadow / mshadow /。/ stream_gpu-inl。h:184:检查失败:e == cudaSuccess: CUDA:没有记忆",
+        "Check failed: e == cudaSuccess: CUDA: メモリ不足",
+    ],
+    ids=["machine-translated-literal", "japanese"],
+)
+def test_cudas_out_of_memory_string_translated_after_its_colon_is_the_gpu(text: str) -> None:
+    assert has_needle(text)
+    assert (_event(text).pool, _event(text).backend) == (Pool.GPU, Backend.CUDA)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "CUDA: True",
+        "PyTorch CUDA: 12.4, cuDNN: 9.1",
+        "Check failed: error == cudaSuccess (1 vs. 0)  invalid argument",
+        "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=11 : invalid argument",
+    ],
+)
+def test_cuda_lines_that_are_no_oom_stay_quiet(text: str) -> None:
+    assert classify_record(text) is None

@@ -12,11 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from corpus_score import split_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).parent / "corpus"
-CASES: list[dict[str, Any]] = tomllib.loads((CORPUS / "labels.toml").read_text(encoding="utf-8"))[
-    "case"
+#: the corpus' tune part: like test_classify_corpus, this holds diagnose to the labels of the
+#: part the classifier is tuned on; the held-out part is only scored (tests/corpus_score.py),
+#: or a held-out miss would have to be fixed, which is tuning on it
+CASES: list[dict[str, Any]] = [
+    case
+    for case in tomllib.loads((CORPUS / "labels.toml").read_text(encoding="utf-8"))["case"]
+    if split_of(case) == "tune"
 ]
 
 DOCUMENTED = {

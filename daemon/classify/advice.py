@@ -242,6 +242,17 @@ def _expandable_segments(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
             f"{human_bytes(event.reserved_unallocated_bytes)} sat reserved by PyTorch but unallocated,"
             f" more than the {human_bytes(event.requested_bytes)} it asked for: the memory was there, in pieces. "
         )
+    if event.reserved_bytes is not None:
+        # only torch up to 2.0 prints '... reserved in total by PyTorch' (reserved_bytes); its
+        # allocator has no expandable segments, only a cap on the blocks it splits
+        if "max_split_size_mb" in conf:
+            return []
+        return [
+            Advice(
+                "max-split-size",
+                f"{why}This message's format is torch 2.0's or older, which has no expandable segments: set {var}=max_split_size_mb:128 in the environment that starts ComfyUI (or update torch and use expandable_segments:True).",
+            )
+        ]
     return [
         Advice(
             "expandable-segments",

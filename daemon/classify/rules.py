@@ -44,6 +44,7 @@ NEEDLES: tuple[str, ...] = (
     "sending SIG",  # earlyoom
     "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
+    "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
 )
 
 _K = KIB
@@ -62,6 +63,7 @@ def has_needle(text: str) -> bool:
         or "sending SIG" in text
         or "nvalid buffer" in text
         or "oom-kill" in text
+        or "CUDA:" in text
     )
 
 
@@ -93,11 +95,30 @@ _RX_TORCH_DEVICE_LINE = re.compile(
 )
 _RX_EXCEED = re.compile(r"Allocation on device (\d+) would exceed allowed memory")
 _RX_ALLOC_ON_DEVICE = re.compile(
-    r"(?:^|OutOfMemoryError: |!!! |\*\* |: )Allocation on device\s*$|OutOfMemoryError: Allocation on device\b",
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b",
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
-    r"\b(CUDA|HIP) (?:driver )?error: out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory"
+    r"\b(CUDA|HIP) (?:driver )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory"
+)
+#: CUDA's error 2 (cudaErrorMemoryAllocation) as torch 0.x and C++ frameworks print it:
+#: ``cuda runtime error (2) : out of memory at ...`` (THC's exception, spaces optional),
+#: ``THCudaCheck FAIL file=... error=2 : out of memory``, glog's ``Check failed: error ==
+#: cudaSuccess (2 vs. 0)  out of memory`` (Caffe) or ``cudaSuccess == cudaStat (0 vs. 2)``
+_RX_CUDA_LEGACY_OOM = re.compile(
+    r"\bcuda runtime error ?\(2\) ?: ?out of memory"
+    r"|\bTHCudaCheck FAIL\b[^\n]*?\berror=2 : out of memory"
+    r"|\bcudaSuccess\b[^\n]{0,40}?\((?:2 vs\. 0|0 vs\. 2)\)[^\n]{0,40}?out of memory",
+    re.IGNORECASE,
+)
+#: CUDA's "out of memory" error string translated (a browser's or a machine translation of a
+#: pasted check or title): the error name's colon, then the translation. A word list, so it
+#: only adds to the rules above; the Chinese literal '没有记忆' is a real machine translation.
+#: One needle, 'CUDA:', gates it (each needle is one more pass of the stdlib prefilter).
+_RX_CUDA_TRANSLATED_OOM = re.compile(
+    r"CUDA ?: ?(?:没有记忆|内存不足|显存不足|記憶體不足|メモリ不足|メモリが不足|메모리 부족"
+    r"|недостаточно памяти|нехватка памяти|sin memoria|memoria insuficiente|sem memória"
+    r"|mémoire insuffisante|nicht genügend Speicher)"
 )
 _RX_LIB_ALLOC = re.compile(
     r"\b(CUBLAS|CUDNN|CUSOLVER|CUSPARSE|CUFFT|HIPBLAS|ROCBLAS|MIOPEN|HIPSOLVER)_STATUS_(?:ALLOC_FAILED|NOT_ALLOCATED)\b",
@@ -107,8 +128,10 @@ _RX_DIRECTML = re.compile(
     r"(?:Could not allocate tensor with (\d+) bytes\. )?There is not enough GPU video memory available"
 )
 _RX_PAGEFILE = re.compile(r"(?:os error|WinError) 1455\b")
+#: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
+#: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
 _RX_CPU_ALLOC = re.compile(
-    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate (\d+) ?(bytes|GB)"
+    r"(?:DefaultCPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory): you tried to (?:re)?allocate (\d+) ?(bytes|GB)"
 )
 _RX_MMAP = re.compile(r"unable to mmap (\d+) bytes from file [\s\S]{0,400}?Cannot allocate memory")
 _RX_NUMPY = re.compile(r"Unable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
@@ -122,6 +145,40 @@ _RX_MPS_BUFFER = re.compile(
 )
 #: the kernel's first OOM line names the allocating task, which for torch is pt_main_thread
 _RX_KERNEL_INVOKED = re.compile(r"\b(\S+) invoked oom-killer: ")
+#: what ends the prefix before a kernel line's task name: dmesg's ``[ 7097.004932] ``, syslog's
+#: ``kernel: ``
+_RX_KERNEL_PREFIX_END = re.compile(r"(?:\] |kernel: )")
+#: the kernel keeps a task's name in 16 bytes, its NUL included
+_TASK_COMM_MAX = 15
+
+
+def _invoking_task(body: str, m: re.Match[str]) -> str:
+    """The task named before ``invoked oom-killer``, spaces included (``GC Thread#9``).
+
+    A thread's name, not the process's: torch renames its main thread ``pt_main_thread``.
+    The regex takes the last word; the words before it on the line belong to the name when
+    they follow the line's dmesg/syslog prefix (or start the line) and fit the kernel's
+    15 characters.
+    """
+    name = m.group(1)
+    line_start = body.rfind("\n", 0, m.start(1)) + 1
+    before = body[line_start : m.start(1)]
+    ends = [e.end() for e in _RX_KERNEL_PREFIX_END.finditer(before)]
+    tail = before[ends[-1] :] if ends else before
+    if tail and len(tail) + len(name) <= _TASK_COMM_MAX:
+        return tail + name
+    return name
+
+
+def _kernel_scope(body: str) -> str | None:
+    """``cgroup`` or ``system``, where the kernel's lines say which; None when they do not."""
+    if "Memory cgroup out of memory" in body or "CONSTRAINT_MEMCG" in body:
+        return "cgroup"
+    if "global_oom" in body or _RX_KERNEL_KILL.search(body) is not None:
+        return "system"
+    return None
+
+
 _RX_KERNEL_OOM_KILL_TASK = re.compile(r"\boom-kill:constraint=\S*?,task=([^,\s]+),pid=(\d+)")
 #: an uncatchable C++ exception ending the process (``terminate called after throwing an
 #: instance of 'c10::AcceleratorError'``)
@@ -352,9 +409,14 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     exc_type, exc_msg = _exception_of(flines, fidx)
     if exc_type is None:
         exc_type = _inline_exception_type(rule, body)
+    if exc_type is None:
+        exc_type = _type_before(flines[fidx], pos - starts[fidx])
     node_type = node_id = None
     if report is not None:
         node_type, node_id, exc_type = report.node_type, report.node_id, report.exception_type
+    if node_type is None and (toast := _RX_FLAT_TOAST.match(lines[idx])):
+        exc_type = exc_type or toast.group(1)
+        node_id, node_type = toast.group(2), toast.group(3)
     if node_type is None:
         node_type = _dialog_node(body) or _colon_node(lines[idx])
     if node_type is None and idx > 0:
@@ -511,12 +573,18 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         _RX_CUDA_ERROR_OOM,
         body,
         "error: out of memory",
+        "error:out of memory",
         "ErrorMemoryAllocation",
         "ErrorOutOfMemory",
     )
     if m:
         rocm = (m.group(1) or m.group(2) or "hip").lower() == "hip"
         return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
+    m = _find(_RX_CUDA_LEGACY_OOM, body, "out of memory") or _find(
+        _RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA :"
+    )
+    if m:
+        return "cuda-error-oom", Pool.GPU, Backend.CUDA, m.start(), False
     m = _find(_RX_LIB_ALLOC, body, "_STATUS_", "_status_", "_Status_")
     if m:
         lib = m.group(1).upper()
@@ -528,7 +596,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_PAGEFILE, body, "rror 1455")
     if m:
         return "windows-pagefile", Pool.SWAP_PAGEFILE, Backend.CPU, m.start(), False
-    m = _find(_RX_CPU_ALLOC, body, "DefaultCPUAllocator")
+    m = _find(_RX_CPU_ALLOC, body, "DefaultCPUAllocator", "$ Torch")
     if m:
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_MMAP, body, "unable to mmap")
@@ -766,11 +834,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
                 fields["killed_pid"] = int(tm.group(2))
                 extra.append(("process_name", tm.group(1)))
             elif im is not None:
-                extra.append(("invoked_by", im.group(1)))
-        cg = _RX_KERNEL_KILL.search(body)
-        extra.append(
-            ("scope", "cgroup" if cg and cg.group(1).startswith("Memory cgroup") else "system")
-        )
+                extra.append(("invoked_by", _invoking_task(body, im)))
+        scope = _kernel_scope(body)
+        if scope is not None:
+            extra.append(("scope", scope))
         fields["killer"] = "kernel"
     elif rule == "earlyoom-kill":
         m = _RX_EARLYOOM.search(body)
@@ -807,6 +874,10 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
     """(type, message) of the exception line carrying the evidence, else the last OOM-ish one."""
     m = _RX_EXC_LINE.match(lines[idx].lstrip())
     if m and not m.group(1).startswith(("Warning", "Compile")):
+        # a wrapper's type before the real one (``com.chaquo.python.PyException: RuntimeError:
+        # [enforce fail ...``, a str(e) re-raised): the innermost type names the failure
+        while m.group(2) and (inner := _RX_EXC_LINE.match(m.group(2))):
+            m = inner
         return m.group(1), m.group(2)
     best: tuple[str | None, str | None] = (None, None)
     evidence = lines[idx]
@@ -825,6 +896,22 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
     return best
 
 
+#: an exception type printed right before the evidence, after a non-name character: an issue
+#: title ``Wan2_1_SkyreelsA2,RuntimeError: CUDA error: out of memory``, a sentence ending
+#: ``...during execution:torch.OutOfMemoryError: Allocation on device``, or after the full stop
+#: of the output line it was glued to (``number of parameters: 81894144.RuntimeError: ...``; a
+#: dotted module path has a letter before its dots)
+_RX_TYPE_BEFORE = re.compile(
+    r"(?:(?<![\w.])|(?<=[0-9)\]]\.))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]?$"
+)
+
+
+def _type_before(line: str, col: int) -> str | None:
+    """The exception type that ends right where the evidence starts on its line, if any."""
+    m = _RX_TYPE_BEFORE.search(line, 0, max(col, 0))
+    return m.group(1) if m else None
+
+
 def _shares_oom_text(msg: str, evidence: str) -> bool:
     for key in (
         "out of memory",
@@ -838,6 +925,13 @@ def _shares_oom_text(msg: str, evidence: str) -> bool:
         if key in msg and key in evidence:
             return True
     return False
+
+
+#: the UI's error toast with its newlines lost (an issue title): the exception type as the
+#: toast's title, the node's id and type, then the type again before the message
+_RX_FLAT_TOAST = re.compile(
+    r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)) (\d+(?::\d+)*) ([A-Za-z][\w\-]{1,80}) \1\b"
+)
 
 
 def _dialog_node(body: str) -> str | None:
