@@ -182,3 +182,25 @@ def test_oom_bisect_on_a_bad_snapshot_is_one_line_naming_the_file_and_the_field(
     assert str(target / "snapshot.json") in line
     assert "regression.last_good_state.nodes: input should be a valid list" in line
     assert "Traceback" not in res.output
+
+
+def test_the_models_name_every_field_of_the_records_they_carry() -> None:
+    """The snapshot's models restate three dataclasses' fields (the classifier's event, the
+    processes it names, the host facts): a field added to the record and not to its model would
+    be written by ``to_json`` and then refused, or dropped, by the reader. One list, checked."""
+    from dataclasses import fields
+
+    from oom_sentinel.daemon.classify.events import OomEvent, OtherProcess
+    from oom_sentinel.daemon.incidents.snapshot import HostFacts
+    from oom_sentinel.daemon.incidents.snapshot_model import (
+        EventModel,
+        HostSection,
+        OtherProcessEntry,
+    )
+
+    for record, model in (
+        (OomEvent, EventModel),
+        (OtherProcess, OtherProcessEntry),
+        (HostFacts, HostSection),
+    ):
+        assert {f.name for f in fields(record)} == set(model.model_fields), model.__name__
