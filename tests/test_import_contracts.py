@@ -55,6 +55,7 @@ PURE = (
     "oom_sentinel.daemon.comfy.prompt_fingerprint",
     "oom_sentinel.daemon.doctor.checks",
     "oom_sentinel.daemon.comfy.discovery",
+    "oom_sentinel.daemon.kernel.lines",
 )
 #: Pure modules that, today, reach an I/O library through a module they take types from;
 #: the rest must not load one at import time either.

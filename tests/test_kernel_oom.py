@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import oom_sentinel.daemon.kernel.lines as kernel_lines_module
 import oom_sentinel.daemon.kernel.oom as kernel_oom_module
 from oom_sentinel.daemon.kernel.oom import (
     CgroupPaths,
@@ -493,11 +494,19 @@ def test_kmsg_without_permission_is_unreadable_not_no_kill(tmp_path: Path) -> No
             shared.chmod(0o755)
             shutil.copy(kmsg, shared / "kmsg")
             (shared / "kmsg").chmod(0o600)
-            shutil.copy(kernel_oom_module.__file__, shared / "kernel_oom_copy.py")
-            (shared / "kernel_oom_copy.py").chmod(0o644)
+            # the module and the one it imports (kernel/lines.py), in their package
+            package = shared / "oom_sentinel" / "daemon" / "kernel"
+            package.mkdir(parents=True)
+            for folder in (package, package.parent, package.parent.parent):
+                folder.chmod(0o755)
+                (folder / "__init__.py").write_text("")
+                (folder / "__init__.py").chmod(0o644)
+            for module in (kernel_oom_module.__file__, kernel_lines_module.__file__):
+                shutil.copy(module, package / Path(module).name)
+                (package / Path(module).name).chmod(0o644)
             code = (
                 f"import sys; sys.path.insert(0, {str(shared)!r}); from pathlib import Path;"
-                "from kernel_oom_copy import read_kmsg, SystemRoots;"
+                "from oom_sentinel.daemon.kernel.oom import read_kmsg, SystemRoots;"
                 f"s = read_kmsg(SystemRoots(kmsg=Path({str(shared / 'kmsg')!r})));"
                 "print(s.status); print(s.reason)"
             )

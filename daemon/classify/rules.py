@@ -30,6 +30,7 @@ from typing import Any
 
 from oom_sentinel.daemon.classify.events import Backend, OomEvent, OtherProcess, Pool
 from oom_sentinel.daemon.core.units import KIB, size_bytes
+from oom_sentinel.daemon.kernel.lines import KernelOomLine, kernel_lines
 from oom_sentinel.daemon.logs.prefix import split_prefix, strip_ansi
 
 #: Substrings at least one of which every detectable OOM text contains (see module docstring).
@@ -72,11 +73,6 @@ def has_needle(text: str) -> bool:
 # --------------------------------------------------------------------------------------------
 
 _M = re.MULTILINE
-_RX_KERNEL_KILLED = re.compile(r"\bKilled process (\d+) \(([^)\n]*)\)")
-_RX_KERNEL_KILL = re.compile(
-    r"(Memory cgroup out of memory|Out of memory(?: \([\w ]+\))?): Kill(?:ed)? process (\d+) \(([^)\n]*)\)"
-)
-_RX_KERNEL_FIELD = re.compile(r"\b(total-vm|anon-rss|file-rss|shmem-rss):\s?([\d,]+)\s?kB")
 _RX_EARLYOOM = re.compile(
     r'sending (SIGTERM|SIGKILL) to process (\d+) uid (\d+) "([^"\n]*)":'
     r"(?: (?:oom_score|badness) (-?\d+),)? VmRSS (\d+) MiB"
@@ -143,43 +139,6 @@ _RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
 _RX_MPS_BUFFER = re.compile(
     r"(?:\b([A-Za-z_]\w*Error): ?)?Invalid buffer size: ?(\d+\.\d\d) ?([KMG]i?B)\b"
 )
-#: the kernel's first OOM line names the allocating task, which for torch is pt_main_thread
-_RX_KERNEL_INVOKED = re.compile(r"\b(\S+) invoked oom-killer: ")
-#: what ends the prefix before a kernel line's task name: dmesg's ``[ 7097.004932] ``, syslog's
-#: ``kernel: ``
-_RX_KERNEL_PREFIX_END = re.compile(r"(?:\] |kernel: )")
-#: the kernel keeps a task's name in 16 bytes, its NUL included
-_TASK_COMM_MAX = 15
-
-
-def _invoking_task(body: str, m: re.Match[str]) -> str:
-    """The task named before ``invoked oom-killer``, spaces included (``GC Thread#9``).
-
-    A thread's name, not the process's: torch renames its main thread ``pt_main_thread``.
-    The regex takes the last word; the words before it on the line belong to the name when
-    they follow the line's dmesg/syslog prefix (or start the line) and fit the kernel's
-    15 characters.
-    """
-    name = m.group(1)
-    line_start = body.rfind("\n", 0, m.start(1)) + 1
-    before = body[line_start : m.start(1)]
-    ends = [e.end() for e in _RX_KERNEL_PREFIX_END.finditer(before)]
-    tail = before[ends[-1] :] if ends else before
-    if tail and len(tail) + len(name) <= _TASK_COMM_MAX:
-        return tail + name
-    return name
-
-
-def _kernel_scope(body: str) -> str | None:
-    """``cgroup`` or ``system``, where the kernel's lines say which; None when they do not."""
-    if "Memory cgroup out of memory" in body or "CONSTRAINT_MEMCG" in body:
-        return "cgroup"
-    if "global_oom" in body or _RX_KERNEL_KILL.search(body) is not None:
-        return "system"
-    return None
-
-
-_RX_KERNEL_OOM_KILL_TASK = re.compile(r"\boom-kill:constraint=\S*?,task=([^,\s]+),pid=(\d+)")
 #: an uncatchable C++ exception ending the process (``terminate called after throwing an
 #: instance of 'c10::AcceleratorError'``)
 _RX_CXX_TERMINATE = re.compile(r"instance of '([\w:]+)'")
@@ -528,18 +487,69 @@ def _find(rx: re.Pattern[str], body: str, *gates: str) -> re.Match[str] | None:
     return None
 
 
+#: the kB fields of a kill line that an event carries (as ``<field>_bytes``)
+_KERNEL_RSS_FIELDS = ("total-vm", "anon-rss", "file-rss", "shmem-rss")
+
+
+def _first(records: list[KernelOomLine], *kinds: str, scoped: bool = False) -> KernelOomLine | None:
+    for k in records:
+        if k.kind in kinds and (not scoped or k.scope is not None):
+            return k
+    return None
+
+
+def _kernel_evidence(body: str) -> int | None:
+    """Where in ``body`` the kernel's evidence of a kill starts (kernel/lines.py reads the
+    lines), or None: a kill line that names its scope, else any ``Killed process``, else the
+    ``oom-kill:`` summary naming the victim, else the ``invoked oom-killer`` line."""
+    records = list(kernel_lines(body))
+    offsets = {id(k): at for at, k in records}
+    ks = [k for _, k in records]
+    best = (
+        _first(ks, "killed", "chosen", scoped=True)
+        or _first(ks, "killed")
+        or next((k for k in ks if k.kind == "summary" and k.pid is not None), None)
+        or _first(ks, "invoked")
+    )
+    return None if best is None else offsets[id(best)] + best.start
+
+
+def _kernel_facts(
+    records: list[KernelOomLine], fields: dict[str, Any], extra: list[tuple[str, Any]]
+) -> None:
+    """The facts of a record's kernel OOM lines: the victim (``Killed process``, else the
+    chosen one, else the summary's task) or, with none, the invoking task; and the scope only
+    where a line says it. The name is a thread's (``pt_main_thread`` for torch's main thread):
+    the pid is what ties a kill to ComfyUI."""
+    kill = _first(records, "killed") or _first(records, "chosen")
+    summary = next((k for k in records if k.kind == "summary" and k.pid is not None), None)
+    if kill is not None:
+        fields["killed_pid"] = kill.pid
+        extra.append(("process_name", kill.comm))
+        for key, kib in kill.kib:
+            if key in _KERNEL_RSS_FIELDS:
+                extra.append((key.replace("-", "_") + "_bytes", kib * _K))
+    elif summary is not None:
+        fields["killed_pid"] = summary.pid
+        extra.append(("process_name", summary.comm))
+    elif (invoked := _first(records, "invoked")) is not None:
+        extra.append(("invoked_by", invoked.comm))
+    scopes = {k.scope for k in records}
+    if "memcg" in scopes:
+        extra.append(("scope", "cgroup"))
+    elif "global" in scopes:
+        extra.append(("scope", "system"))
+    fields["killer"] = "kernel"
+
+
 def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backend, int, bool]:
     """(rule, pool, backend, match position, recovered) of the strongest rule, or rule None.
 
     ``report`` is ``_report(body)``: the fields of a pasted Error Report, if ``body`` is one."""
-    m = _find(_RX_KERNEL_KILL, body, "Kill") or _find(_RX_KERNEL_KILLED, body, "Killed process")
-    if m:
-        return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_KERNEL_OOM_KILL_TASK, body, "oom-kill:") or _find(
-        _RX_KERNEL_INVOKED, body, "invoked oom-killer"
-    )
-    if m:
-        return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    if "Kill" in body or "oom-kill" in body:
+        at = _kernel_evidence(body)
+        if at is not None:
+            return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, at, False
     m = _find(_RX_EARLYOOM, body, "sending SIG")
     if m:
         return "earlyoom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
@@ -812,33 +822,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m:
             fields["requested_bytes"] = size_bytes(m.group(1), m.group(2))
     elif rule == "kernel-oom-kill":
-        m = _RX_KERNEL_KILLED.search(body) or _RX_KERNEL_KILL.search(body)
-        if m is not None:
-            if m.re is _RX_KERNEL_KILLED:
-                fields["killed_pid"], comm = int(m.group(1)), m.group(2)
-            else:
-                fields["killed_pid"], comm = int(m.group(2)), m.group(3)
-            extra.append(("process_name", comm))
-            tail = body[m.end() : m.end() + 400].split("\n", 1)[0]
-            for fm in _RX_KERNEL_FIELD.finditer(tail):
-                extra.append(
-                    (
-                        fm.group(1).replace("-", "_") + "_bytes",
-                        int(fm.group(2).replace(",", "")) * _K,
-                    )
-                )
-        else:
-            tm = _RX_KERNEL_OOM_KILL_TASK.search(body)
-            im = _RX_KERNEL_INVOKED.search(body)
-            if tm is not None:
-                fields["killed_pid"] = int(tm.group(2))
-                extra.append(("process_name", tm.group(1)))
-            elif im is not None:
-                extra.append(("invoked_by", _invoking_task(body, im)))
-        scope = _kernel_scope(body)
-        if scope is not None:
-            extra.append(("scope", scope))
-        fields["killer"] = "kernel"
+        _kernel_facts([k for _, k in kernel_lines(body)], fields, extra)
     elif rule == "earlyoom-kill":
         m = _RX_EARLYOOM.search(body)
         if m:

@@ -25,10 +25,13 @@ Counters are read while the process lives (its cgroup path can only be read from
 be read is reported as ``unreadable`` (``/dev/kmsg`` without CAP_SYSLOG, a journal this user may
 not read) or ``unavailable`` (no journal on this machine), never as "no kill".
 
-Parsers are pure (text in, records out); the readers take injectable roots, like node_exporter's
-``--path.procfs``, so tests run them on fixture trees.
-The module imports only the standard library: a test runs a copy of this file alone, as an
-unprivileged user, to see a real permission error on ``/dev/kmsg``.
+Parsers are pure (text in, records out); the kernel's own lines are read by kernel/lines.py,
+the one reader of them (the classifier uses it too). The readers take injectable roots, like
+node_exporter's ``--path.procfs``, so tests run them on fixture trees. A kill is tied to the
+watched process by its pid, never by name: the kernel names a thread (``pt_main_thread`` for
+torch's main thread), not the program.
+The module imports only the standard library and kernel/lines.py: a test runs a copy of the two
+files, as an unprivileged user, to see a real permission error on ``/dev/kmsg``.
 """
 
 from __future__ import annotations
@@ -45,10 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from oom_sentinel.daemon.kernel.lines import KernelOomLine, parse_kernel_line
+
 __all__ = [
     "CgroupPaths",
     "EarlyoomKill",
-    "KernelOomLine",
     "KillEvidence",
     "LiveReadings",
     "LogEntry",
@@ -64,7 +68,6 @@ __all__ = [
     "evidence_gaps",
     "parse_earlyoom_line",
     "parse_journal_json",
-    "parse_kernel_line",
     "parse_kmsg",
     "parse_memory_events",
     "parse_oom_control",
@@ -295,89 +298,6 @@ def parse_oom_control(text: str, path: str = "") -> OomCounters:
         under_oom=None if under is None else under != 0,
         path=path,
     )
-
-
-_DMESG_PREFIX = re.compile(r"^\s*\[\s*\d+\.\d+\]\s*")
-_INVOKED = re.compile(r"^(?P<comm>.+?) invoked oom-killer:")
-_KILLED = re.compile(
-    r"(?:(?P<scope>Out of memory|Memory cgroup out of memory)(?: \([^)]*\))?: )?"
-    r"Killed process (?P<pid>\d+) \((?P<comm>.*?)\)(?P<rest>.*)$"
-)
-_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+) \((?P<comm>.*?)\)")
-_KB_FIELD = re.compile(r"(?P<key>[A-Za-z][\w-]*):(?P<value>\d+)kB")
-
-
-@dataclass(frozen=True, slots=True)
-class KernelOomLine:
-    """One line of the kernel's OOM-killer report."""
-
-    #: "invoked" (``<comm> invoked oom-killer``), "summary" (``oom-kill:constraint=…``),
-    #: "killed" (``… Killed process <pid> (<comm>) …``), "reaped" (``oom_reaper: …``)
-    kind: Literal["invoked", "summary", "killed", "reaped"]
-    text: str
-    pid: int | None = None
-    comm: str | None = None
-    #: "global" (``Out of memory``, ``global_oom``) or "memcg" (a memory cgroup's limit)
-    scope: Literal["global", "memcg"] | None = None
-    constraint: str | None = None
-    oom_memcg: str | None = None
-    task_memcg: str | None = None
-    #: the kB fields of a kill line: total-vm, anon-rss, file-rss, shmem-rss, pgtables …
-    kib: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def rss_bytes(self) -> int | None:
-        fields = dict(self.kib)
-        parts = [fields.get(k) for k in ("anon-rss", "file-rss", "shmem-rss")]
-        known = [p for p in parts if p is not None]
-        return sum(known) * 1024 if known else None
-
-
-def parse_kernel_line(text: str) -> KernelOomLine | None:
-    """Recognise a kernel OOM-killer line (with or without a dmesg ``[ 12.345]`` prefix)."""
-    line = _DMESG_PREFIX.sub("", text.rstrip("\n"))
-    if "invoked oom-killer:" in line:
-        m = _INVOKED.match(line)
-        return KernelOomLine("invoked", line, comm=m.group("comm") if m else None)
-    if line.startswith("oom-kill:"):
-        fields: dict[str, str] = {}
-        for part in line[len("oom-kill:") :].split(","):
-            key, eq, value = part.partition("=")
-            fields[key.strip()] = value if eq else ""
-        pid = fields.get("pid", "")
-        scope: Literal["global", "memcg"] | None = None
-        if "global_oom" in fields:
-            scope = "global"
-        elif "oom_memcg" in fields:
-            scope = "memcg"
-        return KernelOomLine(
-            "summary",
-            line,
-            pid=int(pid) if pid.isdigit() else None,
-            comm=fields.get("task"),
-            scope=scope,
-            constraint=fields.get("constraint"),
-            oom_memcg=fields.get("oom_memcg"),
-            task_memcg=fields.get("task_memcg"),
-        )
-    m = _REAPED.search(line)
-    if m:
-        return KernelOomLine("reaped", line, pid=int(m.group("pid")), comm=m.group("comm"))
-    m = _KILLED.search(line)
-    if m and "oom_reaper" not in line:
-        scope_text = m.group("scope")
-        kill_scope: Literal["global", "memcg"] | None = None
-        if scope_text == "Out of memory":
-            kill_scope = "global"
-        elif scope_text == "Memory cgroup out of memory":
-            kill_scope = "memcg"
-        kib = tuple(
-            (f.group("key"), int(f.group("value"))) for f in _KB_FIELD.finditer(m.group("rest"))
-        )
-        return KernelOomLine(
-            "killed", line, pid=int(m.group("pid")), comm=m.group("comm"), scope=kill_scope, kib=kib
-        )
-    return None
 
 
 _OOMD_KILLED = re.compile(r"Killed (?P<cgroup>/\S*) due to (?P<reason>memory pressure|swap used)")
@@ -916,6 +836,7 @@ def assess_kill(
     killer_lines: dict[str, list[str]] = {"kernel": [], "systemd-oomd": [], "earlyoom": []}
     kernel_kill: KernelOomLine | None = None
     kernel_summary: KernelOomLine | None = None
+    kernel_cgroup: KernelOomLine | None = None  # before 4.19: ``Task in <cg> killed as ...``
     earlyoom_kill: EarlyoomKill | None = None
     oomd_hit: OomdLine | None = None
     unit_kernel_hit = False
@@ -926,26 +847,33 @@ def assess_kill(
             continue
         saw = False
         invoked: str | None = None  # the report's first line names the allocating task
+        task_in: KernelOomLine | None = None  # the memcg line of the report under way
         for entry in source.entries:
             if entry.time_s is not None and not (window_start <= entry.time_s <= window_end):
                 continue
             text = entry.text
             k = parse_kernel_line(text)
             if k is not None and k.kind == "invoked":
-                invoked = text
+                invoked, task_in = text, None
                 continue
+            if k is not None and k.kind == "cgroup":
+                task_in = k
+                continue
+            # a "chosen" victim may have had a child killed instead, and only a victim is
+            # reaped after a "killed" line already seen: neither adds a kill of its own
             if k is not None and k.pid == death.pid:
                 if k.kind == "killed":
                     kernel_kill = kernel_kill or k
+                    kernel_cgroup = kernel_cgroup or task_in
                 elif k.kind == "summary":
                     kernel_summary = kernel_summary or k
                 if k.kind in ("killed", "summary"):
                     saw = True
-                    for line in (invoked, text):
+                    for line in (invoked, task_in.text if task_in else None, text):
                         if line is not None and line not in seen:
                             seen.add(line)
                             killer_lines["kernel"].append(line)
-                    invoked = None
+                    invoked = task_in = None
                 continue
             e = parse_earlyoom_line(text)
             if e is not None and e.pid == death.pid:
@@ -996,6 +924,9 @@ def assess_kill(
             cgroup_named = kernel_summary.oom_memcg or kernel_summary.task_memcg
         if kernel_kill is not None and kernel_kill.scope == "memcg" and constraint is None:
             constraint = "CONSTRAINT_MEMCG"
+        if cgroup_named is None and kernel_cgroup is not None:
+            cgroup_named = kernel_cgroup.oom_memcg
+            constraint = constraint or "CONSTRAINT_MEMCG"
         if cgroup_named is None and (cg_kills or 0) > 0:
             cgroup_named = cgroup_path
     lines = tuple(killer_lines[killer]) if killer else ()
