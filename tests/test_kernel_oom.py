@@ -18,9 +18,9 @@ import pytest
 
 import oom_sentinel.daemon.kernel.lines as kernel_lines_module
 import oom_sentinel.daemon.kernel.oom as kernel_oom_module
+from oom_sentinel.daemon.kernel.lines import KernelOomLine, parse_kernel_line
 from oom_sentinel.daemon.kernel.oom import (
     CgroupPaths,
-    KernelOomLine,
     LiveReadings,
     LogEntry,
     LogSource,
@@ -32,7 +32,6 @@ from oom_sentinel.daemon.kernel.oom import (
     collect_kill_evidence,
     parse_earlyoom_line,
     parse_journal_json,
-    parse_kernel_line,
     parse_kmsg,
     parse_memory_events,
     parse_oom_control,

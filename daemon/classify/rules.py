@@ -518,10 +518,12 @@ def _kernel_facts(
     records: list[KernelOomLine], fields: dict[str, Any], extra: list[tuple[str, Any]]
 ) -> None:
     """The facts of a record's kernel OOM lines: the victim (``Killed process``, else the
-    chosen one, else the summary's task) or, with none, the invoking task; and the scope only
-    where a line says it. The name is a thread's (``pt_main_thread`` for torch's main thread):
-    the pid is what ties a kill to ComfyUI."""
-    kill = _first(records, "killed") or _first(records, "chosen")
+    summary's task) or, with neither, the invoking task; and the scope only where a line says
+    it. The name is a thread's (``pt_main_thread`` for torch's main thread): the pid is what
+    ties a kill to ComfyUI. An older kernel's ``Kill process N … or sacrifice child`` names no
+    victim (a child may die instead, in the ``Killed process`` line that follows): giving it
+    N would keep the two lines of one kill from folding into one event."""
+    kill = _first(records, "killed")
     summary = next((k for k in records if k.kind == "summary" and k.pid is not None), None)
     if kill is not None:
         fields["killed_pid"] = kill.pid
