@@ -274,3 +274,14 @@ def test_the_older_kernels_pair_with_a_sacrificed_child_stays_two_kills_apart() 
 def test_records_are_frozen_values() -> None:
     line = parse_kernel_line(INVOKED_KMSG)
     assert line == KernelOomLine("invoked", INVOKED_KMSG, 0, comm="pt_main_thread")
+
+
+def test_a_line_of_garbage_numbers_or_length_never_raises() -> None:
+    huge = "9" * 5000  # int() refuses more than 4300 digits
+    line = parse_kernel_line(f"Out of memory: Killed process {huge} (x) anon-rss:{huge}kB")
+    assert line is not None and line.pid is None and line.kib == ()
+    summary = parse_kernel_line(f"oom-kill:constraint=CONSTRAINT_NONE,task=x,pid={huge},uid=1")
+    assert summary is not None and summary.pid is None and summary.uid == 1
+    # far from the line's start, the name is the last word (no prefix to tell where it began)
+    far = parse_kernel_line("x" * 100 + " GC Thread#9 invoked oom-killer: gfp_mask=0x0")
+    assert far is not None and far.comm == "Thread#9"

@@ -489,29 +489,29 @@ def _find(rx: re.Pattern[str], body: str, *gates: str) -> re.Match[str] | None:
 
 #: the kB fields of a kill line that an event carries (as ``<field>_bytes``)
 _KERNEL_RSS_FIELDS = ("total-vm", "anon-rss", "file-rss", "shmem-rss")
+#: which kernel line places the event, after a kill line naming its scope (rank 0)
+_KERNEL_EVIDENCE_RANK = {"killed": 1, "summary": 2, "invoked": 3}
 
 
-def _first(records: list[KernelOomLine], *kinds: str, scoped: bool = False) -> KernelOomLine | None:
-    for k in records:
-        if k.kind in kinds and (not scoped or k.scope is not None):
-            return k
-    return None
+def _first(records: list[KernelOomLine], kind: str) -> KernelOomLine | None:
+    return next((k for k in records if k.kind == kind), None)
 
 
 def _kernel_evidence(body: str) -> int | None:
     """Where in ``body`` the kernel's evidence of a kill starts (kernel/lines.py reads the
     lines), or None: a kill line that names its scope, else any ``Killed process``, else the
     ``oom-kill:`` summary naming the victim, else the ``invoked oom-killer`` line."""
-    records = list(kernel_lines(body))
-    offsets = {id(k): at for at, k in records}
-    ks = [k for _, k in records]
-    best = (
-        _first(ks, "killed", "chosen", scoped=True)
-        or _first(ks, "killed")
-        or next((k for k in ks if k.kind == "summary" and k.pid is not None), None)
-        or _first(ks, "invoked")
-    )
-    return None if best is None else offsets[id(best)] + best.start
+    best: tuple[int, int] | None = None  # (rank, position)
+    for at, k in kernel_lines(body):
+        if k.kind in ("killed", "chosen") and k.scope is not None:
+            rank = 0
+        elif k.kind == "summary" and k.pid is None:
+            continue
+        else:
+            rank = _KERNEL_EVIDENCE_RANK.get(k.kind, 9)
+        if rank < 9 and (best is None or rank < best[0]):
+            best = (rank, at + k.start)
+    return None if best is None else best[1]
 
 
 def _kernel_facts(

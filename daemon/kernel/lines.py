@@ -46,8 +46,13 @@ Scope = Literal["global", "memcg"]
 TASK_COMM_MAX = 15
 #: kB fields are read this far along a kill line (a paste can be one huge line)
 _FIELDS_SPAN = 400
+#: the invoking task's name is looked for this far before ``invoked oom-killer``
+_INVOKED_WINDOW = 64
+#: digits a number may have (a longer one is no pid or size, and ``int`` refuses > 4300)
+_MAX_DIGITS = 19
 
-_INVOKED = re.compile(r"\b(\S+) invoked oom-killer:")
+_INVOKED_AT = " invoked oom-killer:"
+_LAST_WORD = re.compile(r"\b(\S+)\Z")
 #: what ends a prefix before the invoking task's name: dmesg's ``] ``, syslog's ``kernel: ``,
 #: an ISO time's zone (``2024-04-29T14:55:41,678628+02:00 ``)
 _PREFIX_END = re.compile(r"\] |kernel: |\d\d:\d\d(?:[,.]\d+)?(?:[+-]\d\d:?\d\d|Z)? ")
@@ -56,10 +61,10 @@ _SUMMARY = re.compile(r"oom-kill:constraint=")
 _SUMMARY_TASK = re.compile(r",task=(?P<task>.*?),pid=(?P<pid>\d+)(?:,uid=(?P<uid>\d+))?")
 _KILL = re.compile(
     r"(?:(?P<scope>Out of memory|Memory cgroup out of memory)(?: \([\w ]+\))?: )?"
-    r"(?P<verb>Killed|Kill) process (?P<pid>\d+) \((?P<comm>[^)\n]*)\)"
+    r"(?P<verb>Killed|Kill) process (?P<pid>\d+) \((?P<comm>[^)\n]{0,64})\)"
 )
-_SCORE = re.compile(r"\s*score (-?\d+)")
-_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+) \((?P<comm>[^)\n]*)\)")
+_SCORE = re.compile(r"\s*score (\d+)")
+_REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+) \((?P<comm>[^)\n]{0,64})\)")
 _TASK_IN = re.compile(r"Task in (?P<task>\S+) killed as a result of limit of (?P<limit>\S+)")
 _KB_FIELD = re.compile(r"\b(?P<key>[A-Za-z][\w-]*):\s?(?P<value>\d[\d,]*)\s?kB")
 #: a line holds one of these where it holds a kernel OOM line (the cheap test before a regex)
@@ -116,23 +121,42 @@ class KernelOomLine:
         return sum(known) if known else None
 
 
+def _int(digits: str | None) -> int | None:
+    if not digits or len(digits) > _MAX_DIGITS:
+        return None
+    return int(digits)
+
+
 def _kib(text: str) -> tuple[tuple[str, int], ...]:
-    return tuple(
-        (m.group("key"), int(m.group("value").replace(",", ""))) for m in _KB_FIELD.finditer(text)
-    )
+    out: list[tuple[str, int]] = []
+    for m in _KB_FIELD.finditer(text):
+        value = _int(m.group("value").replace(",", ""))
+        if value is not None:
+            out.append((m.group("key"), value))
+    return tuple(out)
 
 
-def _invoking_task(line: str, m: re.Match[str]) -> tuple[str, int]:
+def _invoking_task(line: str) -> tuple[str, int] | None:
     """(name, start) of the task before ``invoked oom-killer``, spaces kept (``GC Thread#9``).
 
-    The regex takes the last word; the words before it belong to the name when they follow
-    the line's prefix (or start the line) and fit the kernel's 15 characters.
+    The last word before it is the name's end; the words before that belong to the name when
+    they follow the line's prefix (or start the line) and fit the kernel's 15 characters.
+    Only a short window before the words is read, so a huge line costs no more than a short.
     """
+    at = line.find(_INVOKED_AT)
+    if at <= 0:
+        return None
+    lo = max(0, at - _INVOKED_WINDOW)
+    m = _LAST_WORD.search(line, lo, at)
+    if m is None:
+        return None
     name, start = m.group(1), m.start(1)
-    before = line[:start]
+    before = line[lo:start]
     ends = [e.end() for e in _PREFIX_END.finditer(before)]
-    head = ends[-1] if ends else 0
-    tail = before[head:]
+    if not ends and lo > 0:
+        return name, start  # the line's start is out of the window: the name is one word
+    head = lo + (ends[-1] if ends else 0)
+    tail = line[head:start]
     if tail and not tail.isspace() and len(tail) + len(name) <= TASK_COMM_MAX:
         lead = len(tail) - len(tail.lstrip())
         return tail.lstrip() + name, head + lead
@@ -153,8 +177,8 @@ def _summary(line: str, m: re.Match[str]) -> KernelOomLine:
         scope = "memcg"
     elif "global_oom" in fields:
         scope = "global"
-    pid = int(t.group("pid")) if t else None
-    uid = int(t.group("uid")) if t and t.group("uid") else None
+    pid = _int(t.group("pid")) if t else None
+    uid = _int(t.group("uid")) if t else None
     return KernelOomLine(
         "summary",
         line,
@@ -178,7 +202,12 @@ def parse_kernel_line(text: str) -> KernelOomLine | None:
     if m:
         rest = line[m.end() : m.end() + _FIELDS_SPAN]
         return KernelOomLine(
-            "reaped", line, m.start(), pid=int(m.group("pid")), comm=m.group("comm"), kib=_kib(rest)
+            "reaped",
+            line,
+            m.start(),
+            pid=_int(m.group("pid")),
+            comm=m.group("comm"),
+            kib=_kib(rest),
         )
     m = _KILL.search(line)
     while m is not None and m.group("verb") == "Kill" and m.group("scope") is None:
@@ -197,16 +226,16 @@ def parse_kernel_line(text: str) -> KernelOomLine | None:
                 "chosen",
                 line,
                 m.start(),
-                pid=int(m.group("pid")),
+                pid=_int(m.group("pid")),
                 comm=m.group("comm"),
                 scope=scope,
-                score=int(sm.group(1)) if sm else None,
+                score=_int(sm.group(1)) if sm else None,
             )
         return KernelOomLine(
             "killed",
             line,
             m.start(),
-            pid=int(m.group("pid")),
+            pid=_int(m.group("pid")),
             comm=m.group("comm"),
             scope=scope,
             kib=_kib(rest),
@@ -214,10 +243,9 @@ def parse_kernel_line(text: str) -> KernelOomLine | None:
     m = _SUMMARY.search(line)
     if m:
         return _summary(line, m)
-    m = _INVOKED.search(line)
-    if m:
-        name, start = _invoking_task(line, m)
-        return KernelOomLine("invoked", line, start, comm=name)
+    task = _invoking_task(line)
+    if task is not None:
+        return KernelOomLine("invoked", line, task[1], comm=task[0])
     m = _TASK_IN.search(line)
     if m:
         return KernelOomLine(
