@@ -493,6 +493,13 @@ _KERNEL_RSS_FIELDS = ("total-vm", "anon-rss", "file-rss", "shmem-rss")
 _KERNEL_EVIDENCE_RANK = {"killed": 1, "summary": 2, "invoked": 3}
 
 
+@functools.lru_cache(maxsize=4)
+def _kernel_records(body: str) -> tuple[tuple[int, KernelOomLine], ...]:
+    """``kernel_lines(body)``, kept for the record at hand: placing the event (``_detect``)
+    and reading its facts (``_numbers``) read the same lines."""
+    return tuple(kernel_lines(body))
+
+
 def _first(records: list[KernelOomLine], kind: str) -> KernelOomLine | None:
     return next((k for k in records if k.kind == kind), None)
 
@@ -502,7 +509,7 @@ def _kernel_evidence(body: str) -> int | None:
     lines), or None: a kill line that names its scope, else any ``Killed process``, else the
     ``oom-kill:`` summary naming the victim, else the ``invoked oom-killer`` line."""
     best: tuple[int, int] | None = None  # (rank, position)
-    for at, k in kernel_lines(body):
+    for at, k in _kernel_records(body):
         if k.kind in ("killed", "chosen") and k.scope is not None:
             rank = 0
         elif k.kind == "summary" and k.pid is None:
@@ -824,7 +831,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m:
             fields["requested_bytes"] = size_bytes(m.group(1), m.group(2))
     elif rule == "kernel-oom-kill":
-        _kernel_facts([k for _, k in kernel_lines(body)], fields, extra)
+        _kernel_facts([k for _, k in _kernel_records(body)], fields, extra)
     elif rule == "earlyoom-kill":
         m = _RX_EARLYOOM.search(body)
         if m:

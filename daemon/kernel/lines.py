@@ -198,7 +198,7 @@ def parse_kernel_line(text: str) -> KernelOomLine | None:
     line = text.rstrip("\r\n")
     if _MARKERS.search(line) is None:
         return None
-    m = _REAPED.search(line)
+    m = _REAPED.search(line) if "oom_reaper" in line else None
     if m:
         rest = line[m.end() : m.end() + _FIELDS_SPAN]
         return KernelOomLine(
@@ -209,7 +209,7 @@ def parse_kernel_line(text: str) -> KernelOomLine | None:
             comm=m.group("comm"),
             kib=_kib(rest),
         )
-    m = _KILL.search(line)
+    m = _KILL.search(line) if "process " in line else None
     while m is not None and m.group("verb") == "Kill" and m.group("scope") is None:
         m = _KILL.search(line, m.end())  # a bare "Kill process" is anybody's words
     if m is not None:
@@ -240,13 +240,13 @@ def parse_kernel_line(text: str) -> KernelOomLine | None:
             scope=scope,
             kib=_kib(rest),
         )
-    m = _SUMMARY.search(line)
+    m = _SUMMARY.search(line) if "oom-kill:" in line else None
     if m:
         return _summary(line, m)
     task = _invoking_task(line)
     if task is not None:
         return KernelOomLine("invoked", line, task[1], comm=task[0])
-    m = _TASK_IN.search(line)
+    m = _TASK_IN.search(line) if "Task in " in line else None
     if m:
         return KernelOomLine(
             "cgroup",
