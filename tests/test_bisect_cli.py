@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bisect_git import install_snapshot, make_install
+from bisect_git import untouched_install
 from click.testing import CliRunner
 
 from oom_sentinel.bisect.cli.main import (
@@ -59,12 +59,7 @@ SHA_B = "b" * 40
 PROMPT = {"1": {"class_type": "AllocateVRAM", "inputs": {"mib": 100}}}
 
 
-@pytest.fixture(scope="module")
-def inst(tmp_path_factory: pytest.TempPathFactory):
-    inst = make_install(tmp_path_factory.mktemp("cli"))
-    before = install_snapshot(inst)
-    yield inst
-    assert install_snapshot(inst) == before, "an oom-bisect command changed the user's install"
+inst = untouched_install("cli", "an oom-bisect command")
 
 
 @pytest.fixture
