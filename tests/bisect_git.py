@@ -304,3 +304,15 @@ def session_paths() -> Any:
         return BisectPaths.for_install(inst.root, home=tmp_path / "cache" / "bisect")
 
     return fixture
+
+
+def clone_real_comfyui(real: Path, dest: Path) -> Path:
+    """A user's install made from the real ComfyUI checkout ``real`` (never touched): a shared
+    clone at ``dest`` whose checkout leaves out what the real one leaves out (a sparse mirror
+    may lack a blob; its checkout prints "error: invalid object ..." and exits 0)."""
+    git(dest.parent, "clone", "-q", "--shared", "--no-checkout", str(real), str(dest))
+    patterns = git(real, "sparse-checkout", "list", check=False).split()
+    if patterns:
+        git(dest, "sparse-checkout", "set", "--no-cone", *patterns)
+    git(dest, "checkout", "-q", "-f", "HEAD")
+    return dest
