@@ -26,19 +26,9 @@ from pathlib import Path
 from oom_sentinel.daemon.logs.cursors import MemoryOffsetStore
 from oom_sentinel.daemon.logs.tail import LogFollower, LogTailManager
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-def manager_rotate(live: Path) -> None:
-    """ComfyUI-Manager's start-up rotation (anchors-manager-cli §1.7)."""
-    stem = live.name[: -len(".log")]
-    prev, prev2 = live.with_name(f"{stem}.prev.log"), live.with_name(f"{stem}.prev2.log")
-    if prev2.exists():
-        prev2.unlink()
-    if prev.exists():
-        os.rename(prev, prev2)
-    if live.exists():
-        os.rename(live, prev)
-    with open(live, "w"):
-        pass
+from logtail_helpers import manager_rotate
 
 
 def line_text(i: int) -> str:

@@ -31,14 +31,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 import snapshot_samples as samples  # noqa: E402
 
 from oom_sentinel.bisect.state.from_snapshot import read_snapshot_start  # noqa: E402
-from oom_sentinel.daemon.incidents.regression import RegressionVerdict  # noqa: E402
 from oom_sentinel.daemon.incidents.snapshot import (  # noqa: E402
     build_snapshot_json,
     list_snapshots,
     load_snapshot,
     write_snapshot,
 )
-from oom_sentinel.daemon.install.diff import diff_states  # noqa: E402
 from oom_sentinel.daemon.install.state import CoreState, CustomNode, InstallState  # noqa: E402
 
 
@@ -51,14 +49,7 @@ def _state(core: str, bump: int) -> InstallState:
 
 def _content() -> samples.SnapshotContent:
     good, bad = _state("a", 0), _state("b", 1)
-    regression = RegressionVerdict(
-        suspected=True,
-        reason="the workflow last fitted under another install state",
-        match="workflow",
-        bad_state=bad,
-        last_good_state=good,
-        diff=diff_states(good, bad),
-    ).to_section()
+    regression = samples.suspected_regression(good, bad)
     sections = {
         "process": {
             "pid": 4242,

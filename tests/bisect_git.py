@@ -11,9 +11,14 @@ import hashlib
 import os
 import stat
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oom_sentinel.bisect.session.files import BisectPaths
 
 BASE_TS = 1_700_000_000
 
@@ -271,3 +276,43 @@ def install_snapshot(inst: UserInstall) -> dict[str, object]:
     repos.append(inst.custom_nodes / "old_pack.disabled")
     facts = {str(r): repo_facts(r) for r in repos}  # before the tree: status must not write
     return {"facts": facts, "tree": tree_snapshot(inst.root)}
+
+
+def untouched_install(name: str, what: str, **make_kw: Any) -> Any:
+    """A module-scoped ``inst`` fixture: ``make_install`` under a temp dir named ``name``, and at
+    teardown the assertion that nothing a user could notice changed (``what`` did it).
+
+    Use: ``inst = untouched_install("runner", "the step loop")`` at module level.
+    """
+
+    @pytest.fixture(scope="module", name="inst")
+    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UserInstall]:
+        inst = make_install(tmp_path_factory.mktemp(name), **make_kw)
+        before = install_snapshot(inst)
+        yield inst
+        assert install_snapshot(inst) == before, f"{what} changed the user's install"
+
+    return fixture
+
+
+def session_paths() -> Any:
+    """A ``paths`` fixture: the bisect session files of ``inst`` under this test's temp cache
+    (``tmp_path/cache/bisect``), so each test starts without a session."""
+
+    @pytest.fixture(name="paths")
+    def fixture(tmp_path: Path, inst: UserInstall) -> BisectPaths:
+        return BisectPaths.for_install(inst.root, home=tmp_path / "cache" / "bisect")
+
+    return fixture
+
+
+def clone_real_comfyui(real: Path, dest: Path) -> Path:
+    """A user's install made from the real ComfyUI checkout ``real`` (never touched): a shared
+    clone at ``dest`` whose checkout leaves out what the real one leaves out (a sparse mirror
+    may lack a blob; its checkout prints "error: invalid object ..." and exits 0)."""
+    git(dest.parent, "clone", "-q", "--shared", "--no-checkout", str(real), str(dest))
+    patterns = git(real, "sparse-checkout", "list", check=False).split()
+    if patterns:
+        git(dest, "sparse-checkout", "set", "--no-cone", *patterns)
+    git(dest, "checkout", "-q", "-f", "HEAD")
+    return dest

@@ -14,6 +14,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from oom_sentinel.daemon.store.db import Store
+from oom_sentinel.daemon.store.runs import RunRecord, list_runs
+
 MANAGER_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
@@ -78,6 +81,60 @@ def snapshot_dirs(data_dir: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def wait_snapshots(daemon: Daemon, n: int, timeout_s: float = 30.0) -> list[Path]:
+    """At least ``n`` snapshot folders of ``daemon``; a timeout says what the daemon said by
+    then (why none came)."""
+
+    def enough() -> list[Path] | None:
+        found = snapshot_dirs(daemon.data_dir)
+        return found if len(found) >= n else None
+
+    try:
+        found: list[Path] = wait_for(enough, timeout_s, f"{n} snapshot(s)")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; daemon said:\n{daemon.stderr()}") from None
+    return found
+
+
+def runs(data_dir: Path, **filters: Any) -> list[RunRecord]:
+    """The run rows in the daemon's store (none before it made one); ``filters`` go to
+    ``list_runs`` (``limit``, ``instance``, ...)."""
+    store = Store.open_existing(data_dir)
+    if store is None:
+        return []
+    with store:
+        return list_runs(store, **filters)
+
+
+def wait_run(daemon: Daemon, prompt_id: str, timeout_s: float = 30.0) -> RunRecord:
+    """The run row of ``prompt_id`` once the daemon stored it; a timeout says what the daemon
+    said by then."""
+
+    def found() -> RunRecord | None:
+        return next((r for r in runs(daemon.data_dir) if r.prompt_id == prompt_id), None)
+
+    try:
+        run: RunRecord = wait_for(found, timeout_s, f"run {prompt_id}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; daemon said:\n{daemon.stderr()}") from None
+    return run
+
+
+def snapshots_show(snapshot_id: str, data_dir: Path, env: dict[str, str] | None) -> str:
+    """``oom-sentinel snapshots show ID --data-dir DIR`` as a user runs it; fails unless it
+    exits 0 (its stderr is the message); returns what it printed."""
+    argv = ["snapshots", "show", snapshot_id, "--data-dir", str(data_dir)]
+    show = subprocess.run(
+        [sys.executable, "-m", "oom_sentinel.daemon", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert show.returncode == 0, show.stderr
+    return show.stdout
 
 
 def load_snapshot_json(path: Path) -> dict[str, Any]:

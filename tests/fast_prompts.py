@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
+from daemon_harness import Daemon, load_snapshot_json, runs, snapshot_dirs, wait_for
 from standin_proc import STANDIN_DIR, start_standin
 
 from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.store.db import Store
-from oom_sentinel.daemon.store.runs import RunRecord, list_runs
+from oom_sentinel.daemon.store.runs import RunRecord
 
 MIB = 1024 * 1024
 
@@ -35,14 +34,6 @@ def fast_prompt(i: int, rng: random.Random) -> tuple[dict[str, Any], bool]:
         seconds = round(rng.uniform(0.005, 0.025), 4)
         node = {"class_type": "Sleep", "inputs": {"seconds": seconds, "value": i}}
     return {"1": node, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}}}, oom
-
-
-def all_runs(data_dir: Path, limit: int) -> list[RunRecord]:
-    store = Store.open_existing(data_dir)
-    if store is None:
-        return []
-    with store:
-        return list_runs(store, limit=limit)
 
 
 def _queue_empty(srv: FastServer) -> bool:
@@ -71,9 +62,7 @@ def standin_server(tmp: Path) -> FastServer:
     srv = start_standin(tmp / "base", code_dir=install, base_directory=False, fake_gpu=gpu.root)
 
     def post(prompt: dict[str, Any]) -> str:
-        status, answer = srv.post_json("/prompt", {"prompt": prompt, "client_id": "tab"})
-        assert status == 200, answer
-        return str(answer["prompt_id"])
+        return srv.post_prompt(prompt)
 
     return FastServer(
         srv.url, srv.get_json, post, srv.kill, fast_prompt, {"OOM_SENTINEL_FAKE_GPU": str(gpu.root)}
@@ -150,20 +139,20 @@ def run_fast_prompts(
         limit = 10 * prompts
         wait_for(lambda: _queue_empty(srv), 120, "every prompt to run")
         wait_for(
-            lambda: len(all_runs(daemon.data_dir, limit)) >= prompts,
+            lambda: len(runs(daemon.data_dir, limit=limit)) >= prompts,
             180,
-            f"{prompts} run rows (have {len(all_runs(daemon.data_dir, limit))})",
+            f"{prompts} run rows (have {len(runs(daemon.data_dir, limit=limit))})",
         )
         ooms = {pid for pid, oom in posted.items() if oom}
         wait_for(lambda: len(snapshot_dirs(daemon.data_dir)) >= len(ooms), 120, "the snapshots")
         time.sleep(1.0)  # an extra row or snapshot would show now (an absence: a wait)
-        runs = all_runs(daemon.data_dir, limit)
+        rows = runs(daemon.data_dir, limit=limit)
         took = time.monotonic() - t0
         durations = [
             h["status"]["messages"][-1][1]["timestamp"] - h["status"]["messages"][0][1]["timestamp"]
             for h in srv.get_json("/history").values()
         ]
-        per_prompt: Counter[str] = Counter(r.prompt_id for r in runs)
+        per_prompt: Counter[str] = Counter(r.prompt_id for r in rows)
         snapshot_prompts: Counter[str] = Counter()
         snaps = snapshot_dirs(daemon.data_dir)
         for snap in snaps:
@@ -174,13 +163,13 @@ def run_fast_prompts(
         return Figures(
             prompts=len(posted),
             ooms=ooms,
-            runs=runs,
+            runs=rows,
             lost=set(posted) - set(per_prompt),
             doubled={p for p, n in per_prompt.items() if n > 1},
-            oom_rows={r.prompt_id for r in runs if r.outcome == "oom"},
+            oom_rows={r.prompt_id for r in rows if r.outcome == "oom"},
             snapshots=len(snaps),
             snapshot_prompts=snapshot_prompts,
-            no_incident_id={r.prompt_id for r in runs if r.outcome == "oom" and not r.incident_id},
+            no_incident_id={r.prompt_id for r in rows if r.outcome == "oom" and not r.incident_id},
             server_ms=(min(durations), max(durations)),
             took_s=took,
             daemon_log=daemon.all_stderr(),

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +124,23 @@ def wait_ready(proc: ProcessHandle, port: int, timeout_s: float) -> None:
     raise RuntimeError(f"ComfyUI did not answer on {url} within {timeout_s:g} s")
 
 
+def ready_or_stopped(
+    proc: ProcessHandle,
+    port: int,
+    timeout_s: float,
+    console: Path,
+    stop_server: Callable[[], object],
+) -> None:
+    """``wait_ready``; when it fails, ``stop_server()`` first (no ComfyUI outlives the failed
+    start) and raise with the tail of its console, which says why it did not come up."""
+    try:
+        wait_ready(proc, port, timeout_s)
+    except RuntimeError as exc:
+        stop_server()
+        tail = console.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{exc}\n{tail}") from None
+
+
 def start(
     argv: list[str],
     *,
@@ -152,12 +169,7 @@ def start(
             )
     else:
         proc = server.spawn(argv, cwd=cwd, env=env, console=console)
-    try:
-        wait_ready(proc, port, timeout_s)
-    except RuntimeError as exc:
-        stop(proc)
-        tail = console.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{exc}\n{tail}") from None
+    ready_or_stopped(proc, port, timeout_s, console, lambda: stop(proc))
     ready_s = time.monotonic() - t0
     rss, hwm, rss_file = proc_memory(proc.pid)
     return Started(proc, port, console, ready_s, rss, hwm, rss_file)
@@ -184,6 +196,7 @@ __all__ = [
     "clean_env",
     "free_port",
     "proc_memory",
+    "ready_or_stopped",
     "real_comfy_args",
     "start",
     "start_fork_server",

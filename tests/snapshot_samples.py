@@ -7,7 +7,7 @@ snapshot under test is what the daemon would write.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oom_sentinel.daemon.classify.events import Backend, OomEvent, OtherProcess, Pool
 from oom_sentinel.daemon.incidents.snapshot import (
@@ -29,6 +29,9 @@ from oom_sentinel.daemon.probes.base import (
     MemorySample,
     ProcessTreeSample,
 )
+
+if TYPE_CHECKING:
+    from oom_sentinel.daemon.install.state import InstallState
 
 GIB = 1024**3
 MIB = 1024**2
@@ -325,3 +328,19 @@ def full_content() -> SnapshotContent:
         sections=sections,
         records=(FoldedRecord("log:1", 1, "log", "cuda-oom", T0, "p-1"),),
     )
+
+
+def suspected_regression(good: InstallState, bad: InstallState) -> dict[str, Any]:
+    """The ``regression`` section the daemon writes when the workflow last fitted under
+    ``good`` and now ran out of memory under ``bad`` (what oom-bisect starts from)."""
+    from oom_sentinel.daemon.incidents.regression import RegressionVerdict
+    from oom_sentinel.daemon.install.diff import diff_states
+
+    return RegressionVerdict(
+        suspected=True,
+        reason="the workflow last fitted under another install state",
+        match="workflow",
+        bad_state=bad,
+        last_good_state=good,
+        diff=diff_states(good, bad),
+    ).to_section()

@@ -96,6 +96,19 @@ class StandinProcess:
         except urllib.error.HTTPError as err:
             return err.code, _maybe_json(err.read())
 
+    def post_prompt(
+        self, prompt: dict[str, Any], client_id: str | None = "tab", **body: Any
+    ) -> str:
+        """Queue ``prompt`` as a browser tab does (``POST /prompt``); fails unless it was
+        queued (200, with the server's answer as the message); returns its prompt_id. A
+        ``client_id`` of None sends none (a script's post)."""
+        doc = {"prompt": prompt, **body}
+        if client_id is not None:
+            doc["client_id"] = client_id
+        status, answer = self.post_json("/prompt", doc)
+        assert status == 200, answer
+        return str(answer["prompt_id"])
+
     def stop(self, timeout_s: float = 10.0) -> int:
         """SIGINT (ComfyUI's Ctrl-C path), then SIGKILL; returns the exit status."""
         if self.proc.poll() is None:

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bisect_git import install_snapshot, make_install
+from bisect_git import untouched_install
 from click.testing import CliRunner
+from snapshot_samples import suspected_regression
 
 from oom_sentinel.bisect.cli.main import (
     EXIT_AMBIGUOUS,
@@ -47,8 +48,6 @@ from oom_sentinel.daemon.core.errors import (
     ConfigError,
     InputError,
 )
-from oom_sentinel.daemon.incidents.regression import RegressionVerdict
-from oom_sentinel.daemon.install.diff import diff_states
 from oom_sentinel.daemon.install.state import CoreState, CustomNode, InstallState
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -59,12 +58,7 @@ SHA_B = "b" * 40
 PROMPT = {"1": {"class_type": "AllocateVRAM", "inputs": {"mib": 100}}}
 
 
-@pytest.fixture(scope="module")
-def inst(tmp_path_factory: pytest.TempPathFactory):
-    inst = make_install(tmp_path_factory.mktemp("cli"))
-    before = install_snapshot(inst)
-    yield inst
-    assert install_snapshot(inst) == before, "an oom-bisect command changed the user's install"
+inst = untouched_install("cli", "an oom-bisect command")
 
 
 @pytest.fixture
@@ -422,18 +416,6 @@ def _ist(core: str, *nodes: CustomNode) -> InstallState:
     return InstallState(CoreState(commit=core), nodes=nodes)
 
 
-def _regression(good: InstallState, bad: InstallState) -> dict[str, Any]:
-    """The ``regression`` section the daemon writes for a suspected regression."""
-    return RegressionVerdict(
-        suspected=True,
-        reason="the workflow last fitted under another install state",
-        match="workflow",
-        bad_state=bad,
-        last_good_state=good,
-        diff=diff_states(good, bad),
-    ).to_section()
-
-
 def test_recorded_install_states_map_to_bisect_states() -> None:
     ist = _ist(
         SHA_A,
@@ -495,7 +477,7 @@ def test_a_snapshot_gives_states_prompt_flags_python_and_the_card_size(tmp_path)
     path = _write_snapshot(
         tmp_path,
         {
-            "regression": _regression(
+            "regression": suspected_regression(
                 _ist(SHA_A, CustomNode("p", "git", commit=SHA_A)),
                 _ist(SHA_B, CustomNode("p", "git", commit=SHA_B)),
             ),
@@ -532,7 +514,7 @@ def test_snapshot_words_resolve_as_states(inst, tmp_path) -> None:
     path = _write_snapshot(
         tmp_path,
         {
-            "regression": _regression(good, bad),
+            "regression": suspected_regression(good, bad),
             "install_state": bad.to_dict(),
         },
     )
@@ -604,7 +586,7 @@ def test_a_snapshot_of_a_vram_oom_watches_vram_only(tmp_path) -> None:
     path = _write_snapshot(
         tmp_path,
         {
-            "regression": _regression(_ist(SHA_A), _ist(SHA_B)),
+            "regression": suspected_regression(_ist(SHA_A), _ist(SHA_B)),
         },
     )
     assert read_snapshot_start(load_snapshot(path)).pool == "vram"

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-from bisect_git import install_snapshot, make_install
+from bisect_git import session_paths, untouched_install
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -166,17 +165,10 @@ PROMPT = {"1": {"class_type": "AllocateVRAM", "inputs": {"mib": 1000}}}
 FIRST_BAD = 17
 
 
-@pytest.fixture(scope="module")
-def inst(tmp_path_factory: pytest.TempPathFactory):
-    inst = make_install(tmp_path_factory.mktemp("confidence"))
-    before = install_snapshot(inst)
-    yield inst
-    assert install_snapshot(inst) == before, "the step loop changed the user's install"
+inst = untouched_install("confidence", "the step loop")
 
 
-@pytest.fixture
-def paths(tmp_path: Path, inst) -> BisectPaths:
-    return BisectPaths.for_install(inst.root, home=tmp_path / "cache" / "bisect")
+paths = session_paths()
 
 
 def start(paths: BisectPaths, inst, **kw) -> Session:

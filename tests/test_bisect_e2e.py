@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,8 @@ from typing import Any
 
 import psutil
 import pytest
+from cli_json import json_answer
+from proc_waits import wait_while_running
 from standin_repos import (
     BuiltRepo,
     build_core_repo,
@@ -37,8 +38,6 @@ from oom_sentinel.bisect.search.plan import Found, Plan, Test, next_step
 from oom_sentinel.bisect.search.verdict import Verdict
 from oom_sentinel.bisect.state.states import State
 from oom_sentinel.daemon.comfy.interpreter import InterpreterFacts
-from oom_sentinel.daemon.incidents.regression import RegressionVerdict
-from oom_sentinel.daemon.install.diff import diff_states
 from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
 
 pytestmark = pytest.mark.slow
@@ -52,6 +51,15 @@ def vram_workflow(mib: int = 1000, hold_s: float = 0.25) -> dict[str, Any]:
     return {
         "1": {"class_type": "AllocateVRAM", "inputs": {"mib": mib}},
         "2": {"class_type": "Sleep", "inputs": {"seconds": hold_s, "value": ["1", 0]}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
+    }
+
+
+def ram_workflow(mib: int = 200) -> dict[str, Any]:
+    """Host RAM only (run with ``--flags --cpu``): the process peak is what is bisected."""
+    return {
+        "1": {"class_type": "AllocateRAM", "inputs": {"mib": mib}},
+        "2": {"class_type": "Sleep", "inputs": {"seconds": 0.1, "value": ["1", 0]}},
         "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
     }
 
@@ -84,18 +92,33 @@ class UserInstall:
             self.cmd(*args), env=self.env, capture_output=True, text=True, timeout=timeout
         )
 
+    def run_args(self, *args: str) -> list[str]:
+        """``run`` on this install with this interpreter, then ``args``."""
+        return ["run", "--comfyui", str(self.root), "--python", sys.executable, *args]
+
+    def core_span(self, workflow: str, good: int = 0, bad: int | None = None) -> list[str]:
+        """``workflow`` bisected over the core alone, from its commit ``good`` to its commit
+        ``bad`` (HEAD by default; the widest search by default)."""
+        good_at = f"comfyui={self.core.commits[good]}"
+        bad_at = "comfyui=HEAD" if bad is None else f"comfyui={self.core.commits[bad]}"
+        return ["--workflow", workflow, "--good", good_at, "--bad", bad_at]
+
+    def spawn(self, *args: str, stdout: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
+        """``oom-bisect run ... args`` in the background, to be signalled mid-run: stdin closed,
+        stderr piped (what it said before it died); reap it with proc_waits.reap."""
+        return subprocess.Popen(
+            self.cmd(*self.run_args(*args)),
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def bisect(self, *args: str, **kw: Any) -> tuple[int, dict[str, Any], str]:
         """``oom-bisect run ... --json``: (exit status, the final JSON object, stderr)."""
-        proc = self.run(
-            "run", "--comfyui", str(self.root), "--python", sys.executable, "--json", *args, **kw
-        )
-        try:
-            doc = json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError(
-                f"no JSON (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-            ) from None
-        return proc.returncode, doc, proc.stderr
+        proc = self.run(*self.run_args("--json", *args), **kw)
+        return json_answer(proc)
 
     def measurements(self) -> list[dict[str, Any]]:
         (root,) = (self.base / "cache" / "bisect").glob("ComfyUI-*")
@@ -168,14 +191,7 @@ def say(case: str, doc: dict[str, Any], bound: int | None = None) -> None:
 def test_culprit_in_core(tmp_path: Path) -> None:
     inst = make_install(tmp_path)
     core = inst.core
-    code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(vram_workflow()),
-        "--good",
-        f"comfyui={core.commits[0]}",
-        "--bad",
-        "comfyui=HEAD",
-    )
+    code, doc, err = inst.bisect(*inst.core_span(inst.workflow(vram_workflow())))
     assert (code, doc["result"]) == (0, "found"), err[-3000:]
     assert culprit(doc) == [("comfyui", core.bad_commit)]
     assert doc["culprits"][0]["subject"] == core.subjects[200]
@@ -258,14 +274,7 @@ def test_a_node_that_breaks_only_with_the_new_core_names_both(tmp_path: Path) ->
 def test_commits_that_do_not_start_around_the_culprit_give_an_honest_list(tmp_path: Path) -> None:
     inst = make_install(tmp_path, core_kw={"bad_commit_index": 200, "untestable_range": (196, 204)})
     core = inst.core
-    code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(vram_workflow()),
-        "--good",
-        f"comfyui={core.commits[0]}",
-        "--bad",
-        "comfyui=HEAD",
-    )
+    code, doc, err = inst.bisect(*inst.core_span(inst.workflow(vram_workflow())))
     assert (code, doc["result"]) == (5, "ambiguous"), err[-3000:]
     # the culprit (200) itself does not start: the first bad one could be any of 196..204
     assert [c["commit"] for c in doc["candidates"]] == list(core.commits[196:205])
@@ -282,14 +291,7 @@ def test_commits_that_do_not_start_away_from_the_culprit_are_skipped(tmp_path: P
     # the first probe (commit 160) falls in a broken range: skipped, and the answer stays exact
     inst = make_install(tmp_path, core_kw={"bad_commit_index": 200, "untestable_range": (158, 163)})
     core = inst.core
-    code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(vram_workflow()),
-        "--good",
-        f"comfyui={core.commits[0]}",
-        "--bad",
-        "comfyui=HEAD",
-    )
+    code, doc, err = inst.bisect(*inst.core_span(inst.workflow(vram_workflow())))
     assert (code, doc["result"]) == (0, "found"), err[-3000:]
     assert culprit(doc) == [("comfyui", core.bad_commit)]
     skipped = [s for s in doc["steps"] if s["kind"] == "skip"]
@@ -306,12 +308,7 @@ def test_memory_noise_with_repeat_takes_the_median(tmp_path: Path) -> None:
     inst = make_install(tmp_path, core_kw={"bad_commit_index": 200, "noise_fraction": 0.05})
     core = inst.core
     code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(vram_workflow()),
-        "--good",
-        f"comfyui={core.commits[150]}",
-        "--bad",
-        f"comfyui={core.commits[260]}",
+        *inst.core_span(inst.workflow(vram_workflow()), 150, 260),
         "--repeat",
         "3",
     )
@@ -338,12 +335,7 @@ def test_repeat_auto_measures_the_noise_and_rechecks_the_culprit(tmp_path: Path)
     inst = make_install(tmp_path, core_kw={"bad_commit_index": 200, "noise_fraction": 0.05})
     core = inst.core
     code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(vram_workflow()),
-        "--good",
-        f"comfyui={core.commits[150]}",
-        "--bad",
-        f"comfyui={core.commits[260]}",
+        *inst.core_span(inst.workflow(vram_workflow()), 150, 260),
         "--repeat",
         "auto",
         "--max-repeat",
@@ -387,12 +379,7 @@ def test_parallel_on_three_fake_gpus_takes_log4_rounds(tmp_path: Path) -> None:
     core = inst.core
     good, bad = 150, 260
     code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(vram_workflow()),
-        "--good",
-        f"comfyui={core.commits[good]}",
-        "--bad",
-        f"comfyui={core.commits[bad]}",
+        *inst.core_span(inst.workflow(vram_workflow()), good, bad),
         timeout=600,
     )
     assert (code, doc["result"]) == (0, "found"), err[-3000:]
@@ -425,14 +412,7 @@ def test_parallel_on_three_fake_gpus_takes_log4_rounds(tmp_path: Path) -> None:
 
 def test_a_bad_state_that_is_not_bad_is_not_reproduced(tmp_path: Path) -> None:
     inst = make_install(tmp_path, core_kw={"bad_commit_index": None})
-    code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(vram_workflow()),
-        "--good",
-        f"comfyui={inst.core.commits[0]}",
-        "--bad",
-        "comfyui=HEAD",
-    )
+    code, doc, err = inst.bisect(*inst.core_span(inst.workflow(vram_workflow())))
     assert (code, doc["result"], doc["measurements"]) == (4, "not-reproduced", 2), err[-3000:]
     assert "the bad state does not reproduce" in doc["message"]
     say("a_bad_state_that_is_not_bad_is_not_reproduced", doc)
@@ -441,14 +421,7 @@ def test_a_bad_state_that_is_not_bad_is_not_reproduced(tmp_path: Path) -> None:
 
 def test_a_good_state_that_is_bad_is_an_error_that_says_which(tmp_path: Path) -> None:
     inst = make_install(tmp_path)
-    code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(vram_workflow(mib=5000)),
-        "--good",
-        f"comfyui={inst.core.commits[0]}",
-        "--bad",
-        "comfyui=HEAD",
-    )
+    code, doc, err = inst.bisect(*inst.core_span(inst.workflow(vram_workflow(mib=5000))))
     assert (code, doc["result"], doc["measurements"]) == (1, "error", 1), err[-3000:]
     assert "the good state is bad too" in doc["message"]
     assert doc["steps"][0]["outcome"] == "oom" and "CUDA out of memory" in doc["steps"][0]["reason"]
@@ -459,18 +432,8 @@ def test_a_good_state_that_is_bad_is_an_error_that_says_which(tmp_path: Path) ->
 def test_a_ram_regression_is_found_from_the_process_peak(tmp_path: Path) -> None:
     inst = make_install(tmp_path, fake_gpu=False)
     core = inst.core
-    prompt = {
-        "1": {"class_type": "AllocateRAM", "inputs": {"mib": 200}},
-        "2": {"class_type": "Sleep", "inputs": {"seconds": 0.1, "value": ["1", 0]}},
-        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
-    }
     code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(prompt),
-        "--good",
-        f"comfyui={core.commits[150]}",
-        "--bad",
-        f"comfyui={core.commits[250]}",
+        *inst.core_span(inst.workflow(ram_workflow()), 150, 250),
         "--flags",
         "--cpu",
     )
@@ -486,35 +449,19 @@ def test_a_ram_regression_is_found_from_the_process_peak(tmp_path: Path) -> None
 def test_ctrl_c_mid_bisect_then_resume_repeats_at_most_one_measurement(tmp_path: Path) -> None:
     inst = make_install(tmp_path)
     core = inst.core
-    wf = inst.workflow(vram_workflow(hold_s=0.4))
-    args = ["--comfyui", str(inst.root), "--python", sys.executable]
-    proc = subprocess.Popen(
-        inst.cmd(
-            "run",
-            *args,
-            "--workflow",
-            wf,
-            "--good",
-            f"comfyui={core.commits[0]}",
-            "--bad",
-            "comfyui=HEAD",
-        ),
-        env=inst.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = inst.spawn(
+        *inst.core_span(inst.workflow(vram_workflow(hold_s=0.4))), stdout=subprocess.PIPE
     )
-    deadline = time.monotonic() + 120
-    while True:
-        assert time.monotonic() < deadline and proc.poll() is None, "never reached step 5"
+
+    def at_step_5() -> bool:
         try:
             lines = inst.measurements()
         except (ValueError, FileNotFoundError):
-            lines = []
+            return False
         done = sum(m["event"] == "done" for m in lines)
-        if done >= 4 and lines[-1]["event"] == "launch":
-            break  # a ComfyUI is starting or replaying right now
-        time.sleep(0.02)
+        return done >= 4 and lines[-1]["event"] == "launch"  # a ComfyUI starts or replays now
+
+    wait_while_running(proc, at_step_5, 120, "never reached step 5", interval_s=0.02)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-3000:]
@@ -542,7 +489,7 @@ def test_ctrl_c_mid_bisect_then_resume_repeats_at_most_one_measurement(tmp_path:
 
 
 def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -> None:
-    from snapshot_samples import HOST, incident
+    from snapshot_samples import HOST, incident, suspected_regression
 
     from oom_sentinel.daemon.incidents.snapshot import (
         InstanceInfo,
@@ -577,14 +524,7 @@ def test_a_crash_snapshot_bisects_and_gets_the_report_attached(tmp_path: Path) -
             created_s=1767348672.25,
             prompt=vram_workflow(),
             sections={
-                "regression": RegressionVerdict(
-                    suspected=True,
-                    reason="the workflow last fitted under another install state",
-                    match="workflow",
-                    bad_state=ist(319),
-                    last_good_state=ist(180),
-                    diff=diff_states(ist(180), ist(319)),
-                ).to_section(),
+                "regression": suspected_regression(ist(180), ist(319)),
                 "install_state": ist(319).to_dict(),
                 "process": {"argv": [sys.executable, "main.py", "--reserve-vram", "1"]},
             },
@@ -667,12 +607,7 @@ def test_a_ui_workflow_is_converted_through_the_copys_object_info(tmp_path: Path
     inst = make_install(tmp_path)
     core = inst.core
     code, doc, err = inst.bisect(
-        "--workflow",
-        inst.workflow(UI_WORKFLOW, "ui.json"),
-        "--good",
-        f"comfyui={core.commits[190]}",
-        "--bad",
-        f"comfyui={core.commits[210]}",
+        *inst.core_span(inst.workflow(UI_WORKFLOW, "ui.json"), 190, 210),
     )
     assert (code, doc["result"]) == (0, "found"), err[-3000:]
     assert culprit(doc) == [("comfyui", core.bad_commit)]

@@ -174,14 +174,8 @@ def test_no_gpu_for_the_replay_stops_with_the_fix_and_caches_nothing(tmp_path: P
     # its interpreter has no torch, so the probe cannot tell and --cpu is not guessed
     inst = make_install(tmp_path, fake_gpu=False)
     core = inst.core
-    args = [
-        "--workflow",
-        inst.workflow(vram_workflow(mib=150, hold_s=0.05)),  # --cpu: real host RAM, kept small
-        "--good",
-        f"comfyui={core.commits[150]}",
-        "--bad",
-        f"comfyui={core.commits[250]}",
-    ]
+    # --cpu: real host RAM, kept small
+    args = inst.core_span(inst.workflow(vram_workflow(mib=150, hold_s=0.05)), 150, 250)
     code, doc, err = inst.bisect(*args)
     assert (code, doc["result"]) == (1, "error"), err[-3000:]
     assert "Found no NVIDIA driver on your system" in doc["message"]

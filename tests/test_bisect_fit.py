@@ -26,6 +26,8 @@ from typing import Any
 
 import psutil
 import pytest
+from cli_json import json_answer
+from daemon_harness import snapshots_show
 from standin_repos import build_core_repo, repo_fingerprint
 
 from oom_sentinel.bisect.fit.candidates import (
@@ -356,13 +358,7 @@ class FitInstall:
             text=True,
             timeout=timeout,
         )
-        try:
-            doc = json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError(
-                f"no JSON (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-            ) from None
-        return proc.returncode, doc, proc.stderr
+        return json_answer(proc)
 
     def fit_workflow(self, path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -609,24 +605,7 @@ def test_a_ram_failure_from_a_snapshot(install: FitInstall) -> None:
     assert {"fit.json", "fit.html", "fit-batch-1.json"} <= {p.name for p in attached.iterdir()}
     assert sorted(p.name for p in snap.path.iterdir()) == sorted([*before, "fit"])
     # and `oom-sentinel snapshots show` leads with it
-    show = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oom_sentinel.daemon",
-            "snapshots",
-            "show",
-            snap.id,
-            "--data-dir",
-            str(data),
-        ],
-        env=install.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert show.returncode == 0, show.stderr
-    lines = show.stdout.splitlines()
+    lines = snapshots_show(snap.id, data, install.env).splitlines()
     assert lines[1] == f"oom-bisect fit: {doc['headline']}", lines[:3]
     print(f"\n[fit] RAM snapshot: {doc['headline']}; {doc['runs']} runs in {doc['elapsed_s']} s")
     install.assert_untouched()

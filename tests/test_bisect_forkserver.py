@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 import pytest
+from proc_waits import reap, wait_gone, wait_while_running
 from standin_repos import build_core_repo
 
 from oom_sentinel.bisect.measure import forkclient
@@ -39,18 +40,6 @@ GIB = 1024 * MIB
 CONTEXT = 312 * MIB  # the stand-in's CUDA context (standin_memory.CUDA_CONTEXT_BYTES)
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork server")
-
-
-def wait_gone(pid: int, timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture(scope="module")
@@ -179,9 +168,7 @@ def test_the_forked_comfyui_and_the_server_die_when_oom_bisect_is_sigkilled(
         assert wait_gone(server_pid), "the fork server outlived oom-bisect"
         assert wait_gone(child_pid), "the forked ComfyUI outlived oom-bisect"
     finally:
-        if driver.poll() is None:
-            driver.kill()
-        driver.wait(timeout=10)
+        reap(driver)
 
 
 @linux_only
@@ -195,49 +182,26 @@ def test_the_real_oom_bisect_with_fork_server_leaves_no_comfyui_when_killed(
     # each replay holds its memory 5 s: the first starts cold (it says what ComfyUI
     # imports), the next ones are forked, and one of those is killed mid-replay
     wf = inst.workflow(vram_workflow(hold_s=5.0))
-    proc = subprocess.Popen(
-        inst.cmd(
-            "run",
-            "--comfyui",
-            str(inst.root),
-            "--python",
-            sys.executable,
-            "--workflow",
-            wf,
-            "--good",
-            f"comfyui={inst.core.commits[0]}",
-            "--bad",
-            "comfyui=HEAD",
-            "--fork-server",
-        ),
-        env=inst.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = inst.spawn(*inst.core_span(wf), "--fork-server")
+
+    def forked() -> tuple[int, int] | None:
+        with contextlib.suppress(OSError, ValueError, StopIteration, psutil.Error):
+            record = next((tmp_path / "cache").rglob(REPLAY_RECORD))  # rewritten atomically
+            pid = json.loads(record.read_text())["pid"]
+            parent = psutil.Process(pid).ppid()
+            if parent != proc.pid:  # forked by the server, not started by oom-bisect
+                return pid, parent
+        return None
+
     try:
-        deadline = time.monotonic() + 120
-        pid = server_pid = None
-        while server_pid is None:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "no forked replay started"
-            time.sleep(0.05)
-            with contextlib.suppress(OSError, ValueError, StopIteration, psutil.Error):
-                record = next((tmp_path / "cache").rglob(REPLAY_RECORD))  # rewritten atomically
-                pid = json.loads(record.read_text())["pid"]
-                parent = psutil.Process(pid).ppid()
-                if parent != proc.pid:  # forked by the server, not started by oom-bisect
-                    server_pid = parent
+        pid, server_pid = wait_while_running(proc, forked, 120, "no forked replay started")
         assert "oom_bisect_forkserver" in " ".join(psutil.Process(server_pid).cmdline())
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         assert wait_gone(pid), f"the forked ComfyUI (pid {pid}) outlived oom-bisect"
         assert wait_gone(server_pid), "the fork server outlived oom-bisect"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
+        reap(proc)
     inst.assert_untouched()
 
 
@@ -418,25 +382,15 @@ def test_a_child_whose_allocator_settings_changed_restarts_cold_and_the_next_ser
 def test_a_ram_bisect_with_the_fork_server_names_the_same_culprit_with_the_same_peaks(
     tmp_path: Path,
 ) -> None:
-    from test_bisect_e2e import culprit, make_install
+    from test_bisect_e2e import culprit, make_install, ram_workflow
 
-    prompt = {
-        "1": {"class_type": "AllocateRAM", "inputs": {"mib": 200}},
-        "2": {"class_type": "Sleep", "inputs": {"seconds": 0.1, "value": ["1", 0]}},
-        "3": {"class_type": "PreviewAny", "inputs": {"source": ["2", 0]}},
-    }
     docs = {}
     for kind in ("cold", "forked"):
         inst = make_install(tmp_path / kind, fake_gpu=False)
         core = inst.core
         extra = ["--fork-server"] if kind == "forked" else []
         code, doc, err = inst.bisect(
-            "--workflow",
-            inst.workflow(prompt),
-            "--good",
-            f"comfyui={core.commits[150]}",
-            "--bad",
-            f"comfyui={core.commits[250]}",
+            *inst.core_span(inst.workflow(ram_workflow()), 150, 250),
             "--flags",
             "--cpu",
             *extra,
@@ -519,16 +473,11 @@ def test_a_server_whose_preload_touched_the_cuda_driver_is_refused_and_replays_s
 def test_real_comfyui_replays_cold_then_forked_measure_the_same_ram_peak(tmp_path: Path) -> None:
     """Two replays of a real ComfyUI v0.8.0 (``--cpu``) with ``--fork-server``: the first
     starts cold and says what ComfyUI imports, the second is forked; the same RAM peak."""
-    from bisect_git import git
+    from bisect_git import clone_real_comfyui
 
     real = Path(os.environ["OOM_SENTINEL_REAL_COMFYUI"])
     python = os.environ.get("OOM_SENTINEL_REAL_COMFYUI_PYTHON") or sys.executable
-    user = tmp_path / "ComfyUI"
-    git(tmp_path, "clone", "-q", "--shared", "--no-checkout", str(real), str(user))
-    patterns = git(real, "sparse-checkout", "list", check=False).split()
-    if patterns:
-        git(user, "sparse-checkout", "set", "--no-cone", *patterns)
-    git(user, "checkout", "-q", "-f", "HEAD")
+    user = clone_real_comfyui(real, tmp_path / "ComfyUI")
     install = scan_install(user)
     ws = Workspace.create(tmp_path / "ws", install)
     ws.switch(install.current_state())

@@ -15,13 +15,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from bisect_git import make_install
 from bisect_oracle import Oracle
+from fake_torch import CUDA_DEVICE, write_fake_torch
 
 from oom_sentinel.bisect.measure.replay import Measurement, Replayer, ReplaySettings
 from oom_sentinel.bisect.session.files import BisectPaths, begin
@@ -38,24 +38,10 @@ if "--disable-cuda-malloc" not in sys.argv:
 import torch
 torch.cuda.init()
 """
-CUDA = """
+CUDA = (
+    CUDA_DEVICE
+    + """
 import os
-_queued, _init = [], False
-def _lazy_call(fn, **kw):
-    fn() if _init else _queued.append(fn)
-def init():
-    global _init
-    _init = True
-    for fn in _queued:
-        fn()
-def is_initialized():
-    return _init
-def device_count():
-    return 1
-class _P:
-    name, total_memory = "Fake", 24 * 1024 ** 3
-def get_device_properties(i):
-    return _P()
 def get_allocator_backend():
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     return "cudaMallocAsync" if "backend:cudaMallocAsync" in conf else "native"
@@ -64,6 +50,7 @@ def max_memory_allocated(i):
 max_memory_reserved = memory_reserved = max_memory_allocated
 from . import memory
 """
+)
 MEMORY = """
 from . import get_allocator_backend
 recorded = []
@@ -75,18 +62,13 @@ def _record_memory_history(max_entries=0):
 
 
 def _boot(tmp_path: Path, *flags: str) -> dict:
-    pkg = tmp_path / "site" / "torch"
-    (pkg / "cuda").mkdir(parents=True, exist_ok=True)
-    (pkg / "__init__.py").write_text("__version__ = '2.9.1+fake'\nfrom . import cuda, _C\n")
-    (pkg / "_C.py").write_text("def _cuda_attach_out_of_memory_observer(cb):\n    pass\n")
-    (pkg / "cuda" / "__init__.py").write_text(textwrap.dedent(CUDA))
-    (pkg / "cuda" / "memory.py").write_text(textwrap.dedent(MEMORY))
+    site = write_fake_torch(tmp_path, cuda=CUDA, memory=MEMORY)
     app = tmp_path / "ComfyUI"
     app.mkdir(exist_ok=True)
     (app / "main.py").write_text(MAIN)
     result = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
-    env["PYTHONPATH"] = str(tmp_path / "site")
+    env["PYTHONPATH"] = str(site)
     proc = subprocess.run(
         [
             sys.executable,

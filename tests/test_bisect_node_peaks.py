@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_torch import CUDA_DEVICE, write_fake_torch
 from standin_repos import build_core_repo
 
 from oom_sentinel.bisect.measure.node_peaks import culprit_nodes, merge_runs, nodes_text
@@ -134,32 +135,9 @@ for node_id in ("5", "9", "5b", "5"):
 
 def _fake_torch(root: Path) -> Path:
     """torch's CUDA counters as the bootstrap reads them, with ``reset_peak_memory_stats``."""
-    pkg = root / "site" / "torch"
-    (pkg / "cuda").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("__version__ = '2.9.1+fake'\nfrom . import cuda, _C\n")
-    (pkg / "_C.py").write_text("def _cuda_attach_out_of_memory_observer(cb):\n    pass\n")
-    (pkg / "cuda" / "memory.py").write_text(
-        "def _record_memory_history(max_entries=0):\n    pass\n"
-    )
-    (pkg / "cuda" / "__init__.py").write_text(
-        textwrap.dedent(
-            """
-            _queued, _init, reserved, peak = [], False, 0, 0
-            def _lazy_call(fn, **kw):
-                fn() if _init else _queued.append(fn)
-            def init():
-                global _init
-                _init = True
-                for fn in _queued:
-                    fn()
-            def is_initialized():
-                return _init
-            def device_count():
-                return 1
-            class _P:
-                name, total_memory = "Fake", 24 * 1024 ** 3
-            def get_device_properties(i):
-                return _P()
+    cuda = CUDA_DEVICE + textwrap.dedent(
+        """
+            reserved, peak = 0, 0
             def get_allocator_backend():
                 return "native"
             def alloc(n):
@@ -180,9 +158,9 @@ def _fake_torch(root: Path) -> Path:
                 return reserved
             from . import memory
             """
-        )
     )
-    return root / "site"
+    memory = "def _record_memory_history(max_entries=0):\n    pass\n"
+    return write_fake_torch(root, cuda=cuda, memory=memory)
 
 
 def _boot(tmp_path: Path, execution_py: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from bisect_git import install_snapshot, make_install
+from bisect_git import session_paths, untouched_install
 from bisect_oracle import Oracle
 
 from oom_sentinel.bisect.cli.main import parallel_devices
@@ -26,17 +26,10 @@ FIRST_BAD = 17
 GIB = 1024**3
 
 
-@pytest.fixture(scope="module")
-def inst(tmp_path_factory: pytest.TempPathFactory):
-    inst = make_install(tmp_path_factory.mktemp("parallel"))
-    before = install_snapshot(inst)
-    yield inst
-    assert install_snapshot(inst) == before, "the step loop changed the user's install"
+inst = untouched_install("parallel", "the step loop")
 
 
-@pytest.fixture
-def paths(tmp_path: Path, inst) -> BisectPaths:
-    return BisectPaths.for_install(inst.root, home=tmp_path / "cache" / "bisect")
+paths = session_paths()
 
 
 def start(paths: BisectPaths, inst, **kw) -> Session:

@@ -18,8 +18,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from bisect_git import build_history, git, install_snapshot, make_install, node_history
-from snapshot_samples import HOST, incident
+from bisect_git import (
+    build_history,
+    clone_real_comfyui,
+    git,
+    install_snapshot,
+    make_install,
+    node_history,
+)
+from daemon_harness import snapshots_show
+from snapshot_samples import HOST, incident, suspected_regression
 
 from oom_sentinel.bisect.measure.workspace import Workspace
 from oom_sentinel.bisect.state.states import (
@@ -31,14 +39,12 @@ from oom_sentinel.bisect.state.states import (
     scan_install,
     state_from_install_state,
 )
-from oom_sentinel.daemon.incidents.regression import RegressionVerdict
 from oom_sentinel.daemon.incidents.snapshot import (
     InstanceInfo,
     SnapshotContent,
     snapshots_dir,
     write_snapshot,
 )
-from oom_sentinel.daemon.install.diff import diff_states
 from oom_sentinel.daemon.install.state import capture_install
 
 REAL_ENV = "OOM_SENTINEL_REAL_COMFYUI"
@@ -206,13 +212,7 @@ def test_a_real_comfyui_install_scans_and_builds_in_a_workspace(tmp_path: Path) 
     the core's, a sparse clone's missing blob does not fail a checkout, and a snapshot state
     of it (as the daemon records it) builds at two real commits."""
     real = Path(os.environ[REAL_ENV])
-    user = tmp_path / "ComfyUI"
-    git(tmp_path, "clone", "-q", "--shared", "--no-checkout", str(real), str(user))
-    # the checkout here leaves out what the real one leaves out (a blob its mirror lacks)
-    patterns = git(real, "sparse-checkout", "list", check=False).split()
-    if patterns:
-        git(user, "sparse-checkout", "set", "--no-cone", *patterns)
-    git(user, "checkout", "-q", "-f", "HEAD")  # prints "error: invalid object ..." and exits 0
+    user = clone_real_comfyui(real, tmp_path / "ComfyUI")
     pack_src = tmp_path / "upstream" / "RealPack"
     pack = build_history(pack_src, node_history("RealPack", 3))
     git(user / "custom_nodes", "clone", "-q", str(pack_src), "RealPack")
@@ -246,12 +246,7 @@ def test_oom_bisect_of_a_real_installs_snapshot_replays_both_endpoints(tmp_path:
     answer is attached to the snapshot and told first by ``snapshots show``."""
     real = Path(os.environ[REAL_ENV])
     python = os.environ.get("OOM_SENTINEL_REAL_COMFYUI_PYTHON", sys.executable)
-    user = tmp_path / "ComfyUI"
-    git(tmp_path, "clone", "-q", "--shared", "--no-checkout", str(real), str(user))
-    patterns = git(real, "sparse-checkout", "list", check=False).split()
-    if patterns:
-        git(user, "sparse-checkout", "set", "--no-cone", *patterns)
-    git(user, "checkout", "-q", "-f", "HEAD")
+    user = clone_real_comfyui(real, tmp_path / "ComfyUI")
     bad = capture_install(user)
     assert "websocket_image_save.py" in bad.node_table()
     parent = git(user, "rev-parse", "HEAD~1").strip()
@@ -273,14 +268,7 @@ def test_oom_bisect_of_a_real_installs_snapshot_replays_both_endpoints(tmp_path:
             created_s=1767348672.25,
             prompt=prompt,
             sections={
-                "regression": RegressionVerdict(
-                    suspected=True,
-                    reason="the workflow last fitted under another install state",
-                    match="workflow",
-                    bad_state=bad,
-                    last_good_state=good,
-                    diff=diff_states(good, bad),
-                ).to_section(),
+                "regression": suspected_regression(good, bad),
                 "install_state": bad.to_dict(),
                 "process": {"argv": [python, "main.py", "--cpu"]},
             },
@@ -317,22 +305,7 @@ def test_oom_bisect_of_a_real_installs_snapshot_replays_both_endpoints(tmp_path:
     assert (proc.returncode, doc["result"]) == (4, "not-reproduced"), proc.stderr[-3000:]
     assert doc["measurements"] == 2
     assert doc["attached_to"] == str(ref.path / "bisect")
-    story = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oom_sentinel.daemon",
-            "snapshots",
-            "show",
-            ref.id,
-            "--data-dir",
-            str(data_dir),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    ).stdout
+    story = snapshots_show(ref.id, data_dir, env)
     assert story.index("oom-bisect could not reproduce it") < story.index("What failed")
 
 

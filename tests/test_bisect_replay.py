@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
+from fake_torch import write_fake_torch
 from standin_repos import build_core_repo, repo_fingerprint
 
 from oom_sentinel.bisect.measure.replay import (
@@ -535,13 +536,9 @@ json.dump(seen, open(os.environ["SEEN"], "w"))
 
 
 def _fake_torch(root: Path) -> Path:
-    pkg = root / "site" / "torch"
-    (pkg / "cuda").mkdir(parents=True)
-    (pkg / "__init__.py").write_text(FAKE_TORCH)
-    (pkg / "cuda" / "__init__.py").write_text(FAKE_CUDA)
-    (pkg / "cuda" / "memory.py").write_text(FAKE_MEMORY)
-    (pkg / "_C.py").write_text(FAKE_C)
-    return root / "site"
+    return write_fake_torch(
+        root, cuda=FAKE_CUDA, memory=FAKE_MEMORY, torch_init=FAKE_TORCH, c_module=FAKE_C
+    )
 
 
 def test_bootstrap_caps_vram_records_peaks_and_keeps_the_history_on_oom(tmp_path) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 import pytest
+from proc_waits import reap, wait_gone, wait_while_running
 
 from oom_sentinel.bisect.measure.replay import (
     JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
@@ -33,24 +34,6 @@ from oom_sentinel.bisect.measure.replay import (
 )
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
-
-
-def wait_gone(pid: int, timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def reap_quietly(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=10)
 
 
 # ---- the real oom-bisect, killed mid-replay --------------------------------------------------
@@ -76,34 +59,11 @@ def test_the_replay_comfyui_dies_with_oom_bisect(tmp_path: Path, sig: int) -> No
 
     inst = make_install(tmp_path)
     wf = inst.workflow(vram_workflow(hold_s=120.0))  # the replay holds memory for 2 minutes
-    proc = subprocess.Popen(
-        inst.cmd(
-            "run",
-            "--comfyui",
-            str(inst.root),
-            "--python",
-            sys.executable,
-            "--workflow",
-            wf,
-            "--good",
-            f"comfyui={inst.core.commits[0]}",
-            "--bad",
-            "comfyui=HEAD",
-        ),
-        env=inst.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = inst.spawn(*inst.core_span(wf))
     try:
-        deadline = time.monotonic() + 120
-        servers: list[psutil.Process] = []
-        while not servers:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "no replay server started"
-            servers = replay_servers(tmp_path / "cache")
-            time.sleep(0.05)
+        servers = wait_while_running(
+            proc, lambda: replay_servers(tmp_path / "cache"), 120, "no replay server started"
+        )
         (server,) = servers
         record = next((tmp_path / "cache").rglob(REPLAY_RECORD))
         assert json.loads(record.read_text())["pid"] == server.pid
@@ -113,7 +73,7 @@ def test_the_replay_comfyui_dies_with_oom_bisect(tmp_path: Path, sig: int) -> No
         assert proc.returncode == -sig
         assert wait_gone(server.pid), f"the replay ComfyUI (pid {server.pid}) outlived oom-bisect"
     finally:
-        reap_quietly(proc)
+        reap(proc)
         for left in replay_servers(tmp_path / "cache"):
             left.kill()
     inst.assert_untouched()
@@ -132,47 +92,29 @@ def test_every_replay_of_a_parallel_round_dies_with_oom_bisect(tmp_path: Path) -
     FakeGpuDir(tmp_path / "gpu").create([FakeDevice(i, f"GPU {i}", 4 * GIB) for i in range(3)])
     wf = inst.workflow(vram_workflow(hold_s=120.0))
     where = ("--comfyui", str(inst.root))
-    start = inst.run(
-        "run",
-        *where,
-        "--python",
-        sys.executable,
-        "--workflow",
-        wf,
-        "--good",
-        f"comfyui={inst.core.commits[0]}",
-        "--bad",
-        "comfyui=HEAD",
-        "--max-steps",
-        "0",
-    )
+    start = inst.run(*inst.run_args(*inst.core_span(wf), "--max-steps", "0"))
     assert start.returncode == 130, start.stderr[-2000:]  # stopped before the answer
     for word in ("good", "bad"):  # the endpoints by hand: the next replays are the round's
         marked = inst.run("mark", word, *where)
         assert marked.returncode == 0, marked.stderr[-2000:]
-    proc = subprocess.Popen(
-        inst.cmd("run", *where, "--python", sys.executable, "--parallel", "3"),
-        env=inst.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = inst.spawn("--parallel", "3")
     try:
-        deadline = time.monotonic() + 180
         servers: list[psutil.Process] = []
-        while len(servers) < 3:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, f"{len(servers)} of 3 replay servers started"
-            servers = replay_servers(tmp_path / "cache")
-            time.sleep(0.05)
+
+        def all_three() -> list[psutil.Process] | None:
+            servers[:] = replay_servers(tmp_path / "cache")
+            return servers if len(servers) >= 3 else None
+
+        wait_while_running(
+            proc, all_three, 180, lambda: f"{len(servers)} of 3 replay servers started"
+        )
         time.sleep(0.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         for server in servers:
             assert wait_gone(server.pid), f"a replay (pid {server.pid}) outlived oom-bisect"
     finally:
-        reap_quietly(proc)
+        reap(proc)
         for left in replay_servers(tmp_path / "cache"):
             left.kill()
     inst.assert_untouched()
@@ -215,7 +157,7 @@ def test_a_server_outlives_the_thread_that_asked_for_it_but_not_the_process() ->
         parent.wait(timeout=10)
         assert wait_gone(child, 10), "the server outlived the process that started it"
     finally:
-        reap_quietly(parent)
+        reap(parent)
 
 
 # ---- a server left by a dead oom-bisect ------------------------------------------------------
@@ -252,7 +194,7 @@ def test_a_server_left_by_a_dead_oom_bisect_is_killed(tmp_path: Path) -> None:
         assert not path.exists()
         assert kill_leftover_replay(tmp_path) is None  # nothing left to do
     finally:
-        reap_quietly(left)
+        reap(left)
 
 
 def test_a_recycled_pid_or_a_live_owner_is_never_killed(tmp_path: Path) -> None:
@@ -280,7 +222,7 @@ def test_a_recycled_pid_or_a_live_owner_is_never_killed(tmp_path: Path) -> None:
         assert kill_leftover_replay(tmp_path) is None
         assert other.poll() is None
     finally:
-        reap_quietly(other)
+        reap(other)
 
 
 def test_a_resume_kills_the_server_an_earlier_run_left(tmp_path: Path) -> None:
@@ -304,7 +246,7 @@ def test_a_resume_kills_the_server_an_earlier_run_left(tmp_path: Path) -> None:
             Session.open(paths)
         assert wait_gone(left.pid, 10), "the resume left the earlier server running"
     finally:
-        reap_quietly(left)
+        reap(left)
 
 
 # ---- Windows: a Job object that kills on close ----------------------------------------------

@@ -4,10 +4,8 @@ repeats stop once the median is certain, and the outcome cache outlives a reset.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from bisect_git import install_snapshot, make_install
+from bisect_git import session_paths, untouched_install
 from bisect_oracle import Oracle
 
 from oom_sentinel.bisect.search.plan import Culprit, Error, Found, OnlySkippedLeft
@@ -20,17 +18,10 @@ PROMPT = {"1": {"class_type": "AllocateVRAM", "inputs": {"mib": 1000}}}
 FIRST_BAD = 17
 
 
-@pytest.fixture(scope="module")
-def inst(tmp_path_factory: pytest.TempPathFactory):
-    inst = make_install(tmp_path_factory.mktemp("runner"))
-    before = install_snapshot(inst)
-    yield inst
-    assert install_snapshot(inst) == before, "the step loop changed the user's install"
+inst = untouched_install("runner", "the step loop")
 
 
-@pytest.fixture
-def paths(tmp_path: Path, inst) -> BisectPaths:
-    return BisectPaths.for_install(inst.root, home=tmp_path / "cache" / "bisect")
+paths = session_paths()
 
 
 def start(paths: BisectPaths, inst, **kw) -> Session:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bisect_git import install_snapshot, make_install
+from bisect_git import session_paths, untouched_install
 
 from oom_sentinel.bisect.measure.workspace import Workspace
 from oom_sentinel.bisect.search.plan import Culprit, Found, Test
@@ -46,17 +46,10 @@ MIB = 1024 * 1024
 PROMPT = {"1": {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512}}}
 
 
-@pytest.fixture(scope="module")
-def inst(tmp_path_factory: pytest.TempPathFactory):
-    inst = make_install(tmp_path_factory.mktemp("session"))
-    before = install_snapshot(inst)
-    yield inst
-    assert install_snapshot(inst) == before, "a session command changed the user's install"
+inst = untouched_install("session", "a session command")
 
 
-@pytest.fixture
-def paths(tmp_path: Path, inst) -> BisectPaths:
-    return BisectPaths.for_install(inst.root, home=tmp_path / "cache" / "bisect")
+paths = session_paths()
 
 
 def start(paths: BisectPaths, inst, **kw) -> Session:

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bisect_git import BASE_TS, build_history, git, install_snapshot, make_install, node_history
+from bisect_git import (
+    BASE_TS,
+    build_history,
+    git,
+    make_install,
+    node_history,
+    untouched_install,
+)
 
 from oom_sentinel.bisect.state.states import (
     ABSENT,
@@ -115,12 +122,7 @@ def test_malformed_state_words(words: list[str], message: str) -> None:
 # ---------------------------------------------------------------------- a real install
 
 
-@pytest.fixture(scope="module")
-def inst(tmp_path_factory: pytest.TempPathFactory):
-    inst = make_install(tmp_path_factory.mktemp("states"))
-    before = install_snapshot(inst)
-    yield inst
-    assert install_snapshot(inst) == before, "resolving states changed the user's install"
+inst = untouched_install("states", "resolving states")
 
 
 def test_scan_finds_every_kind_of_node(inst) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from bisect_git import git, install_snapshot, make_install
+from bisect_git import git, install_snapshot, make_install, untouched_install
 
 from oom_sentinel.bisect.measure.flags import (
     ISOLATION_FLAGS,
@@ -39,12 +39,7 @@ from oom_sentinel.daemon.core.errors import BisectError
 N_CORE = 30
 
 
-@pytest.fixture(scope="module")
-def inst(tmp_path_factory: pytest.TempPathFactory):
-    inst = make_install(tmp_path_factory.mktemp("ws-user"), core_commits=N_CORE)
-    before = install_snapshot(inst)
-    yield inst
-    assert install_snapshot(inst) == before, "the workspace changed the user's install"
+inst = untouched_install("ws-user", "the workspace", core_commits=N_CORE)
 
 
 def old_pack_head(inst) -> str:

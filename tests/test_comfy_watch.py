@@ -82,9 +82,7 @@ def one_node(class_type: str, **inputs: Any) -> dict[str, Any]:
 
 
 def post(srv: StandinProcess, prompt: dict[str, Any], **extra: Any) -> str:
-    status, body = srv.post_json("/prompt", {"prompt": prompt, "client_id": "browser", **extra})
-    assert status == 200, body
-    return str(body["prompt_id"])
+    return srv.post_prompt(prompt, client_id="browser", **extra)
 
 
 def wait_history(srv: StandinProcess, prompt_id: str, timeout_s: float = 30.0) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 from daemon_harness import Daemon, kernel_kill_lines, load_snapshot_json, snapshot_dirs, wait_for
+from fork_start import clean_env, ready_or_stopped, real_comfy_args
 from standin_proc import start_standin
 from test_comfy_watch import Inbox
 
@@ -131,59 +132,19 @@ class Server:
         self.proc.wait(30)
 
 
-def _wait_ready(server: Server, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if server.proc.poll() is not None:
-            raise RuntimeError(
-                f"{server.kind} ComfyUI exited:\n{server.console.read_text(errors='replace')[-3000:]}"
-            )
-        try:
-            with urllib.request.urlopen(server.url + "/system_stats", timeout=2):
-                return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        if time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"{server.kind} ComfyUI not ready within {timeout_s} s")
-        time.sleep(0.2)
-
-
 def start_real(tmp: Path) -> Server:
     checkout = Path(os.environ[REAL_ENV])
     python = os.environ.get(REAL_PYTHON_ENV) or sys.executable
-    tmp.mkdir(parents=True, exist_ok=True)
-    for name in ("user", "output", "temp"):
-        (tmp / name).mkdir(exist_ok=True)
     port = free_port()
-    args = [
-        python,
-        str(checkout / "main.py"),
-        "--cpu",
-        "--listen",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--disable-auto-launch",
-        "--user-directory",
-        str(tmp / "user"),
-        "--output-directory",
-        str(tmp / "output"),
-        "--temp-directory",
-        str(tmp / "temp"),
-        "--database-url",
-        "sqlite:///:memory:",
-        "--disable-api-nodes",
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OOM_", "PYTORCH_", "CUDA_"))}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    args = [python, str(checkout / "main.py"), *real_comfy_args(tmp, port)]
+    env = clean_env()
     console = tmp / "console.log"
     with console.open("wb") as out:
         proc = subprocess.Popen(
             args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp, env=env
         )
     server = Server("real", proc, port, console, lambda c: blur_prompt(1024, c), args)
-    _wait_ready(server, 180.0)
+    ready_or_stopped(proc, port, 180.0, console, server.stop)
     return server
 
 

@@ -18,22 +18,12 @@ from daemon_harness import (
     noise_lines,
     snapshot_dirs,
     wait_for,
+    wait_snapshots,
 )
 
 T0 = datetime(2026, 11, 30, 10, 0, 0)
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _wait_snapshots(daemon: Daemon, n: int, timeout_s: float = 20.0) -> list[Path]:
-    def enough() -> list[Path] | None:
-        found = snapshot_dirs(daemon.data_dir)
-        return found if len(found) >= n else None
-
-    try:
-        return wait_for(enough, timeout_s, f"{n} snapshot(s)")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; daemon said:\n{daemon.stderr()}") from None
 
 
 def test_an_oom_record_becomes_one_complete_private_snapshot(tmp_path: Path) -> None:
@@ -44,7 +34,7 @@ def test_an_oom_record_becomes_one_complete_private_snapshot(tmp_path: Path) -> 
     try:
         append(log, noise_lines(T0 + timedelta(seconds=1), 250))
         append(log, cuda_oom_record(T0 + timedelta(seconds=2), requested_gib=2.0))
-        (snap,) = _wait_snapshots(daemon, 1)
+        (snap,) = wait_snapshots(daemon, 1)
         data = load_snapshot_json(snap)
         assert data["schema_version"] == 1
         assert data["event"]["pool"] == "gpu"
@@ -76,11 +66,11 @@ def test_records_written_just_before_a_manager_rotation_are_not_missed(tmp_path:
         append(log, cuda_oom_record(T0 + timedelta(minutes=1)))
         os.rename(log, user / "comfyui.prev.log")
         log.write_text(noise_lines(T0 + timedelta(minutes=2), 3))
-        (snap,) = _wait_snapshots(daemon, 1)
+        (snap,) = wait_snapshots(daemon, 1)
         assert load_snapshot_json(snap)["event"]["pool"] == "gpu"
         # and the new file is followed from its start
         append(log, cuda_oom_record(T0 + timedelta(minutes=20)))
-        _wait_snapshots(daemon, 2)
+        wait_snapshots(daemon, 2)
     finally:
         daemon.stop()
 
@@ -95,7 +85,7 @@ def test_copy_truncate_is_followed_from_the_start(tmp_path: Path) -> None:
         with open(log, "r+") as fh:
             fh.truncate(0)
         append(log, cuda_oom_record(T0 + timedelta(minutes=5)))
-        (snap,) = _wait_snapshots(daemon, 1)
+        (snap,) = wait_snapshots(daemon, 1)
         assert load_snapshot_json(snap)["event"]["requested_bytes"] == 2 * 1024**3
     finally:
         daemon.stop()
@@ -115,12 +105,12 @@ def test_kill_9_between_records_captures_every_incident_exactly_once(tmp_path: P
         try:
             append(log, cuda_oom_record(T0 + timedelta(minutes=10 * i), requested_gib=1.0 + i))
             if i % 2 == 0:
-                _wait_snapshots(daemon, i + 1)  # handled, then killed
+                wait_snapshots(daemon, i + 1)  # handled, then killed
         finally:
             daemon.kill9()  # odd rounds: killed before (or while) it handled the record
     daemon = Daemon(tmp_path, logs=[log], config=config).start()
     try:
-        snaps = _wait_snapshots(daemon, n)
+        snaps = wait_snapshots(daemon, n)
         requested = sorted(load_snapshot_json(s)["event"]["requested_bytes"] for s in snaps)
         assert requested == [int((1.0 + i) * 1024**3) for i in range(n)]
         # nothing more arrives: restart once more, no duplicate

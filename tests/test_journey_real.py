@@ -36,7 +36,8 @@ from typing import Any
 
 import psutil
 import pytest
-from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
+from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, snapshots_show, wait_for
+from fork_start import clean_env, ready_or_stopped, real_comfy_args
 from webhook_receiver import Receiver
 
 from oom_sentinel.bisect.measure.workspace import free_port
@@ -213,29 +214,8 @@ class RealServer:
 
 def start_server(install: Path, python: str, run_dir: Path, port: int) -> RealServer:
     """The user's ComfyUI, started the way a launcher does: ``main.py`` of the install."""
-    for name in ("user", "output", "temp"):
-        (run_dir / name).mkdir(parents=True, exist_ok=True)
-    args = [
-        python,
-        "main.py",
-        "--cpu",
-        "--listen",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--disable-auto-launch",
-        "--user-directory",
-        str(run_dir / "user"),
-        "--output-directory",
-        str(run_dir / "output"),
-        "--temp-directory",
-        str(run_dir / "temp"),
-        "--database-url",
-        "sqlite:///:memory:",
-        "--disable-api-nodes",
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OOM_", "PYTORCH_", "CUDA_"))}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    args = [python, "main.py", *real_comfy_args(run_dir, port)]
+    env = clean_env()
     console = run_dir / f"console-{int(time.time() * 1000)}.log"
     with console.open("wb") as out:
         proc = subprocess.Popen(
@@ -247,19 +227,8 @@ def start_server(install: Path, python: str, run_dir: Path, port: int) -> RealSe
             env=env,
         )
     srv = RealServer(proc, port, console)
-    deadline = time.monotonic() + 300
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"ComfyUI exited:\n{console.read_text(errors='replace')[-3000:]}")
-        try:
-            with urllib.request.urlopen(srv.url + "/system_stats", timeout=2):
-                return srv
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        if time.monotonic() > deadline:
-            srv.stop()
-            raise AssertionError("ComfyUI not ready within 300 s")
-        time.sleep(0.3)
+    ready_or_stopped(proc, port, 300.0, console, srv.stop)
+    return srv
 
 
 def wait_done(srv: RealServer, prompt_id: str) -> dict[str, Any]:
@@ -408,25 +377,9 @@ def test_an_update_that_raised_memory_is_alerted_and_bisected_to_both_culprits(
         assert str(tmp_path / "cache") not in " ".join(p.info.get("cmdline") or [])
 
     # 5. The snapshot now answers with the culprits.
-    show = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oom_sentinel.daemon",
-            "snapshots",
-            "show",
-            snap_dir.name,
-            "--data-dir",
-            str(daemon.data_dir),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert show.returncode == 0, show.stderr
-    head = "\n".join(show.stdout.splitlines()[:12])
+    shown = snapshots_show(snap_dir.name, daemon.data_dir, env)
+    head = "\n".join(shown.splitlines()[:12])
     assert up.core_commits[BAD_AT][:10] in head and up.pack_commits[BAD_AT][:10] in head, head
-    assert not re.search(r"run `?oom-bisect", show.stdout), show.stdout
+    assert not re.search(r"run `?oom-bisect", shown), shown
     figures["total_s"] = round(time.monotonic() - started, 1)
     print("journey figures:", json.dumps(figures))

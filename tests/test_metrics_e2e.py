@@ -74,8 +74,7 @@ def test_the_running_daemon_records_prompt_alert_and_worker_metrics(tmp_path) ->
             "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
         }
         for prompt in (ok, oom):
-            status, answer = srv.post_json("/prompt", {"prompt": prompt, "client_id": "tab"})
-            assert status == 200, answer
+            srv.post_prompt(prompt)
         wait_for(lambda: receiver.requests, 60, f"the alert; daemon:\n{daemon.stderr()}")
 
         def recorded() -> Samples | None:

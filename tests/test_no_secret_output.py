@@ -70,8 +70,7 @@ def test_no_seeded_secret_reaches_any_output(tmp_path: Path) -> None:
             "1": {"class_type": "AllocateVRAM", "inputs": {"mib": 64 * 1024}},
             "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
         }
-        status, answer = srv.post_json("/prompt", {"prompt": prompt, "client_id": "tab"})
-        assert status == 200, answer
+        srv.post_prompt(prompt)
         wait_for(lambda: receiver.requests, 60, f"the alert; daemon:\n{daemon.stderr()}")
         wait_for(lambda: snapshot_dirs(daemon.data_dir), 30, "the snapshot")
         env = dict(daemon.env)

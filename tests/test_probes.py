@@ -9,13 +9,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pynvml
 import pytest
+from daemon_harness import wait_for
 from fake_pynvml import FakeDevice as NvmlDevice
 from fake_pynvml import FakeNvml
 
@@ -44,16 +44,6 @@ from oom_sentinel.daemon.probes.nvml import NvmlGpuProbe
 GiB = 1024**3
 MiB = 1024**2
 LINUX = sys.platform.startswith("linux")
-
-
-def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # -- the GPU probe contract -----------------------------------------------------------------------

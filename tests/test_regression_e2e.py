@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_harness import Daemon, load_snapshot_json, snapshot_dirs, wait_for
+from daemon_harness import (
+    Daemon,
+    load_snapshot_json,
+    wait_for,
+    wait_run,
+    wait_snapshots,
+)
 from standin_proc import StandinProcess, start_standin
 from standin_repos import BuiltRepo, build_core_repo, build_node_repo
 from webhook_receiver import Receiver
@@ -37,7 +43,6 @@ from oom_sentinel.daemon.incidents.snapshot import load_snapshot
 from oom_sentinel.daemon.install.history import list_states, observations
 from oom_sentinel.daemon.install.state import InstallState
 from oom_sentinel.daemon.store.db import Store
-from oom_sentinel.daemon.store.runs import RunRecord, list_runs
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -62,25 +67,7 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def post(srv: StandinProcess, prompt: dict[str, Any]) -> str:
-    status, answer = srv.post_json("/prompt", {"prompt": prompt, "client_id": "user"})
-    assert status == 200, answer
-    return str(answer["prompt_id"])
-
-
-def runs(data_dir: Path) -> list[RunRecord]:
-    store = Store.open_existing(data_dir)
-    if store is None:
-        return []
-    with store:
-        return list_runs(store)
-
-
-def wait_run(daemon: Daemon, prompt_id: str) -> RunRecord:
-    def found() -> RunRecord | None:
-        return next((r for r in runs(daemon.data_dir) if r.prompt_id == prompt_id), None)
-
-    run: RunRecord = wait_for(found, 60, f"run {prompt_id}; daemon said:\n{daemon.stderr()}")
-    return run
+    return srv.post_prompt(prompt, client_id="user")
 
 
 def current_state_id(data_dir: Path) -> str | None:
@@ -96,12 +83,7 @@ def current_state_id(data_dir: Path) -> str | None:
 
 
 def wait_snapshot(daemon: Daemon, n: int) -> Path:
-    found: list[Path] = wait_for(
-        lambda: (lambda s: s if len(s) >= n else None)(snapshot_dirs(daemon.data_dir)),
-        60,
-        f"snapshot {n}; daemon said:\n{daemon.stderr()}",
-    )
-    return found[n - 1]
+    return wait_snapshots(daemon, n, 60)[n - 1]
 
 
 @pytest.fixture
@@ -162,7 +144,7 @@ def test_workflow_that_fit_before_a_git_pull_and_ooms_after_names_both_states_an
         state_a = wait_for(lambda: current_state_id(daemon.data_dir), 60, "the first capture")
 
         # 1. W fits under state A.
-        w_ok = wait_run(daemon, post(srv, W))
+        w_ok = wait_run(daemon, post(srv, W), 60)
         assert w_ok.outcome == "success" and w_ok.install_state_id == state_a
         assert w_ok.peak_vram_bytes is not None and w_ok.peak_vram_bytes >= 5000 * MIB
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from daemon_harness import wait_for
 
 from oom_sentinel.bisect.measure.workspace import free_port
 from oom_sentinel.config.settings import load_settings
@@ -94,13 +95,6 @@ def service(tmp_path: Path) -> Iterator[tuple[Service, NotifySocket]]:
         svc.wake()
         loop.join(10)
         svc.close()
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("worker", KILLS, ids=KILLS.keys())

@@ -70,9 +70,7 @@ def vram_prompt(mib: int) -> dict[str, Any]:
 
 
 def used_vram_mib_after(proc: StandinProcess, gpu_dir: Path, mib: int) -> int:
-    status, body = proc.post_json("/prompt", {"prompt": vram_prompt(mib)})
-    assert status == 200, body
-    pid = body["prompt_id"]
+    pid = proc.post_prompt(vram_prompt(mib), client_id=None)
     for _ in range(1000):
         entry = proc.get_json(f"/history/{pid}")
         if entry:

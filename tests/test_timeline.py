@@ -7,12 +7,12 @@ import io
 import logging
 import os
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
+from daemon_harness import wait_for
 
 from oom_sentinel.config.settings import SamplingSettings
 from oom_sentinel.daemon.probes.base import (
@@ -45,16 +45,6 @@ def sample(t: float, **kw: object) -> MemorySample:
         host=kw.get("host"),  # type: ignore[arg-type]
         process_trees=kw.get("process_trees", ()),  # type: ignore[arg-type]
     )
-
-
-def wait_for(predicate, timeout_s: float = 20.0, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # -- ring buffer ------------------------------------------------------------------------------------

@@ -23,13 +23,20 @@ from typing import Any
 
 import psutil
 import pytest
-from daemon_harness import Daemon, kernel_kill_lines, load_snapshot_json, snapshot_dirs, wait_for
+from daemon_harness import (
+    Daemon,
+    kernel_kill_lines,
+    load_snapshot_json,
+    runs,
+    snapshot_dirs,
+    wait_for,
+    wait_run,
+    wait_snapshots,
+)
 from standin_proc import STANDIN_DIR, StandinProcess, start_standin
 
 from oom_sentinel.bisect.measure.workspace import free_port
 from oom_sentinel.daemon.probes.fake_gpu import FakeDevice, FakeGpuDir
-from oom_sentinel.daemon.store.db import Store
-from oom_sentinel.daemon.store.runs import RunRecord, list_runs
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -67,9 +74,7 @@ def one_node(class_type: str, **inputs: Any) -> dict[str, Any]:
 
 
 def post(srv: StandinProcess, prompt: dict[str, Any], **body: Any) -> str:
-    status, answer = srv.post_json("/prompt", {"prompt": prompt, "client_id": "tab", **body})
-    assert status == 200, answer
-    return str(answer["prompt_id"])
+    return srv.post_prompt(prompt, **body)
 
 
 def wait_api_up(daemon: Daemon, url: str) -> None:
@@ -80,29 +85,39 @@ def wait_api_up(daemon: Daemon, url: str) -> None:
     )
 
 
-def wait_snapshots(daemon: Daemon, n: int, timeout_s: float = 30.0) -> list[Path]:
-    def enough() -> list[Path] | None:
-        found = snapshot_dirs(daemon.data_dir)
-        return found if len(found) >= n else None
+def watch(
+    daemons: list[Daemon],
+    tmp_path: Path,
+    target: str | Path,
+    api_url: str | None,
+    *,
+    config_text: str | None = None,
+    env: dict[str, str] | None = None,
+) -> Daemon:
+    """``oom-sentinel run`` watching ``target`` (a server's URL or an install folder), stopped
+    by the ``daemons`` fixture; with ``api_url``, returned once it reached that server's API."""
+    daemon = Daemon(
+        tmp_path,
+        comfyui=[str(target)],
+        config=config() if config_text is None else config_text,
+        env=env,
+    ).start()
+    daemons.append(daemon)
+    if api_url is not None:
+        wait_api_up(daemon, api_url)
+    return daemon
 
-    result: list[Path] = wait_for(enough, timeout_s, f"{n} snapshot(s); daemon:\n{daemon.stderr()}")
-    return result
+
+def kernel_log(tmp_path: Path) -> Path:
+    """The kernel's log as the daemon reads it (``OOM_SENTINEL_KMSG``: a capture file)."""
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("6,1,1,-;booted\n")
+    return kmsg
 
 
-def runs(data_dir: Path) -> list[RunRecord]:
-    store = Store.open_existing(data_dir)
-    if store is None:
-        return []
-    with store:
-        return list_runs(store)
-
-
-def wait_run(daemon: Daemon, prompt_id: str, timeout_s: float = 30.0) -> RunRecord:
-    def found() -> RunRecord | None:
-        return next((r for r in runs(daemon.data_dir) if r.prompt_id == prompt_id), None)
-
-    result: RunRecord = wait_for(found, timeout_s, f"run {prompt_id}; daemon:\n{daemon.stderr()}")
-    return result
+def wait_pid_found(daemon: Daemon, srv: StandinProcess) -> None:
+    """The daemon has found the stand-in's process (the process watcher follows it)."""
+    wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
 
 
 def files_text(snapshot: Path) -> str:
@@ -167,11 +182,7 @@ def test_a_gpu_oom_reported_by_the_api_is_a_replayable_snapshot_without_secrets(
     daemons: list[Daemon],
 ) -> None:
     srv = started("base", install, fake_gpu=gpu)
-    daemon = Daemon(
-        tmp_path, comfyui=[srv.url], config=config(), env={"OOM_SENTINEL_FAKE_GPU": str(gpu)}
-    ).start()
-    daemons.append(daemon)
-    wait_api_up(daemon, srv.url)
+    daemon = watch(daemons, tmp_path, srv.url, srv.url, env={"OOM_SENTINEL_FAKE_GPU": str(gpu)})
     _, extra = secret_extra_data()
     link = f"https://example.com/dl?id=7&token={SECRET_TOKEN}"
     prompt = one_node("AllocateVRAM", mib=9000, value=link)
@@ -238,9 +249,7 @@ def test_a_ram_failure_under_an_address_space_limit_is_a_ram_snapshot(
     exception_type: str,
 ) -> None:
     srv = started("base", install, rlimit_as_headroom_mib=300)
-    daemon = Daemon(tmp_path, comfyui=[srv.url], config=config()).start()
-    daemons.append(daemon)
-    wait_api_up(daemon, srv.url)
+    daemon = watch(daemons, tmp_path, srv.url, srv.url)
     pid = post(srv, prompt)
     (snap,) = wait_snapshots(daemon, 1)
     data = load_snapshot_json(snap)
@@ -266,14 +275,9 @@ def test_a_kernel_oom_kill_while_rss_climbs_is_a_killed_by_os_snapshot_with_the_
     tmp_path: Path, install: Path, started: Callable[..., StandinProcess], daemons: list[Daemon]
 ) -> None:
     srv = started("base", install)
-    kmsg = tmp_path / "kmsg"  # the kernel's log as the daemon reads it (a capture file)
-    kmsg.write_text("6,1,1,-;booted\n")
-    daemon = Daemon(
-        tmp_path, comfyui=[str(install)], config=config(), env={"OOM_SENTINEL_KMSG": str(kmsg)}
-    ).start()
-    daemons.append(daemon)
-    wait_api_up(daemon, srv.url)
-    wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
+    kmsg = kernel_log(tmp_path)
+    daemon = watch(daemons, tmp_path, install, srv.url, env={"OOM_SENTINEL_KMSG": str(kmsg)})
+    wait_pid_found(daemon, srv)
     prompt = one_node("AllocateRAM", mib=1200, steps=40, step_delay_ms=100)
     pid = post(srv, prompt)
     victim = psutil.Process(srv.pid)
@@ -323,14 +327,9 @@ def test_a_plain_kill_9_is_a_sigkill_run_not_an_oom_incident(
     """A user's (or a launcher's, or a teardown's) ``kill -9`` while a prompt runs: the kernel
     log was read and names no kill, so no snapshot and no alert -- the run says it was killed."""
     srv = started("base", install)
-    kmsg = tmp_path / "kmsg"
-    kmsg.write_text("6,1,1,-;booted\n")
-    daemon = Daemon(
-        tmp_path, comfyui=[str(install)], config=config(), env={"OOM_SENTINEL_KMSG": str(kmsg)}
-    ).start()
-    daemons.append(daemon)
-    wait_api_up(daemon, srv.url)
-    wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
+    kmsg = kernel_log(tmp_path)
+    daemon = watch(daemons, tmp_path, install, srv.url, env={"OOM_SENTINEL_KMSG": str(kmsg)})
+    wait_pid_found(daemon, srv)
     pid = post(srv, one_node("AllocateRAM", mib=400, steps=40, step_delay_ms=100))
     victim = psutil.Process(srv.pid)
     wait_for(lambda: victim.memory_info().rss > 200 * MIB, 30, "RSS to climb")
@@ -357,17 +356,16 @@ def test_a_sigkill_after_discovery_rounds_is_still_a_killed_by_os_snapshot(
     one_second_discovery = config().replace(
         "enabled = false\n", "enabled = false\ninterval_s = 1\n"
     )
-    kmsg = tmp_path / "kmsg"
-    kmsg.write_text("6,1,1,-;booted\n")
-    daemon = Daemon(
+    kmsg = kernel_log(tmp_path)
+    daemon = watch(
+        daemons,
         tmp_path,
-        comfyui=[str(install)],
-        config=one_second_discovery,
+        install,
+        srv.url,
+        config_text=one_second_discovery,
         env={"OOM_SENTINEL_KMSG": str(kmsg)},
     )
-    daemons.append(daemon.start())
-    wait_api_up(daemon, srv.url)
-    wait_for(lambda: f"running as pid {srv.pid}" in daemon.stderr(), 30, "the pid")
+    wait_pid_found(daemon, srv)
     time.sleep(3)  # not a timing assertion: let a few one-second discovery rounds pass
     with kmsg.open("a") as f:
         f.write(kernel_kill_lines(srv.pid))
@@ -384,13 +382,14 @@ def test_twenty_comfyui_restarts_under_one_daemon_lose_and_duplicate_nothing(
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    daemon = Daemon(
+    daemon = watch(
+        daemons,
         tmp_path,
-        comfyui=[url],
-        config=config(storm_window_s=0),  # every OOM its own incident, to count them
+        url,
+        None,
+        config_text=config(storm_window_s=0),  # every OOM its own incident, to count them
         env={"OOM_SENTINEL_FAKE_GPU": str(gpu)},
-    ).start()
-    daemons.append(daemon)
+    )
     daemon_pid = daemon.proc.pid if daemon.proc is not None else None
     expected: dict[str, str] = {}
     pids: set[int] = set()
@@ -444,11 +443,9 @@ def test_a_second_instance_is_flagged_in_the_snapshot(
 ) -> None:
     watched = started("main", install, fake_gpu=gpu)
     second = started("second", install, fake_gpu=gpu)
-    daemon = Daemon(
-        tmp_path, comfyui=[watched.url], config=config(), env={"OOM_SENTINEL_FAKE_GPU": str(gpu)}
-    ).start()
-    daemons.append(daemon)
-    wait_api_up(daemon, watched.url)
+    daemon = watch(
+        daemons, tmp_path, watched.url, watched.url, env={"OOM_SENTINEL_FAKE_GPU": str(gpu)}
+    )
     post(watched, one_node("AllocateVRAM", mib=9000))
     (snap,) = wait_snapshots(daemon, 1)
     data = load_snapshot_json(snap)
@@ -474,14 +471,7 @@ def test_the_log_and_the_api_make_one_snapshot(
     daemons: list[Daemon],
 ) -> None:
     srv = started("base", install, fake_gpu=gpu, manager_log=True)
-    daemon = Daemon(
-        tmp_path,
-        comfyui=[str(install)],
-        config=config(),
-        env={"OOM_SENTINEL_FAKE_GPU": str(gpu)},
-    ).start()
-    daemons.append(daemon)
-    wait_api_up(daemon, srv.url)
+    daemon = watch(daemons, tmp_path, install, srv.url, env={"OOM_SENTINEL_FAKE_GPU": str(gpu)})
     wait_for(lambda: f"comfyui_{srv.port}.log" in daemon.stderr(), 30, "the Manager log")
     # a log already there is followed from where it ends at the follower's first poll
     time.sleep(1.5)
@@ -511,9 +501,9 @@ def test_a_daemon_killed_and_restarted_catches_up_from_history_exactly_once(
     # an OOM from before any daemon ran: a run, but no alarm on old news
     ancient = post(srv, one_node("AllocateVRAM", mib=9000))
     wait_for(lambda: srv.get_json(f"/history/{ancient}"), 30, "the old prompt")
-    first = Daemon(tmp_path, comfyui=[srv.url], config=config(storm_window_s=0), env=env).start()
-    daemons.append(first)
-    wait_api_up(first, srv.url)
+    first = watch(
+        daemons, tmp_path, srv.url, srv.url, config_text=config(storm_window_s=0), env=env
+    )
     assert wait_run(first, ancient).outcome == "oom"
     assert snapshot_dirs(first.data_dir) == []
     before_oom = post(srv, one_node("AllocateVRAM", mib=9001))
@@ -527,8 +517,7 @@ def test_a_daemon_killed_and_restarted_catches_up_from_history_exactly_once(
     down_ok = post(srv, one_node("EmptyImage", width=8, height=8, batch_size=1, color=2))
     wait_for(lambda: srv.get_json(f"/history/{down_ok}"), 30, "the prompts to finish")
     first.stderr_path.rename(tmp_path / "first.stderr")  # the ready line is the new one's
-    second = Daemon(tmp_path, comfyui=[srv.url], config=config(storm_window_s=0), env=env).start()
-    daemons.append(second)
+    second = watch(daemons, tmp_path, srv.url, None, config_text=config(storm_window_s=0), env=env)
     assert wait_run(second, down_oom).outcome == "oom"
     assert wait_run(second, down_ok).outcome == "success"
     snaps = wait_snapshots(second, 2)
