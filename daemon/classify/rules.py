@@ -272,11 +272,23 @@ _RX_ALLOCATED = re.compile(
     + _SIZE
     + r" already allocated"
 )
+#: _RX_ALLOCATED's alternatives, each with the literal it cannot match without (``_find_first``)
+_ALLOCATED_BRANCHES = (
+    (
+        re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch"),
+        "allocated by PyTorch",
+    ),
+    (re.compile(_SIZE + r" already allocated"), "already allocated"),
+)
 _RX_PRIVATE = re.compile(r"with " + _SIZE + r" allocated in private pools")
 _RX_RESERVED_UNALLOC = re.compile(
     # torch>=2.1 says "and X is reserved by PyTorch but unallocated"; "is reserved" only ever
     # introduces that figure, so a message cut right after it still gives it
     r"and " + _SIZE + r" is reserved\b|" + _SIZE + r" cached\)"
+)
+_RESERVED_UNALLOC_BRANCHES = (
+    (re.compile(r"and " + _SIZE + r" is reserved\b"), "is reserved"),
+    (re.compile(_SIZE + r" cached\)"), "cached)"),
 )
 _RX_RESERVED = re.compile(_SIZE + r"\s+reserved in total\b")  # \s+: a message hard-wrapped here
 _RX_ALLOWED = re.compile(r"[;.] " + _SIZE + r" allowed;")  # torch>=2.1: "... is free. X allowed;"
@@ -541,6 +553,28 @@ def _find(rx: re.Pattern[str], body: str, *gates: str) -> re.Match[str] | None:
     return None
 
 
+def _find_first(
+    rx: re.Pattern[str], body: str, branches: tuple[tuple[re.Pattern[str], str], ...]
+) -> re.Match[str] | None:
+    """``rx.search(body)``, where ``rx`` is the alternation of ``branches`` (pattern, the literal
+    it cannot match without), in order.
+
+    An alternative that begins with a number (``_SIZE``) has no literal prefix: the regex
+    engine tries it at every position of the body. Searched alone, each alternative runs only
+    when its own literal is there (torch's new message never holds the old one's), and ``rx``
+    is then matched once, at the leftmost start any alternative found: no earlier position
+    matches any of them, and at that one ``rx`` prefers its alternatives in the same order,
+    so the match (and its groups) is ``rx.search``'s.
+    """
+    start = -1
+    for branch, gate in branches:
+        if gate in body:
+            m = branch.search(body)
+            if m is not None and (start < 0 or m.start() < start):
+                start = m.start()
+    return rx.match(body, start) if start >= 0 else None
+
+
 def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backend, int, bool]:
     """(rule, pool, backend, match position, recovered) of the strongest rule, or rule None.
 
@@ -752,10 +786,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _find(_RX_FREE, body, " free")
         if m:
             fields["free_bytes"] = _size(m) if m.group(1) else _size(m, 3)
-        m = _find(_RX_ALLOCATED, body, "allocated by PyTorch", "already allocated")
+        m = _find_first(_RX_ALLOCATED, body, _ALLOCATED_BRANCHES)
         if m:
             fields["allocated_bytes"] = _size(m) if m.group(1) else _size(m, 3)
-        m = _find(_RX_RESERVED_UNALLOC, body, "is reserved", "cached)")
+        m = _find_first(_RX_RESERVED_UNALLOC, body, _RESERVED_UNALLOC_BRANCHES)
         if m:
             fields["reserved_unallocated_bytes"] = _size(m) if m.group(1) else _size(m, 3)
         reserved = _size(_find(_RX_RESERVED, body, "reserved in total"))
