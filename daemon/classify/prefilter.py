@@ -8,6 +8,7 @@ and nothing else, so the scanner's windows are the same whichever runs.
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Callable
 
 from oom_sentinel.daemon.classify import rules
@@ -27,11 +28,25 @@ _NEEDLES_B: tuple[bytes, ...] = tuple(n.encode() for n in NEEDLES)
 Prefilter = Callable[[bytes | bytearray, int], list[int]]
 
 
+#: Needles shorter than this are searched with a compiled literal pattern: the regex engine's
+#: literal-prefix scan ran 10-30 % faster than ``bytes.find``'s on them here (CPython 3.11,
+#: every needle but the two longest), ``bytes.find``'s skip table wins on longer ones.
+_REGEX_BELOW = 16
+_FIND_SEARCHES: tuple[tuple[bytes, re.Pattern[bytes] | None], ...] = tuple(
+    (n, re.compile(re.escape(n)) if len(n) < _REGEX_BELOW else None) for n in _NEEDLES_B
+)
+
+
 def _hits_by_find(buf: bytes | bytearray, end: int) -> list[int]:
-    """Every needle occurrence, by one ``bytes.find`` pass per needle (the stdlib fallback)."""
+    """Needle occurrences, one stdlib pass per needle (the fallback without the extra): every
+    occurrence, or for a regex-searched needle every one that does not overlap the one before
+    (on the same line, so every needle-holding line still gets a position)."""
     out: list[int] = []
     find = buf.find
-    for needle in _NEEDLES_B:
+    for needle, rx in _FIND_SEARCHES:
+        if rx is not None:
+            out.extend(m.start() for m in rx.finditer(buf, 0, end))
+            continue
         pos = find(needle, 0, end)
         while pos >= 0:
             out.append(pos)
