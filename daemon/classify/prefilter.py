@@ -1,8 +1,9 @@
 """The scanner's prefilter: where in raw bytes one of the rules' ``NEEDLES`` occurs.
 
 Both prefilters (``PREFILTERS``: one Aho-Corasick pass when ``ahocorasick-rs`` is installed,
-else one ``bytes.find`` pass per needle) report every line that holds one of these needles,
-and nothing else, so the scanner's windows are the same whichever runs.
+else one stdlib pass per needle, a literal regex or ``bytes.find``) report every line that
+holds one of these needles, and nothing else, so the scanner's windows are the same whichever
+runs.
 """
 
 from __future__ import annotations
