@@ -4,9 +4,12 @@ real ComfyUI v0.8.0), each allocator's units, the wrappers' prefixes, and the ne
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oom_sentinel.daemon.classify import (
     NEEDLES,
@@ -14,6 +17,7 @@ from oom_sentinel.daemon.classify import (
     classify_record,
     has_needle,
     iter_findings,
+    rules,
     scan_stream,
 )
 from oom_sentinel.daemon.classify.events import Backend, OomEvent, Pool
@@ -785,3 +789,56 @@ def test_cudas_out_of_memory_string_translated_after_its_colon_is_the_gpu(text: 
 )
 def test_cuda_lines_that_are_no_oom_stay_quiet(text: str) -> None:
     assert classify_record(text) is None
+
+
+# -- speed: an alternation split into its gated alternatives finds the same match -------------
+
+_ALT_PIECES = [
+    "Of the allocated memory ",
+    " is allocated by PyTorch",
+    " already allocated",
+    "and ",
+    " is reserved",
+    " is reserved by PyTorch but unallocated.",
+    " cached)",
+    "1.50 GiB",
+    "512.00 MiB",
+    "1,024 bytes",
+    "3 B",
+    "7",
+    ".",
+    ",",
+    " ",
+    "\n",
+    "GiB",
+    "x",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_ALT_PIECES), max_size=24).map("".join))
+def test_the_split_alternations_match_as_the_whole_regex(body: str) -> None:
+    """``_find_first`` searches each alternative of a numbers regex alone (gated by its own
+    literal) and matches the whole regex at the leftmost start: the match, its span and its
+    groups are the whole regex's ``search``, on any text."""
+    for rx, branches in (
+        (rules._RX_ALLOCATED, rules._ALLOCATED_BRANCHES),
+        (rules._RX_RESERVED_UNALLOC, rules._RESERVED_UNALLOC_BRANCHES),
+    ):
+        want = rx.search(body)
+        got = rules._find_first(rx, body, branches)
+        assert (got and (got.span(), got.groups())) == (want and (want.span(), want.groups()))
+
+
+def test_the_split_alternations_match_as_the_whole_regex_on_the_corpus() -> None:
+    for path in sorted((Path(__file__).parent / "corpus").glob("*.txt")):
+        body = path.read_text("utf-8", "replace")
+        for rx, branches in (
+            (rules._RX_ALLOCATED, rules._ALLOCATED_BRANCHES),
+            (rules._RX_RESERVED_UNALLOC, rules._RESERVED_UNALLOC_BRANCHES),
+        ):
+            want = rx.search(body)
+            got = rules._find_first(rx, body, branches)
+            assert (got and (got.span(), got.groups())) == (
+                want and (want.span(), want.groups())
+            ), path.name

@@ -21,7 +21,9 @@ from oom_sentinel.daemon.classify import (
     NEEDLES,
     PREFILTERS,
     Finding,
+    has_needle,
     iter_findings,
+    rules,
     scan_stream,
 )
 from oom_sentinel.daemon.cli.diagnose import open_log, scan_log
@@ -81,6 +83,45 @@ def test_prefilter_looks_only_before_end() -> None:
     for name in PREFILTER_NAMES:
         assert PREFILTERS[name](data, 5) == []
         assert PREFILTERS[name](data, len(data)) == [data.find(b"emory")]
+
+
+def _str_has_needle(text: str) -> bool:
+    return any(n in text for n in NEEDLES)
+
+
+@FUZZ
+@given(data=blobs, pad=st.integers(min_value=0, max_value=2))
+def test_the_automaton_needle_test_on_long_records_answers_as_the_str_tests(
+    data: bytes, pad: int
+) -> None:
+    """Once a scan has built the automaton, ``has_needle`` tests long texts (a traceback's
+    frames) with it: the answer must be the one of the ``in`` tests, whatever the text."""
+    if "ahocorasick" not in PREFILTERS:
+        pytest.skip("the fast extra is not installed")
+    PREFILTERS["ahocorasick"](bytearray(b"x"), 1)  # the first scan builds the automaton
+    assert rules._bytes_has_needle is not None
+    filler = '  File "x.py", line 1, in f\n' * (pad * 40)
+    for text in (
+        filler + data.decode("utf-8", "replace"),
+        data.decode("utf-8", "surrogateescape") + filler,
+        filler + data.decode("latin-1"),
+    ):
+        assert has_needle(text) is _str_has_needle(text), text[-200:]
+
+
+def test_the_automaton_needle_test_keeps_every_corpus_record() -> None:
+    """Every corpus excerpt, alone and behind 4 KiB of frames, has the same needle answer with
+    the automaton installed as with the ``in`` tests (and every record of it too)."""
+    if "ahocorasick" not in PREFILTERS:
+        pytest.skip("the fast extra is not installed")
+    PREFILTERS["ahocorasick"](bytearray(b"x"), 1)
+    filler = '  File "/ComfyUI/execution.py", line 327, in execute\n' * 80
+    for data in CORPUS_TEXTS:
+        text = data.decode("utf-8", "replace")
+        for candidate in (text, filler + text, text + filler, filler):
+            assert has_needle(candidate) is _str_has_needle(candidate)
+        for finding in iter_findings(text.splitlines()):
+            assert has_needle(finding.record.text)
 
 
 def test_an_unknown_prefilter_is_refused() -> None:
