@@ -816,7 +816,11 @@ def test_queue_items_are_five_elements_without_secrets(srv: StandinProcess) -> N
         srv.post_json(
             "/prompt", {"prompt": one_node("Sleep", seconds=0.01), "prompt_id": pending_pid}
         )
-        queue = srv.get_json("/queue")
+        # the worker thread takes the first prompt off the queue when it gets to it, as
+        # ComfyUI's does: a /queue read straight after the POST may still see it pending
+        seen: list[dict[str, Any]] = []
+        _wait(lambda: seen.append(srv.get_json("/queue")) or len(seen[-1]["queue_running"]) == 1)
+        queue = seen[-1]
         (running,) = queue["queue_running"]
         assert len(running) == 5 and running[1] == pid and running[4] == ["2"]
         assert (
