@@ -65,7 +65,14 @@ def test_the_replay_comfyui_dies_with_oom_bisect(tmp_path: Path, sig: int) -> No
             proc, lambda: replay_servers(tmp_path / "cache"), 120, "no replay server started"
         )
         (server,) = servers
-        record = next((tmp_path / "cache").rglob(REPLAY_RECORD))
+        # the harness writes the record once Popen has returned: the server's process can be
+        # seen a moment before it (CI caught the gap on a loaded box)
+        (record,) = wait_while_running(
+            proc,
+            lambda: list((tmp_path / "cache").rglob(REPLAY_RECORD)),
+            30,
+            "no replay record written",
+        )
         assert json.loads(record.read_text())["pid"] == server.pid
         time.sleep(0.5)  # the server is up and replaying
         proc.send_signal(sig)
