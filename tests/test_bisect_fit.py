@@ -764,10 +764,17 @@ def test_ctrl_c_stops_the_fit_and_its_comfyui(install: FitInstall) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+    def cmdline(k: psutil.Process) -> str:
+        try:  # a child may end (a zombie until reaped) between the listing and this read
+            return " ".join(k.cmdline())
+        except psutil.Error:
+            return ""
+
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # until its ComfyUI runs the prompt
         kids = psutil.Process(proc.pid).children(recursive=True)
-        if any("main.py" in " ".join(k.cmdline()) for k in kids if k.is_running()):
+        if any("main.py" in cmdline(k) for k in kids):
             break
         time.sleep(0.1)
     time.sleep(1.0)
