@@ -1,8 +1,10 @@
-"""The sharded test command (scripts/run_tests.py + ``--shard`` in conftest.py): every test
+"""The sharded test command (``--shards`` / ``--shard`` in conftest.py): every test
 runs in exactly one shard, so a sharded run is the whole suite, once."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 
@@ -47,3 +49,18 @@ def test_a_bad_shard_is_a_usage_error() -> None:
         timeout=120,
     )
     assert out.returncode == 4 and "expected I/N with 0 <= I < N" in out.stderr
+
+
+def test_shards_run_every_test_once_and_report_each_shard() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--shards=2", *FILES],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OOM_SENTINEL_TEST_SHARDS": ""},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "===== shard 1/2 (exit 0) =====" in out.stdout
+    counts = [int(m) for m in re.findall(r"(\d+) passed", out.stdout)]
+    assert sum(counts) == len(_collected(*FILES))
