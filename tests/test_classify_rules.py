@@ -757,8 +757,20 @@ def test_a_kill_names_its_scope_only_where_the_kernel_lines_say_it() -> None:
         "RuntimeError:cuda runtime error(2):out of memory",
         "F1206 10:15:04.766489   447 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  out of memory",
         'what issues can lead to this error which is "RuntimeError: CUDA error:out of memory"?',
+        "GPUassert: out of memory mean.cu 377",
+        'I only get the following at start: Cuda error in func "cuda_init_device" at line 33: out of memory.',
+        "cuda failed with error 2 out of memory. use CUDA_LAUNCH_BLOCKING=1 to get correct traceback.",
     ],
-    ids=["thc-check", "runtime-error-2", "runtime-error-2-compact", "caffe-glog", "no-space"],
+    ids=[
+        "thc-check",
+        "runtime-error-2",
+        "runtime-error-2-compact",
+        "caffe-glog",
+        "no-space",
+        "samples-gpuassert",
+        "miner-cuda-error-in-func",
+        "tensorview-error-2",
+    ],
 )
 def test_cudas_error_2_as_old_torch_and_cxx_frameworks_print_it_is_the_gpu(text: str) -> None:
     event = _event(text)
@@ -789,6 +801,81 @@ def test_cudas_out_of_memory_string_translated_after_its_colon_is_the_gpu(text: 
 )
 def test_cuda_lines_that_are_no_oom_stay_quiet(text: str) -> None:
     assert classify_record(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "pool", "reserved"),
+    [
+        (
+            "Tried to allocate 20.00 MiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already allocated; "
+            "2.88 MiB free; 1.25 GiB reserved in total by PyTorch)",
+            Pool.GPU,
+            int(1.25 * GiB),
+        ),
+        (
+            'the error: "Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB total capacity; 5.21 GiB already '
+            'allocated; 12.00 MiB free; 6.47 GiB reserved in total by PyTorch)"',
+            Pool.GPU_FRAGMENTATION,
+            int(6.47 * GiB),
+        ),
+        (
+            "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.99 GiB of which 0 bytes is free.",
+            Pool.GPU,
+            None,
+        ),
+    ],
+    ids=["old-shape", "old-shape-quoted-fragmented", "new-shape"],
+)
+def test_a_torch_message_pasted_from_its_second_sentence_is_still_read(
+    text: str, pool: Pool, reserved: int | None
+) -> None:
+    """The first sentence (``CUDA out of memory.``) cut off, the figures still say it all;
+    which backend printed it is not said."""
+    assert has_needle(text) and has_needle(text.lower())
+    event = _event(text)
+    assert (event.rule, event.pool, event.backend) == ("cuda-oom-cut", pool, Backend.UNKNOWN)
+    assert event.gpu_index == 0 and event.reserved_bytes == reserved
+    assert event.requested_bytes in (20 * MiB, 2 * GiB)
+
+
+def test_ipexs_4gb_block_limit_with_torchs_figures_is_no_oom() -> None:
+    text = (
+        '"Current platform can NOT allocate memory block with size larger than 4GB! Tried to allocate '
+        '7.03 GiB (GPU 0; 15.91 GiB total capacity; 2.29 GiB already allocated; 2.50 GiB reserved in total by PyTorch)"'
+    )
+    assert classify_record(text) is None
+
+
+def test_an_exception_type_glued_to_cjk_text_is_still_the_type() -> None:
+    event = _event("一直出现torch.OutOfMemoryError: Allocation on device")
+    assert event.exception_type == "torch.OutOfMemoryError"
+
+
+def test_thcs_check_line_and_the_exception_it_raised_are_one_failure_at_the_exception() -> None:
+    text = (
+        "THCudaCheck FAIL file=/pytorch/torch/lib/THC/generic/THCStorage.cu line=58 error=2 : out of memory\n"
+        "Traceback (most recent call last):\n"
+        '  File "main.py", line 357, in train\n'
+        "    loss.backward()\n"
+        "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/torch/lib/THC/generic/THCStorage.cu:58\n"
+    )
+    found = list(iter_findings(text.splitlines()))
+    assert [(f.line_no, f.event.exception_type) for f in found] == [(5, "RuntimeError")]
+    # a check line alone stays an event of its own
+    assert [f.line_no for f in iter_findings(text.splitlines()[:1])] == [1]
+
+
+def test_an_exception_message_wrapped_onto_the_oom_line_gives_its_type() -> None:
+    text = (
+        'it generates "failed to RuntimeError: TensorStorage /io/include/tensorview/tensor.h 168\n'
+        'cuda failed with error 2 out of memory. use CUDA_LAUNCH_BLOCKING=1 to get correct traceback."\n'
+    )
+    (finding,) = iter_findings(text.splitlines())
+    assert (finding.line_no, finding.event.exception_type) == (2, "RuntimeError")
+    # a sentence that ended on the line before was not wrapped
+    ended = "RuntimeError: something else went wrong.\ncuda failed with error 2 out of memory.\n"
+    (finding,) = iter_findings(ended.splitlines())
+    assert finding.event.exception_type is None
 
 
 # -- speed: an alternation split into its gated alternatives finds the same match -------------
@@ -842,3 +929,49 @@ def test_the_split_alternations_match_as_the_whole_regex_on_the_corpus() -> None
             assert (got and (got.span(), got.groups())) == (
                 want and (want.span(), want.groups())
             ), path.name
+
+
+@pytest.mark.parametrize(
+    ("text", "pool", "exc"),
+    [
+        ("RuntimeError: Out of memory, try a smaller tile size", Pool.GPU, "RuntimeError"),
+        ("ValueError: not enough GPU memory to upscale this image", Pool.GPU, "ValueError"),
+        ("Exception: Insufficient video memory for this resolution", Pool.GPU, "Exception"),
+        ("MyNodeError: OOM while decoding frames", Pool.GPU, "MyNodeError"),
+        ("RuntimeError: out of system memory while loading the video", Pool.RAM, "RuntimeError"),
+        ("RuntimeError: Not enough host memory to hold 900 frames", Pool.RAM, "RuntimeError"),
+    ],
+)
+def test_an_exception_whose_own_words_say_memory_ran_out_is_an_oom(
+    text: str, pool: Pool, exc: str
+) -> None:
+    """A custom node's own raise, whatever its type (no torch message follows)."""
+    event = _event(text)
+    assert (event.rule, event.pool, event.exception_type) == ("exception-oom-words", pool, exc)
+
+
+def test_the_pack_that_raised_the_worded_oom_is_named() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/ComfyUI/execution.py", line 323, in execute\n'
+        "    output_data = get_output_data(obj, input_data_all)\n"
+        '  File "/home/u/ComfyUI/custom_nodes/ComfyUI-SomeUpscaler/nodes.py", line 88, in upscale\n'
+        '    raise RuntimeError("Out of memory: lower the tile size")\n'
+        "RuntimeError: Out of memory: lower the tile size\n"
+    )
+    (finding,) = iter_findings(text.splitlines())
+    assert dict(finding.event.extra)["node_pack"] == "ComfyUI-SomeUpscaler"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "KeyError: 'oom_score_adj'",
+        "ValueError: the room is full",
+        "I ran out of memory yesterday, the RuntimeError came later",
+        "AttributeError: 'NoneType' object has no attribute 'memory_format'",
+    ],
+)
+def test_exceptions_without_words_of_memory_running_out_stay_quiet(text: str) -> None:
+    assert classify_record(text) is None

@@ -10,6 +10,8 @@ few lines up).
 
 from __future__ import annotations
 
+import re
+
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -53,6 +55,13 @@ _BOUNDARIES = ("got prompt", "Prompt executed in", "Processing interrupted", "In
 _PINNED_CONTEXT_LINES = 2
 #: ... and at most this many records back
 _PINNED_CONTEXT_RECORDS = 3
+
+
+#: the end of a line that an exception's message runs past: the type, its colon, then words up
+#: to the line's end with no closing full stop (a sentence that ends there was not wrapped)
+_RX_WRAPPED_TYPE = re.compile(
+    r"(?:^|(?<=[\s\"'`]))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \S[^\n]*[^.\s]$"
+)
 
 
 class _Folder:
@@ -103,6 +112,7 @@ class _Folder:
             self._quiet.append((record.line_no + record.line_count - 1, text))
         else:
             found = self._with_hint(record, found)
+            found = self._with_wrapped_type(record, found)
             found = self._with_pinning(record, found)
             line_no = record.line_no + found.line_index
             end = record.line_no + record.line_count - 1
@@ -132,6 +142,25 @@ class _Folder:
             return found
         return _Found(
             replace(found.event, node_type=self._prev_hint), found.line_index, found.header_only
+        )
+
+    def _with_wrapped_type(self, record: Record, found: _Found) -> _Found:
+        """An exception type the line just before names when its message was hard-wrapped
+        there (``... RuntimeError: TensorStorage .../tensor.h 168`` / ``cuda failed with
+        error 2 out of memory``): the wrap made the message's rest a record of its own."""
+        event = found.event
+        if event.exception_type is not None or found.line_index != 0 or self._prev is None:
+            return found
+        if self._prev.line_no + self._prev.line_count != record.line_no:
+            return found
+        if not record.text.startswith(event.message[:40]):
+            return found  # the evidence does not start the record: nothing was wrapped
+        last = self._prev.text.rsplit("\n", 1)[-1]
+        m = _RX_WRAPPED_TYPE.search(last) if "Error: " in last else None
+        if m is None:
+            return found
+        return _Found(
+            replace(event, exception_type=m.group(1)), found.line_index, found.header_only
         )
 
     def _with_pinning(self, record: Record, found: _Found) -> _Found:
@@ -201,6 +230,19 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
     ):
         merged = _combine(primary=b, secondary=a)
         return Finding(cand.record, merged, cand.line_no, end)
+    if (
+        a.rule == b.rule == "cuda-error-oom"
+        and a.message.startswith("THCudaCheck FAIL")
+        and a.exception_type is None
+        and b.exception_type is not None
+        and not a.recovered
+        and not b.recovered
+        and a.pool is b.pool
+    ):
+        # a CUDA check's own line (THC's ``THCudaCheck FAIL ... error=2 : out of memory``),
+        # then the traceback of the exception it raised: one failure, placed where the
+        # exception ends it
+        return Finding(cand.record, _combine(primary=b, secondary=a), new.line_no, end)
     if a.pool is Pool.KILLED_BY_OS and b.pool is Pool.KILLED_BY_OS:
         if a.killed_pid is None or b.killed_pid is None or a.killed_pid == b.killed_pid:
             merged = _combine(primary=b if b.killer else a, secondary=a if b.killer else b)

@@ -46,6 +46,7 @@ NEEDLES: tuple[str, ...] = (
     "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
     "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
+    "ried to allocate",  # a torch message pasted from its second sentence on (any case)
 )
 
 _K = KIB
@@ -78,6 +79,7 @@ def has_needle(text: str) -> bool:
         or "nvalid buffer" in text
         or "oom-kill" in text
         or "CUDA:" in text
+        or "ried to allocate" in text
     )
 
 
@@ -117,8 +119,25 @@ _RX_CUDA_ERROR_OOM = re.compile(
 _RX_CUDA_LEGACY_OOM = re.compile(
     r"\bcuda runtime error ?\(2\) ?: ?out of memory"
     r"|\bTHCudaCheck FAIL\b[^\n]*?\berror=2 : out of memory"
-    r"|\bcudaSuccess\b[^\n]{0,40}?\((?:2 vs\. 0|0 vs\. 2)\)[^\n]{0,40}?out of memory",
+    r"|\bcudaSuccess\b[^\n]{0,40}?\((?:2 vs\. 0|0 vs\. 2)\)[^\n]{0,40}?out of memory"
+    # the runtime's error string as CUDA programs' own checks print it: the samples'
+    # ``GPUassert: out of memory <file> <line>``, miners' ``Cuda error in func "..." at line
+    # N: out of memory``, spconv/tensorview's ``cuda failed with error 2 out of memory``
+    r"|\bGPUassert: out of memory\b"
+    r"|\bcuda error in func\b[^\n]{0,80}?: ?out of memory\b"
+    r"|\bcuda failed with error 2\W{0,3}out of memory\b",
     re.IGNORECASE,
+)
+#: torch's device message pasted from its second sentence on (the first one, ``CUDA out of
+#: memory.``, cut off): the torch <= 2.0 shape ``Tried to allocate X (GPU N; Y total capacity;``
+#: or the newer ``Tried to allocate X. GPU N has a total capacity of``; which backend is not said
+_RX_TORCH_BODY = re.compile(
+    r"(?:^|(?<=[\s:'\"`(]))Tried to allocate "
+    + _SIZE
+    + r"(?: \(GPU \d+; "
+    + _SIZE
+    + r" total capacity|\. GPU \d+ has a total capacity of )",
+    _M,
 )
 #: CUDA's "out of memory" error string translated (a browser's or a machine translation of a
 #: pasted check or title): the error name's colon, then the translation. A word list, so it
@@ -167,6 +186,44 @@ _NODE_PACK_RULES = {
     "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
     "supir-oom-hint": "ComfyUI-SUPIR",
 }
+#: a traceback frame in a custom node pack's folder (``custom_nodes/<pack>/...``)
+_RX_PACK_FRAME = re.compile(r"custom_nodes[/\\]+([^/\\\s\"']+)[/\\]")
+
+
+def _raising_pack(lines: list[str]) -> str | None:
+    """The custom node pack of the traceback's innermost frame in a pack, if any: the pack
+    that raised an exception whose own words say memory ran out."""
+    for line in reversed(lines):
+        if "custom_nodes" in line and (m := _RX_PACK_FRAME.search(line)) is not None:
+            return m.group(1)
+    return None
+
+
+#: Intel's IPEX refusing one allocation over 4 GB (not an OOM, though torch's figures follow)
+#: an exception whose own message says memory ran out, whatever its type (a custom node's
+#: ``RuntimeError: Out of memory, try a smaller tile size``, ``ValueError: not enough GPU
+#: memory for ...``): raised, not prose. Which pool its words name decides (``_words_pool``).
+_RX_EXC_OOM_WORDS = re.compile(  # the type in its printed case: a lower-cased paste is restored
+    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]?[^\n]*?(?i:\b(?:"
+    r"(?:out of|not enough|insufficient) (?:gpu |video |cuda |device |system |host )?"
+    r"(?:memory|vram|ram)|oom)\b)",
+    _M,
+)
+_RX_RAM_WORDS = re.compile(r"\b(?:system|host|cpu) (?:memory|ram)\b|\bram\b", re.IGNORECASE)
+#: a traceback frame in a custom node pack's folder (``custom_nodes/<pack>/...``)
+_RX_PACK_FRAME = re.compile(r"custom_nodes[/\\]+([^/\\\s\"']+)[/\\]")
+
+
+def _raising_pack(lines: list[str]) -> str | None:
+    """The custom node pack of the traceback's innermost frame in a pack, if any: the pack
+    that raised an exception whose own words say memory ran out."""
+    for line in reversed(lines):
+        if "custom_nodes" in line and (m := _RX_PACK_FRAME.search(line)) is not None:
+            return m.group(1)
+    return None
+
+
+#: Intel's IPEX refusing one allocation over 4 GB (not an OOM, though torch's figures follow)
 _RX_XPU_4GB = re.compile(r"can NOT allocate memory block with size larger than 4GB")
 
 _RX_SOFT: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -435,6 +492,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         extra.append(("comfy_unloaded_models", True))
     if rule in _NODE_PACK_RULES:
         extra.insert(0, ("node_pack", _NODE_PACK_RULES[rule]))
+    elif rule == "exception-oom-words" and (pack := _raising_pack(lines)) is not None:
+        extra.insert(0, ("node_pack", pack))
     event = OomEvent(
         pool=pool,
         backend=backend,
@@ -628,6 +687,11 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         dev = m.group(1)
         backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
         return f"{dev.lower()}-oom", Pool.GPU, backend, m.start(1), False
+    m = _find(_RX_TORCH_BODY, body, "Tried to allocate")
+    if m and not _find(_RX_XPU_4GB, body, "NOT allocate memory block"):
+        # (IPEX's single-allocation limit prints torch's figures after its own sentence: a
+        # refused block over 4 GB, not memory running out)
+        return "cuda-oom-cut", Pool.GPU, Backend.UNKNOWN, m.start(), False
     m = _find(_RX_EXCEED, body, "would exceed allowed memory")
     if m:
         return "cuda-exceed-allowed", Pool.GPU, Backend.CUDA, m.start(), False
@@ -684,6 +748,11 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         if type_name.endswith("OutOfMemoryError"):
             return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
         return "memory-error", Pool.RAM, Backend.CPU, start, False
+    m = _find(_RX_EXC_OOM_WORDS, body, "emory", "OOM", "oom", "RAM", "ram")
+    if m:
+        ram = _RX_RAM_WORDS.search(body, m.start(), m.end() + 200) is not None
+        pool, backend = (Pool.RAM, Backend.CPU) if ram else (Pool.GPU, Backend.UNKNOWN)
+        return "exception-oom-words", pool, backend, m.start(), False
     m = _find(_RX_GOT_OOM, body, "Got an OOM")
     if m:
         return "comfy-got-oom", Pool.GPU, Backend.UNKNOWN, m.start(), False
@@ -941,8 +1010,8 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
 #: ``...during execution:torch.OutOfMemoryError: Allocation on device``, or after the full stop
 #: of the output line it was glued to (``number of parameters: 81894144.RuntimeError: ...``; a
 #: dotted module path has a letter before its dots)
-_RX_TYPE_BEFORE = re.compile(
-    r"(?:(?<![\w.])|(?<=[0-9)\]]\.))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]?$"
+_RX_TYPE_BEFORE = re.compile(  # ASCII word before: a type glued to CJK text still counts
+    r"(?:(?<![A-Za-z0-9_.])|(?<=[0-9)\]]\.))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]?$"
 )
 
 
