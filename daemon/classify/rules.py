@@ -204,7 +204,7 @@ def _raising_pack(lines: list[str]) -> str | None:
 #: ``RuntimeError: Out of memory, try a smaller tile size``, ``ValueError: not enough GPU
 #: memory for ...``): raised, not prose. Which pool its words name decides (``_words_pool``).
 _RX_EXC_OOM_WORDS = re.compile(  # the type in its printed case: a lower-cased paste is restored
-    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]?[^\n]*?(?i:\b(?:"
+    r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception)):[ \t]?[^\n]*?(?i:\b(?:"
     r"(?:out of|not enough|insufficient) (?:gpu |video |cuda |device |system |host )?"
     r"(?:memory|vram|ram)|oom)\b)",
     _M,
