@@ -204,7 +204,8 @@ def _raising_pack(lines: list[str]) -> str | None:
 #: ``RuntimeError: Out of memory, try a smaller tile size``, ``ValueError: not enough GPU
 #: memory for ...``): raised, not prose. Which pool its words name decides (``_words_pool``).
 _RX_EXC_OOM_WORDS = re.compile(  # the type in its printed case: a lower-cased paste is restored
-    r"^((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception)):[ \t]?[^\n]*?(?i:\b(?:"
+    r"^((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*Error|(?:[A-Za-z_]\w*)?Exception)):[ \t]?[^\n]*?"
+    r"(?i:\b(?:"
     r"(?:out of|not enough|insufficient) (?:gpu |video |cuda |device |system |host )?"
     r"(?:memory|vram|ram)|oom)\b)",
     _M,
@@ -255,7 +256,7 @@ _RX_SOFT: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 # exception lines: ``torch.OutOfMemoryError: CUDA out of memory. ...``, ``MemoryError``
 _RX_EXC_LINE = re.compile(
-    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::[ \t]?(.*))?$", _M
+    r"^((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*Error|(?:[A-Za-z_]\w*)?Exception))(?::[ \t]?(.*))?$", _M
 )
 #: a field of ComfyUI's Error Report in any language: ``- **<label>:** <value>``, one per line
 #: or, in a paste that lost its newlines, one after another on a line
