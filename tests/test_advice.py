@@ -393,3 +393,20 @@ def test_a_kernel_kill_on_linux_mentions_the_wsl_memory_cap_but_a_cgroup_kill_do
     cgroup = findings[0].event
     assert dict(cgroup.extra)["scope"] == "cgroup"
     assert "wsl-memory-cap" not in [a.key for a in advise(cgroup)]
+
+
+def test_a_pack_that_raised_its_own_worded_oom_is_named_in_the_advice() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/ComfyUI/custom_nodes/ComfyUI-SomeUpscaler/nodes.py", line 88, in upscale\n'
+        '    raise RuntimeError("Out of memory: lower the tile size")\n'
+        "RuntimeError: Out of memory: lower the tile size\n"
+    )
+    event = classify_record(text)
+    assert event is not None and event.pool is Pool.GPU
+    keys = [a.key for a in advise(event)]
+    own = next(a for a in advise(event) if a.key == "node-pack-own-oom")
+    assert "ComfyUI-SomeUpscaler" in own.text and keys.index("node-pack-own-oom") < len(keys)
+    # a pack with words of its own keeps them, not the generic ones
+    vhs = _corpus_event("node_hint_vhs_memory_limit_title.txt")
+    assert "node-pack-own-oom" not in [a.key for a in advise(vhs)]

@@ -455,6 +455,15 @@ def _node_pack_advice(event: OomEvent) -> list[Advice]:
                 "SUPIR ran out of memory: enable use_tiled_vae (smaller encoder/decoder tile sizes), use the tiled sampler, fp8 for the UNet, or a smaller image or scale_by; restart ComfyUI afterwards, as SUPIR says its reserved memory may stay taken.",
             )
         ]
+    if isinstance(pack, str) and pack:
+        # a pack this module has no words for (classify names the pack whose frame raised a
+        # worded OOM): what such packs expose, and where the pack itself documents it
+        return [
+            Advice(
+                "node-pack-own-oom",
+                f"The custom node pack {pack} raised this out-of-memory error itself, not torch: lower its node's tile size, batch or frame count, or switch it to lower precision or CPU offload if it offers them; its README and issue tracker say which of its settings use memory.",
+            )
+        ]
     return []
 
 
