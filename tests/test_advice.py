@@ -406,7 +406,9 @@ def test_a_pack_that_raised_its_own_worded_oom_is_named_in_the_advice() -> None:
     assert event is not None and event.pool is Pool.GPU
     keys = [a.key for a in advise(event)]
     own = next(a for a in advise(event) if a.key == "node-pack-own-oom")
-    assert "ComfyUI-SomeUpscaler" in own.text and keys.index("node-pack-own-oom") < len(keys)
+    assert "ComfyUI-SomeUpscaler" in own.text
+    # the pack's own knobs come before the generic workload advice
+    assert keys.index("node-pack-own-oom") < keys.index("lower-resolution")
     # a pack with words of its own keeps them, not the generic ones
     vhs = _corpus_event("node_hint_vhs_memory_limit_title.txt")
     assert "node-pack-own-oom" not in [a.key for a in advise(vhs)]
