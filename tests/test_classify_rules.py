@@ -975,3 +975,43 @@ def test_the_pack_that_raised_the_worded_oom_is_named() -> None:
 )
 def test_exceptions_without_words_of_memory_running_out_stay_quiet(text: str) -> None:
     assert classify_record(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "rule", "pool", "requested"),
+    [
+        ("zsh: killed     python main.py --force-fp16", "shell-killed", Pool.KILLED_BY_OS, None),
+        ("CUDA_ERROR_OUT_OF_MEMORY: out of memory", "cuda-error-oom", Pool.GPU, None),
+        (
+            "onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException: [ONNXRuntimeError] : 6 : "
+            "RUNTIME_EXCEPTION : Non-zero status code returned while running Conv node. Status Message: "
+            "bfc_arena.cc:376 void* onnxruntime::BFCArena::AllocateRawInternal(size_t, bool) Failed to "
+            "allocate memory for requested buffer of size 2147483648",
+            "onnx-arena-oom",
+            Pool.GPU,
+            2 * GiB,
+        ),
+        (
+            "[CPUExecutionProvider] bfc_arena.cc:376 Failed to allocate memory for requested buffer of size 1048576",
+            "onnx-arena-oom",
+            Pool.RAM,
+            MiB,
+        ),
+        ("memoryerror", "memory-error", Pool.RAM, None),
+        (
+            "runtimeerror: defaultcpuallocator: not enough memory: you tried to allocate 1024 bytes.",
+            "cpu-allocator",
+            Pool.RAM,
+            1024,
+        ),
+    ],
+    ids=["zsh-killed", "driver-api-name", "onnx-arena", "onnx-cpu-arena", "lower-memoryerror", "lower-cpu"],
+)
+def test_more_shapes_of_running_out(text: str, rule: str, pool: Pool, requested: int | None) -> None:
+    assert has_needle(text)
+    event = _event(text)
+    assert (event.rule, event.pool, event.requested_bytes) == (rule, pool, requested)
+
+
+def test_zsh_killing_something_else_by_name_is_still_quiet_without_its_report() -> None:
+    assert classify_record("I killed zsh: it hung") is None

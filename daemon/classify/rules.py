@@ -47,6 +47,7 @@ NEEDLES: tuple[str, ...] = (
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
     "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
     "ried to allocate",  # a torch message pasted from its second sentence on (any case)
+    "sh: killed",  # zsh's report of a SIGKILLed job (macOS's memory-pressure kill, the OOM killer)
 )
 
 _K = KIB
@@ -80,6 +81,7 @@ def has_needle(text: str) -> bool:
         or "oom-kill" in text
         or "CUDA:" in text
         or "ried to allocate" in text
+        or "sh: killed" in text
     )
 
 
@@ -97,6 +99,9 @@ _RX_SYSTEMD_UNIT = re.compile(
     r"([\w@.\-]+): A process of this unit has been killed by the OOM killer"
 )
 _RX_BASH_KILLED = re.compile(r"\bline \d+:\s+(\d+) Killed(?:\s|$)", _M)
+#: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
+#: system killed for memory pressure; on Linux the OOM killer's SIGKILL)
+_RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S")
 _RX_BARE_KILLED = re.compile(r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?\s*$", _M)
 
 _RX_MPS = re.compile(r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)", _M)
@@ -111,6 +116,7 @@ _RX_ALLOC_ON_DEVICE = re.compile(
 )
 _RX_CUDA_ERROR_OOM = re.compile(
     r"\b(CUDA|HIP) (?:driver )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory"
+    r"|\b(CUDA)_ERROR_OUT_OF_MEMORY\b"  # the driver API's name (Triton, CuPy, llama.cpp, ...)
 )
 #: CUDA's error 2 (cudaErrorMemoryAllocation) as torch 0.x and C++ frameworks print it:
 #: ``cuda runtime error (2) : out of memory at ...`` (THC's exception, spaces optional),
@@ -159,8 +165,11 @@ _RX_PAGEFILE = re.compile(r"(?:os error|WinError) 1455\b")
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
 #: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
 _RX_CPU_ALLOC = re.compile(
-    r"(?:DefaultCPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory): you tried to (?:re)?allocate (\d+) ?(bytes|GB)"
+    r"(?:DefaultCPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory): you [Tt]ried to (?:re)?allocate (\d+) ?(bytes|GB)"
 )
+#: ONNX Runtime's arena allocator (insightface, ReActor, DWPose and rembg run on it): the arena
+#: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
+_RX_ONNX_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
 _RX_MMAP = re.compile(r"unable to mmap (\d+) bytes from file [\s\S]{0,400}?Cannot allocate memory")
 _RX_NUMPY = re.compile(r"Unable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
 _RX_GOT_OOM = re.compile(r"Got an OOM, unloading all loaded models")
@@ -536,12 +545,20 @@ _CASED_WORDS: tuple[str, ...] = (
     "OutOfMemoryError",
     "RuntimeError",
     "Invalid buffer size",
+    "MemoryError",
 )
 _RX_CASED_WORDS = re.compile("|".join(re.escape(w) for w in _CASED_WORDS), re.IGNORECASE)
 _CASED = {w.lower(): w for w in _CASED_WORDS}
 _RX_LOWER_UNIT_OR_GPU = re.compile(r"(?<=\d)( ?)([kmgtp])(i?)b\b|\bgpu(?= \d)")
 #: a lower-cased record holds one of these
-_LOWER_SIGNS = ("out of memory", "allocation on device", "invalid buffer size", "outofmemory")
+_LOWER_SIGNS = (
+    "out of memory",
+    "allocation on device",
+    "invalid buffer size",
+    "outofmemory",
+    "memoryerror",
+    "defaultcpuallocator",
+)
 
 
 def _restore_case(body: str) -> str | None:
@@ -707,9 +724,10 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         "error:out of memory",
         "ErrorMemoryAllocation",
         "ErrorOutOfMemory",
+        "_ERROR_OUT_OF_MEMORY",
     )
     if m:
-        rocm = (m.group(1) or m.group(2) or "hip").lower() == "hip"
+        rocm = (m.group(1) or m.group(2) or m.group(3) or "hip").lower() == "hip"
         return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
     m = _find(_RX_CUDA_LEGACY_OOM, body, "out of memory") or _find(
         _RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA :"
@@ -730,6 +748,11 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_CPU_ALLOC, body, "DefaultCPUAllocator", "$ Torch")
     if m:
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_ONNX_ARENA, body, "requested buffer of size")
+    if m:
+        cpu = "CPUExecutionProvider" in body or "CpuExecutionProvider" in body
+        pool, backend = (Pool.RAM, Backend.CPU) if cpu else (Pool.GPU, Backend.UNKNOWN)
+        return "onnx-arena-oom", pool, backend, m.start(), False
     m = _find(_RX_MMAP, body, "unable to mmap")
     if m:
         return "mmap-enomem", Pool.RAM, Backend.CPU, m.start(), False
@@ -763,7 +786,11 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_SUPIR_HINT, body, "for SUPIR was used")
     if m:
         return "supir-oom-hint", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_BASH_KILLED, body, "Killed") or _find(_RX_BARE_KILLED, body, "Killed")
+    m = (
+        _find(_RX_BASH_KILLED, body, "Killed")
+        or _find(_RX_BARE_KILLED, body, "Killed")
+        or _find(_RX_ZSH_KILLED, body, "sh: killed")
+    )
     if m:
         return "shell-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     if "out of memory" in body or "OOMed" in body:
@@ -939,6 +966,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_CPU_ALLOC.search(body)
         if m:
             fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
+    elif rule == "onnx-arena-oom":
+        m = _RX_ONNX_ARENA.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1))
     elif rule == "mmap-enomem":
         m = _RX_MMAP.search(body)
         if m:
