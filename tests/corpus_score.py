@@ -49,6 +49,14 @@ def round_of(case: dict[str, Any]) -> int:
     return int(case.get("round", 2))
 
 
+def label_value(label: dict[str, Any], name: str) -> Any:
+    """A label's field; a size over TOML's 64-bit integers is written as a string of digits."""
+    value = label.get(name)
+    if name.endswith("_bytes") and isinstance(value, str):
+        return int(value)
+    return value
+
+
 def split_of(case: dict[str, Any]) -> str:
     """The part a case is in now: ``held`` for the untouched round's held-out draw, else
     ``tune`` (the tune draws, the spent held parts of earlier rounds, and the first 79, which
@@ -106,7 +114,7 @@ def score(cases: list[dict[str, Any]]) -> Score:
                 out.pool += 1
             else:
                 out.misses.append(f"{case['file']}: pool {event.pool} != {label['pool']}")
-            wrong = [n for n in SIZE_FIELDS if getattr(event, n) != label.get(n)]
+            wrong = [n for n in SIZE_FIELDS if getattr(event, n) != label_value(label, n)]
             if not wrong:
                 out.numbers += 1
             else:

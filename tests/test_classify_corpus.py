@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corpus_score import hash_split, load_cases, score, split_of
+from corpus_score import hash_split, label_value, load_cases, score, split_of
 
 from oom_sentinel.daemon.classify import Finding, iter_findings, scan_stream
 from oom_sentinel.daemon.classify.events import MERGED_FIELDS, Backend, Pool
@@ -50,7 +50,7 @@ def _expected(label: dict[str, Any]) -> dict[str, Any]:
         "extra": label.get("extra", {}),
     }
     for name in (*SIZE_FIELDS, *OTHER_FIELDS):
-        out[name] = label.get(name)
+        out[name] = label_value(label, name)
     return out
 
 

@@ -102,10 +102,16 @@ _RX_BASH_KILLED = re.compile(r"\bline \d+:\s+(\d+) Killed(?:\s|$)", _M)
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
 #: system killed for memory pressure; on Linux the OOM killer's SIGKILL)
 _RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S")
-_RX_BARE_KILLED = re.compile(r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?\s*$", _M)
+_RX_BARE_KILLED = re.compile(r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?`?\s*$", _M)
 
 _RX_MPS = re.compile(r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)", _M)
-_RX_TORCH_DEVICE = re.compile(r"(CUDA|HIP|XPU) out of memory\.(?= Tried to allocate|\s*$)", _M)
+_RX_TORCH_DEVICE = re.compile(
+    r"(CUDA|HIP|XPU) out of memory\.(?= Tried to allocate|\s*$)"
+    # inside a CJK sentence ('一直显示CUDA out of memory，'), hyphenated or not: what the
+    # user saw, named in the sentence; the full-width punctuation or CJK after it says so
+    r"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[\u3000-\u303f\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])",
+    _M,
+)
 _RX_TORCH_DEVICE_LINE = re.compile(
     r"^(?:\S+Error: |!!! Exception during processing !!! )?(CUDA|HIP|XPU) out of memory\b", _M
 )
@@ -288,7 +294,8 @@ _QUOTES = frozenset("\"'`")
 _RX_TRIED = re.compile(r"Tried to allocate " + _SIZE)
 _RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
 _RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" total capacity")
-_RX_FREE = re.compile(r"of which " + _SIZE + r" is free|; " + _SIZE + r" free[;)]")
+#: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
+_RX_FREE = re.compile(r"of which " + _SIZE + r" is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
 _RX_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
 _RX_THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
 _RX_ALLOCATED = re.compile(
@@ -325,7 +332,7 @@ _RX_EX_FREE = re.compile(r"Free \(according to CUDA\)\s*:\s*" + _SIZE)
 _RX_MPS_ALLOCATED = re.compile(r"MPS allocated: " + _SIZE)
 _RX_MPS_OTHER = re.compile(r"other allocations: " + _SIZE)
 _RX_MPS_MAX = re.compile(r"max allowed: " + _SIZE)
-_RX_MPS_TRIED = re.compile(r"Tried to allocate " + _SIZE + r" on private pool")
+_RX_MPS_TRIED = re.compile(r"Tried to allocate " + _SIZE + r" on (?:private|shared) pool")
 
 #: another process holds at least this much GPU memory → "other processes named" (see events)
 _OTHERS_MIN_BYTES = 512 * _K**2
@@ -427,7 +434,11 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         (indented if line[:1] in (" ", "\t") else focus).append(i)
     # one needle test over all traceback frames together (they rarely hold one), then per line
     if indented and has_needle("\n".join([lines[i] for i in indented])):
-        focus = sorted(focus + [i for i in indented if has_needle(lines[i])])
+        # (and an indented line that carries a torch message's figures: a message
+        # hard-wrapped with an indent, ' # 0 bytes free; 9.23 GiB reserved in total by PyTorch)')
+        focus = sorted(
+            focus + [i for i in indented if has_needle(lines[i]) or "by PyTorch" in lines[i]]
+        )
     flines = [lines[i] for i in focus]
     body = "\n".join(flines)
     starts = [0]
@@ -698,13 +709,14 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_MPS_BUFFER, body, "nvalid buffer")
     if m:
         return "mps-invalid-buffer", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
-    m = _find(_RX_TORCH_DEVICE, body, " out of memory") or _find(
+    m = _find(_RX_TORCH_DEVICE, body, " out of memory", " out-of-memory") or _find(
         _RX_TORCH_DEVICE_LINE, body, " out of memory"
     )
     if m:
-        dev = m.group(1)
+        group = 1 if m.group(1) else 2
+        dev = m.group(group)
         backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
-        return f"{dev.lower()}-oom", Pool.GPU, backend, m.start(1), False
+        return f"{dev.lower()}-oom", Pool.GPU, backend, m.start(group), False
     m = _find(_RX_TORCH_BODY, body, "Tried to allocate")
     if m and not _find(_RX_XPU_4GB, body, "NOT allocate memory block"):
         # (IPEX's single-allocation limit prints torch's figures after its own sentence: a

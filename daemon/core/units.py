@@ -17,6 +17,8 @@ Sizes print in binary units with two decimals, the way torch prints them in its 
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
+
 import re
 
 __all__ = ["GIB", "KIB", "MIB", "format_bytes", "parse_size", "size_bytes"]
@@ -41,11 +43,13 @@ def size_bytes(number: str, unit: str) -> int | None:
     """``("2.00", "GiB")`` -> 2147483648, ``("1,234", "kB")`` -> 1263616; None when it is not
     a size (not a number, an unknown unit, negative or absurdly large). Binary either way."""
     try:
-        value = float(number.replace(",", ""))
-    except ValueError:
+        # exact decimal arithmetic: a float is off by kilobytes at exabyte figures (a ROCm
+        # APU's bogus '17179869183.96 GiB is free')
+        value = Decimal(number.replace(",", ""))
+    except InvalidOperation:
         return None
     factor = _FACTORS.get(unit.lower())
-    if factor is None or not 0 <= value <= _MAX_SIZE:
+    if factor is None or not value.is_finite() or not 0 <= value <= _MAX_SIZE:
         return None
     return round(value * factor)
 

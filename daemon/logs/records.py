@@ -62,7 +62,14 @@ _CONTINUATION = re.compile(
     r"|CUDA kernel errors might|HIP kernel errors might|For debugging consider passing"
     r"|Compile with `TORCH_USE|Search for `(?:cuda|hip)Error|Exception raised from "
     r"|frame #\d|During handling of the above exception|The above exception was the direct"
-    r"|Use PYTORCH_MPS_HIGH_WATERMARK|If reserved but unallocated|See documentation for Memory)"
+    r"|Use PYTORCH_MPS_HIGH_WATERMARK|If reserved but unallocated|If reserved memory is >>"
+    r"|See documentation for Memory)"
+)
+#: the later sentences of torch's device and MPS messages: a line starting with one continues a
+#: record that said "out of memory" (a message hard-wrapped, or re-wrapped at its sentences)
+_OOM_SENTENCE = re.compile(
+    r"(?:Tried to allocate |Of the allocated memory |Including non-PyTorch memory"
+    r"|GPU \d+ has a total capac|Process \d+ has |\d[\d.,]* ?[KMGT]i?B (?:free|reserved|already))"
 )
 _EXCEPTION_LINE = re.compile(
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::|$)"
@@ -114,6 +121,7 @@ class RecordAssembler:
     _dialog_lines: int
     _table: bool
     _header: bool
+    _oom_said: bool
 
     def __init__(
         self,
@@ -261,6 +269,7 @@ class RecordAssembler:
         self._dialog_lines = 0
         self._table = False
         self._header = False
+        self._oom_said = False
 
     def _feed_line(self, line: str, start: int, end: int) -> list[Record]:
         if len(line) > MAX_LINE_CHARS:
@@ -315,6 +324,7 @@ class RecordAssembler:
         self._dialog_lines = 1 if message.startswith(_DIALOG) else 0
         self._table = "summary:" in message or "status:" in message
         self._header = message.startswith(_HEADER)
+        self._oom_said = "out of memory" in message
 
     def _append(self, raw: str, message: str) -> None:
         self._count += 1
@@ -348,6 +358,8 @@ class RecordAssembler:
             # traceback (pasted tracebacks that lost their indentation end early, harmlessly)
             self._in_traceback = False
             self._after_exception = True
+        if "out of memory" in message:
+            self._oom_said = True
         if stripped.startswith("|"):
             self._table = True
         if "summary:" in message or "status:" in message:
@@ -382,6 +394,8 @@ class RecordAssembler:
         if first == "F" and self._dialog_lines and message.startswith('File "'):
             return True
         if first == "^" or first == "~":
+            return True
+        if self._oom_said and _OOM_SENTENCE.match(message) is not None:
             return True
         return _CONTINUATION.match(message) is not None
 
