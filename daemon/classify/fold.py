@@ -60,8 +60,12 @@ _PINNED_CONTEXT_RECORDS = 3
 #: the end of a line that an exception's message runs past: the type, its colon, then words up
 #: to the line's end with no closing full stop (a sentence that ends there was not wrapped)
 _RX_WRAPPED_TYPE = re.compile(
-    r"(?:^|(?<=[\s\"'`]))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \S[^\n]*[^.\s]$"
+    r"(?:^|(?<=[\s\"'`]))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): \S[^\n]*(?:[^.\s]|: )$"
 )
+
+
+def _is_compile_wrapper(text: str) -> bool:
+    return text.startswith("backend=") and text.rstrip().endswith("raised:") and "\n" not in text
 
 
 class _Folder:
@@ -110,6 +114,11 @@ class _Folder:
                 if " " not in first and self._is_single_line(record) and _is_node_ident(first):
                     hint = first
             self._quiet.append((record.line_no + record.line_count - 1, text))
+            if hint is None and self._prev_hint is not None and _is_compile_wrapper(text):
+                # torch.compile's "backend='inductor' raised:" between a toast's node class
+                # and its message: the node hint stays for the record after it
+                self._prev = record
+                return out
         else:
             found = self._with_hint(record, found)
             found = self._with_wrapped_type(record, found)
@@ -153,10 +162,10 @@ class _Folder:
             return found
         if self._prev.line_no + self._prev.line_count != record.line_no:
             return found
-        if not record.text.startswith(event.message[:40]):
-            return found  # the evidence does not start the record: nothing was wrapped
-        last = self._prev.text.rsplit("\n", 1)[-1]
-        m = _RX_WRAPPED_TYPE.search(last) if "Error: " in last else None
+        if "\n" in self._prev.text.rstrip("\n"):
+            return found  # the line before is part of a longer record, not a cut message
+        last = self._prev.text
+        m = _RX_WRAPPED_TYPE.search(last) if "Error: " in last or "Exception: " in last else None
         if m is None:
             return found
         return _Found(

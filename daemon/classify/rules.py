@@ -102,7 +102,11 @@ _RX_BASH_KILLED = re.compile(r"\bline \d+:\s+(\d+) Killed(?:\s|$)", _M)
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
 #: system killed for memory pressure; on Linux the OOM killer's SIGKILL)
 _RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S")
-_RX_BARE_KILLED = re.compile(r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?`?\s*$", _M)
+_RX_BARE_KILLED = re.compile(
+    # (or glued to the end of a progress bar: '... 3/4 [00:08<00:02,  2.83s/it]Killed')
+    r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?`?\s*$|(?:(?<=/it\])|(?<=/s\]))Killed\s*$",
+    _M,
+)
 
 _RX_MPS = re.compile(r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)", _M)
 _RX_TORCH_DEVICE = re.compile(
@@ -137,8 +141,16 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     # N: out of memory``, spconv/tensorview's ``cuda failed with error 2 out of memory``
     r"|\bGPUassert: out of memory\b"
     r"|\bcuda error in func\b[^\n]{0,80}?: ?out of memory\b"
-    r"|\bcuda failed with error 2\W{0,3}out of memory\b",
+    r"|\bcuda failed with error 2\W{0,3}out of memory\b"
+    # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
+    r"|\bcudaMalloc\w* failed: ?out of memory\b",
     re.IGNORECASE,
+)
+#: how much a CUDA runtime failure asked for, where the program says: ggml's ``allocating
+#: 30649.55 MiB on device 0: cudaMalloc failed``, TensorFlow's ``failed to alloc 374391296 bytes
+#: on host``
+_RX_CUDA_ERROR_REQUEST = re.compile(
+    r"\ballocating " + _SIZE + r" on device (\d+): cudaMalloc|\bfailed to alloc (\d+) bytes on "
 )
 #: torch's device message pasted from its second sentence on (the first one, ``CUDA out of
 #: memory.``, cut off): the torch <= 2.0 shape ``Tried to allocate X (GPU N; Y total capacity;``
@@ -194,6 +206,14 @@ _RX_CXX_TERMINATE = re.compile(r"instance of '([\w:]+)'")
 #: SUPIR prints its hint before re-raising, so a cut traceback may end before torch's line)
 _RX_VHS_LIMIT = re.compile(
     r"Memory limit hit after loading (\d+) frames|Meta Batch set to (\d+) frames but only (\d+) can fit in memory"
+)
+#: libraries that refuse before host RAM runs out: imageio's memtest (``imageio.mimread() has
+#: read over 256 MiB of image data.`` / ``Stopped to avoid memory problems.``) and Ollama's
+#: ``model requires more system memory (164.8 GiB) than is available (13.4 GiB)``
+_RX_LIB_RAM_GUARD = re.compile(
+    r"\bmimread\(\) has read over \d+ MiB of image data|^Stopped to avoid memory problems"
+    r"|model requires more system memory \(" + _SIZE + r"\) than is available \(" + _SIZE + r"\)",
+    _M,
 )
 _RX_SUPIR_HINT = re.compile(r"too large of an image or batch_size for SUPIR was used")
 #: rule → the pack that printed it
@@ -762,12 +782,16 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_ONNX_ARENA, body, "requested buffer of size")
     if m:
-        cpu = "CPUExecutionProvider" in body or "CpuExecutionProvider" in body
+        # the CPU provider named, or its NCHWc layout's node names ('347_nchwc')
+        cpu = "CPUExecutionProvider" in body or "CpuExecutionProvider" in body or "_nchwc'" in body
         pool, backend = (Pool.RAM, Backend.CPU) if cpu else (Pool.GPU, Backend.UNKNOWN)
         return "onnx-arena-oom", pool, backend, m.start(), False
     m = _find(_RX_MMAP, body, "unable to mmap")
     if m:
         return "mmap-enomem", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_LIB_RAM_GUARD, body, "memory problems", "system memory (")
+    if m:
+        return "library-ram-guard", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_VHS_LIMIT, body, "Memory limit hit", "can fit in memory")
     if m:
         return "vhs-memory-limit", Pool.RAM, Backend.CPU, m.start(), False
@@ -826,6 +850,8 @@ _PINNED_MARKS: tuple[str, ...] = (
     "offload_stream.synchronize",
     "non_blocking=non_blocking)",
     "terminate called after throwing",
+    "bytes on host",  # TensorFlow's cuda_driver: failed to alloc N bytes on host: CUDA_ERROR_...
+    "pinned host memory",
 )
 
 
@@ -978,6 +1004,19 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_CPU_ALLOC.search(body)
         if m:
             fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
+    elif rule == "library-ram-guard":
+        m = _RX_LIB_RAM_GUARD.search(body)
+        if m and m.group(1):
+            fields["requested_bytes"] = _size(m)
+            fields["free_bytes"] = _size(m, 3)
+    elif rule == "cuda-error-oom":
+        m = _find(_RX_CUDA_ERROR_REQUEST, body, "allocating ", "failed to alloc ")
+        if m:
+            if m.group(1):
+                fields["requested_bytes"] = _size(m)
+                fields["gpu_index"] = int(m.group(3))
+            else:
+                fields["requested_bytes"] = int(m.group(4))
     elif rule == "onnx-arena-oom":
         m = _RX_ONNX_ARENA.search(body)
         if m:

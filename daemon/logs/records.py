@@ -63,7 +63,7 @@ _CONTINUATION = re.compile(
     r"|Compile with `TORCH_USE|Search for `(?:cuda|hip)Error|Exception raised from "
     r"|frame #\d|During handling of the above exception|The above exception was the direct"
     r"|Use PYTORCH_MPS_HIGH_WATERMARK|If reserved but unallocated|If reserved memory is >>"
-    r"|See documentation for Memory)"
+    r"|See documentation for Memory|Stopped to avoid memory problems)"
 )
 #: the later sentences of torch's device and MPS messages: a line starting with one continues a
 #: record that said "out of memory" (a message hard-wrapped, or re-wrapped at its sentences)
