@@ -42,11 +42,23 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 3
+HELD_ROUND = 4
 
 
 def round_of(case: dict[str, Any]) -> int:
     return int(case.get("round", 2))
+
+
+#: tune-part excerpts the classifier is known to get wrong, and why it is left so: each is a
+#: strict xfail, so a change that starts reading one correctly turns it red here
+KNOWN_MISSES = {
+    "node_hint_multigpu_distorch_offload_warning.txt": "MultiGPU's 'Model size is greater than "
+    "90% of recipient VRAM ... Offloaded Automatically to Virtual VRAM' holds no needle, and a "
+    "needle for one pack's soft warning costs every scan a pass",
+    "pinned_hostbuf_prose_disable_pinned_fixes.txt": "the failure is named only in the user's "
+    "prose ('failing with a CUDA out-of-memory error'); English prose is not read as a failure "
+    "(the corpus's prose negatives)",
+}
 
 
 def label_value(label: dict[str, Any], name: str) -> Any:

@@ -1005,9 +1005,18 @@ def test_exceptions_without_words_of_memory_running_out_stay_quiet(text: str) ->
             1024,
         ),
     ],
-    ids=["zsh-killed", "driver-api-name", "onnx-arena", "onnx-cpu-arena", "lower-memoryerror", "lower-cpu"],
+    ids=[
+        "zsh-killed",
+        "driver-api-name",
+        "onnx-arena",
+        "onnx-cpu-arena",
+        "lower-memoryerror",
+        "lower-cpu",
+    ],
 )
-def test_more_shapes_of_running_out(text: str, rule: str, pool: Pool, requested: int | None) -> None:
+def test_more_shapes_of_running_out(
+    text: str, rule: str, pool: Pool, requested: int | None
+) -> None:
     assert has_needle(text)
     event = _event(text)
     assert (event.rule, event.pool, event.requested_bytes) == (rule, pool, requested)
@@ -1015,3 +1024,169 @@ def test_more_shapes_of_running_out(text: str, rule: str, pool: Pool, requested:
 
 def test_zsh_killing_something_else_by_name_is_still_quiet_without_its_report() -> None:
     assert classify_record("I killed zsh: it hung") is None
+
+
+# -- issue 12, round 3: shapes its batches showed (each also in the corpus) -------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "rule", "pool", "backend", "requested"),
+    [
+        (
+            "Tried to allocate 292.50 MiB on private pool.",
+            "mps-oom",
+            Pool.UNIFIED_MPS,
+            Backend.MPS,
+            int(292.5 * MiB),
+        ),
+        (
+            "MPS backend out of memory (MPS allocated: 16.00 GB, other allocations: 3.31 GB, max allowed: 18.13 GB). "
+            "Tried to allocate 256 bytes on shared pool.",
+            "mps-oom",
+            Pool.UNIFIED_MPS,
+            Backend.MPS,
+            256,
+        ),
+        ("您好我这边一直显示CUDA out of memory，请问", "cuda-oom", Pool.GPU, Backend.CUDA, None),
+        ("训练会出现CUDA out-of-memory的情况呢？", "cuda-oom", Pool.GPU, Backend.CUDA, None),
+        ("爆出了CUDA_ERROR_OUT_OF_MEMORY的错误", "cuda-error-oom", Pool.GPU, Backend.CUDA, None),
+        (
+            "RuntimeError: UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
+            "xpu-device-oom",
+            Pool.GPU,
+            Backend.XPU,
+            None,
+        ),
+        (
+            "RuntimeError: Caught RuntimeError in pin memory thread for device 0.",
+            "pin-memory-thread",
+            Pool.RAM,
+            Backend.CUDA,
+            None,
+        ),
+        (
+            "!!! Exception during processing !!! Unable to allocate 75.5 GiB for an array with shape (3256, 1920, 1080, 3) and data type float32",
+            "numpy-alloc",
+            Pool.RAM,
+            Backend.CPU,
+            round(75.5 * GiB),
+        ),
+        (
+            "CUDA error 2 at ggml-cuda.cu:359: out of memory",
+            "cuda-error-oom",
+            Pool.GPU,
+            Backend.CUDA,
+            None,
+        ),
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 30649.55 MiB on device 0: cudaMalloc failed: out of memory",
+            "cuda-error-oom",
+            Pool.GPU,
+            Backend.CUDA,
+            32138382541,
+        ),
+        (
+            "Error: model requires more system memory (164.8 GiB) than is available (13.4 GiB)",
+            "library-ram-guard",
+            Pool.RAM,
+            Backend.CPU,
+            176952652595,
+        ),
+        ("DefaultCPUAllocator: not enough memory", "cpu-allocator", Pool.RAM, Backend.CPU, None),
+        (
+            "[E:onnxruntime:, sequential_executor.cc:339] Non-zero status code returned while running Conv node. "
+            "Name:'347_nchwc' Status Message: bfc_arena.cc:330 Failed to allocate memory for requested buffer of size 285081600",
+            "onnx-arena-oom",
+            Pool.RAM,
+            Backend.CPU,
+            285081600,
+        ),
+    ],
+)
+def test_round_three_shapes(
+    text: str, rule: str, pool: Pool, backend: Backend, requested: int | None
+) -> None:
+    assert has_needle(text)
+    event = _event(text)
+    assert (event.rule, event.pool, event.backend, event.requested_bytes) == (
+        rule,
+        pool,
+        backend,
+        requested,
+    )
+
+
+def test_a_bogus_exabyte_free_figure_is_read_exactly() -> None:
+    """Decimal arithmetic: a float product is off by about a kilobyte at 2^64."""
+    event = _event(
+        "HIP out of memory. Tried to allocate 72.00 MiB. GPU 0 has a total capacty of 512.00 MiB of which "
+        "17179869183.96 GiB is free."
+    )
+    assert event.free_bytes == 18446744073666601943
+
+
+def test_oomds_older_wording_names_the_pid_from_its_pressure_line_on() -> None:
+    text = (
+        "    [   77.740597] systemd-oomd[659]: Memory pressure for /system.slice is 85.03% > 80.00% for > 2s with reclaim activity\n"
+        "    [   77.749597] systemd-oomd[659]: oomd attempting to kill 407 with KILL\n"
+    )
+    (finding,) = iter_findings(["quoted:", *text.splitlines()])
+    e = finding.event
+    assert (finding.line_no, e.pool, e.killer, e.killed_pid) == (
+        2,
+        Pool.KILLED_BY_OS,
+        "systemd-oomd",
+        407,
+    )
+
+
+def test_slurms_oom_kill_report_names_the_kernel_and_the_cgroup() -> None:
+    lines = [
+        'StdErr: "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py',
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may have been killed",
+    ]
+    (finding,) = iter_findings(lines)
+    e = finding.event
+    assert (finding.line_no, e.killer, e.killed_pid, dict(e.extra)["scope"]) == (
+        1,
+        "kernel",
+        8156,
+        "cgroup",
+    )
+
+
+def test_a_killed_glued_to_a_progress_bar_is_a_kill() -> None:
+    event = _event("Loading checkpoint shards:  75%|█████ | 3/4 [00:08<00:02,  2.83s/it]Killed")
+    assert event.pool is Pool.KILLED_BY_OS
+
+
+def test_torchs_later_sentences_on_their_own_lines_stay_with_the_message() -> None:
+    lines = [
+        "torch.OutOfMemoryError: HIP out of memory. ",
+        "Tried to allocate 26.00 MiB. GPU 0 has a total capacity of 15.92 GiB of which 13.60 GiB is free. ",
+        "Of the allocated memory 1.72 GiB is allocated by PyTorch, and 28.98 MiB is reserved by PyTorch but unallocated.",
+    ]
+    (finding,) = iter_findings(lines)
+    e = finding.event
+    assert (finding.line_no, e.pool, e.requested_bytes) == (1, Pool.GPU_FRAGMENTATION, 26 * MiB)
+    # ... also with blank lines between them
+    (finding,) = iter_findings(["RuntimeError: CUDA out of memory.", "", lines[1]])
+    assert finding.event.requested_bytes == 26 * MiB
+    # a record that said nothing of memory does not swallow such a line
+    assert [f.line_no for f in iter_findings(["Loading model", lines[1]])] == [2]
+
+
+def test_a_pack_message_over_two_lines_keeps_its_exception_type() -> None:
+    lines = [
+        "RuntimeError: Failed to load video: E:\\dev\\ComfyUI\\output\\wildfire.mp4",
+        "due to: [enforce fail at alloc_cpu.cpp:72] data. DefaultCPUAllocator: not enough memory: you tried to allocate 68951347200 bytes.",
+    ]
+    (finding,) = iter_findings(lines)
+    assert (finding.line_no, finding.event.exception_type) == (2, "RuntimeError")
+
+
+def test_a_ui_label_before_the_exception_line_is_not_the_type() -> None:
+    event = _event(
+        "Extend: RuntimeError: [enforce fail at alloc_cpu.cpp:81] data. DefaultCPUAllocator: not enough memory: you tried to allocate 151781376 bytes."
+    )
+    assert (event.exception_type, event.requested_bytes) == ("RuntimeError", 151781376)

@@ -11,7 +11,6 @@ few lines up).
 from __future__ import annotations
 
 import re
-
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -156,15 +155,17 @@ class _Folder:
     def _with_wrapped_type(self, record: Record, found: _Found) -> _Found:
         """An exception type the line just before names when its message was hard-wrapped
         there (``... RuntimeError: TensorStorage .../tensor.h 168`` / ``cuda failed with
-        error 2 out of memory``): the wrap made the message's rest a record of its own."""
+        error 2 out of memory``), or goes on over lines (a pack's ``RuntimeError: Failed to
+        load video: ...`` / ``due to: ... DefaultCPUAllocator ...``): the message's rest became
+        a record of its own. A record that starts with a capital starts a message of its own."""
         event = found.event
         if event.exception_type is not None or found.line_index != 0 or self._prev is None:
             return found
         if self._prev.line_no + self._prev.line_count != record.line_no:
             return found
-        if "\n" in self._prev.text.rstrip("\n"):
-            return found  # the line before is part of a longer record, not a cut message
-        last = self._prev.text
+        if record.text[:1].isupper():
+            return found  # a new sentence or message starts here: nothing was wrapped
+        last = self._prev.text.rstrip("\n").rsplit("\n", 1)[-1]
         m = _RX_WRAPPED_TYPE.search(last) if "Error: " in last or "Exception: " in last else None
         if m is None:
             return found

@@ -46,7 +46,8 @@ NEEDLES: tuple[str, ...] = (
     "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
     "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
-    "ried to allocate",  # a torch message pasted from its second sentence on (any case)
+    "to allocate",  # torch's 'Tried to allocate' alone, numpy's 'Unable to allocate', 'failed to allocate'
+    "OUT_OF_",  # driver APIs' error names: CUDA_ERROR_OUT_OF_MEMORY, UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
     "sh: killed",  # zsh's report of a SIGKILLed job (macOS's memory-pressure kill, the OOM killer)
 )
 
@@ -80,7 +81,8 @@ def has_needle(text: str) -> bool:
         or "nvalid buffer" in text
         or "oom-kill" in text
         or "CUDA:" in text
-        or "ried to allocate" in text
+        or "to allocate" in text
+        or "OUT_OF_" in text
         or "sh: killed" in text
     )
 
@@ -95,10 +97,18 @@ _RX_EARLYOOM = re.compile(
     r"(?: (?:oom_score|badness) (-?\d+),)? VmRSS (\d+) MiB"
 )
 _RX_OOMD = re.compile(r"\bKilled (/\S+) due to (?:memory|swap)")
+#: oomd's older wording: its pressure line, then the pid it kills (the event starts at the
+#: pressure line, where oomd's decision starts)
+_RX_OOMD_ATTEMPT = re.compile(
+    r"(?:systemd-oomd\[\d+\]: Memory pressure for \S+ is [\d.]+% > [\d.]+%[\s\S]{0,3000}?)?"
+    r"\boomd attempting to kill (\d+) with (?:SIG)?(?:KILL|TERM)\b"
+)
 _RX_SYSTEMD_UNIT = re.compile(
     r"([\w@.\-]+): A process of this unit has been killed by the OOM killer"
 )
 _RX_BASH_KILLED = re.compile(r"\bline \d+:\s+(\d+) Killed(?:\s|$)", _M)
+#: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
+_RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in \S+ cgroup")
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
 #: system killed for memory pressure; on Linux the OOM killer's SIGKILL)
 _RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S")
@@ -126,7 +136,7 @@ _RX_ALLOC_ON_DEVICE = re.compile(
 )
 _RX_CUDA_ERROR_OOM = re.compile(
     r"\b(CUDA|HIP) (?:driver )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory"
-    r"|\b(CUDA)_ERROR_OUT_OF_MEMORY\b"  # the driver API's name (Triton, CuPy, llama.cpp, ...)
+    r"|(?<![A-Za-z0-9_])(CUDA)_ERROR_OUT_OF_MEMORY(?![A-Za-z0-9_])"  # the driver API's name (Triton, CuPy, numba, ...)
 )
 #: CUDA's error 2 (cudaErrorMemoryAllocation) as torch 0.x and C++ frameworks print it:
 #: ``cuda runtime error (2) : out of memory at ...`` (THC's exception, spaces optional),
@@ -143,8 +153,15 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     r"|\bcuda error in func\b[^\n]{0,80}?: ?out of memory\b"
     r"|\bcuda failed with error 2\W{0,3}out of memory\b"
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
-    r"|\bcudaMalloc\w* failed: ?out of memory\b",
+    r"|\bcudaMalloc\w* failed: ?out of memory\b"
+    r"|\bCUDA error 2 at \S+: out of memory\b",
     re.IGNORECASE,
+)
+#: torch's DataLoader re-raising what failed in its pinning thread (page-locking host RAM)
+_RX_PIN_THREAD = re.compile(r"\bCaught (\w+Error) in pin memory thread\b")
+#: Intel's Level Zero / Unified Runtime refusing a device allocation (torch XPU, IPEX)
+_RX_XPU_DEVICE_OOM = re.compile(
+    r"\b(?:UR_RESULT|ZE_RESULT|PI)_ERROR_OUT_OF_DEVICE_MEMORY(?![A-Za-z0-9_])"
 )
 #: how much a CUDA runtime failure asked for, where the program says: ggml's ``allocating
 #: 30649.55 MiB on device 0: cudaMalloc failed``, TensorFlow's ``failed to alloc 374391296 bytes
@@ -183,7 +200,7 @@ _RX_PAGEFILE = re.compile(r"(?:os error|WinError) 1455\b")
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
 #: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
 _RX_CPU_ALLOC = re.compile(
-    r"(?:DefaultCPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory): you [Tt]ried to (?:re)?allocate (\d+) ?(bytes|GB)"
+    r"(?:DefaultCPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory)(?:: you [Tt]ried to (?:re)?allocate (\d+) ?(bytes|GB))?"
 )
 #: ONNX Runtime's arena allocator (insightface, ReActor, DWPose and rembg run on it): the arena
 #: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
@@ -221,23 +238,9 @@ _NODE_PACK_RULES = {
     "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
     "supir-oom-hint": "ComfyUI-SUPIR",
 }
-#: a traceback frame in a custom node pack's folder (``custom_nodes/<pack>/...``)
-_RX_PACK_FRAME = re.compile(r"custom_nodes[/\\]+([^/\\\s\"']+)[/\\]")
-
-
-def _raising_pack(lines: list[str]) -> str | None:
-    """The custom node pack of the traceback's innermost frame in a pack, if any: the pack
-    that raised an exception whose own words say memory ran out."""
-    for line in reversed(lines):
-        if "custom_nodes" in line and (m := _RX_PACK_FRAME.search(line)) is not None:
-            return m.group(1)
-    return None
-
-
-#: Intel's IPEX refusing one allocation over 4 GB (not an OOM, though torch's figures follow)
 #: an exception whose own message says memory ran out, whatever its type (a custom node's
 #: ``RuntimeError: Out of memory, try a smaller tile size``, ``ValueError: not enough GPU
-#: memory for ...``): raised, not prose. Which pool its words name decides (``_words_pool``).
+#: memory for ...``): raised, not prose. Which pool its words name decides (``_RX_RAM_WORDS``).
 _RX_EXC_OOM_WORDS = re.compile(  # the type in its printed case: a lower-cased paste is restored
     r"^((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*Error|(?:[A-Za-z_]\w*)?Exception)):[ \t]?[^\n]*?"
     r"(?i:\b(?:"
@@ -352,6 +355,8 @@ _RX_EX_FREE = re.compile(r"Free \(according to CUDA\)\s*:\s*" + _SIZE)
 _RX_MPS_ALLOCATED = re.compile(r"MPS allocated: " + _SIZE)
 _RX_MPS_OTHER = re.compile(r"other allocations: " + _SIZE)
 _RX_MPS_MAX = re.compile(r"max allowed: " + _SIZE)
+#: the MPS message's middle sentence alone (an issue title): only MPS says "on private pool"
+_RX_MPS_FRAGMENT = re.compile(r"^Tried to allocate " + _SIZE + r" on (?:private|shared) pool\b", _M)
 _RX_MPS_TRIED = re.compile(r"Tried to allocate " + _SIZE + r" on (?:private|shared) pool")
 
 #: another process holds at least this much GPU memory → "other processes named" (see events)
@@ -457,7 +462,12 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         # (and an indented line that carries a torch message's figures: a message
         # hard-wrapped with an indent, ' # 0 bytes free; 9.23 GiB reserved in total by PyTorch)')
         focus = sorted(
-            focus + [i for i in indented if has_needle(lines[i]) or "by PyTorch" in lines[i]]
+            focus
+            + [
+                i
+                for i in indented
+                if has_needle(lines[i]) or "by PyTorch" in lines[i] or "oomd " in lines[i]
+            ]
         )
     flines = [lines[i] for i in focus]
     body = "\n".join(flines)
@@ -512,6 +522,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         backend = _backend_from_text(body, report_msg)
     if rule == "cuda-error-oom" and pinned_evidence("\n".join(lines)):
         pool = Pool.RAM
+        extra.append(("host_memory", "pinned"))
+    elif rule == "pin-memory-thread":
         extra.append(("host_memory", "pinned"))
     if pool is Pool.GPU and fields.get("requested_bytes") is not None:
         ru = fields.get("reserved_unallocated_bytes")
@@ -717,13 +729,18 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_EARLYOOM, body, "sending SIG")
     if m:
         return "earlyoom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_OOMD, body, "Killed /")
+    m = _find(_RX_OOMD, body, "Killed /") or _find(
+        _RX_OOMD_ATTEMPT, body, "oomd attempting to kill"
+    )
     if m:
         return "systemd-oomd-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(_RX_SYSTEMD_UNIT, body, "OOM killer")
     if m:
         return "systemd-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(_RX_MPS, body, "MPS backend out of memory")
+    if m:
+        return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
+    m = _find(_RX_MPS_FRAGMENT, body, "Tried to allocate")
     if m:
         return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
     m = _find(_RX_MPS_BUFFER, body, "nvalid buffer")
@@ -766,6 +783,12 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     )
     if m:
         return "cuda-error-oom", Pool.GPU, Backend.CUDA, m.start(), False
+    m = _find(_RX_XPU_DEVICE_OOM, body, "_ERROR_OUT_OF_DEVICE_MEMORY")
+    if m:
+        return "xpu-device-oom", Pool.GPU, Backend.XPU, m.start(), False
+    m = _find(_RX_PIN_THREAD, body, "pin memory thread")
+    if m:
+        return "pin-memory-thread", Pool.RAM, Backend.CUDA, m.start(), False
     m = _find(_RX_LIB_ALLOC, body, "_STATUS_", "_status_", "_Status_")
     if m:
         lib = m.group(1).upper()
@@ -795,6 +818,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_VHS_LIMIT, body, "Memory limit hit", "can fit in memory")
     if m:
         return "vhs-memory-limit", Pool.RAM, Backend.CPU, m.start(), False
+    m = None if "MemoryError" in body else _find(_RX_NUMPY, body, "for an array")
+    if m:  # numpy's message without its type (ComfyUI's exception header prints str(e))
+        return "numpy-alloc", Pool.RAM, Backend.CPU, m.start(), False
     exc = _oom_exception_line(body) if "MemoryError" in body else None
     if exc is not None:
         type_name, start = exc
@@ -822,6 +848,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_SUPIR_HINT, body, "for SUPIR was used")
     if m:
         return "supir-oom-hint", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_SLURM_OOM, body, "oom-kill event")
+    if m:
+        return "slurm-cgroup-oom", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = (
         _find(_RX_BASH_KILLED, body, "Killed")
         or _find(_RX_BARE_KILLED, body, "Killed")
@@ -1002,7 +1031,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = int(m.group(1))
     elif rule == "cpu-allocator":
         m = _RX_CPU_ALLOC.search(body)
-        if m:
+        if m and m.group(1):
             fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
     elif rule == "library-ram-guard":
         m = _RX_LIB_RAM_GUARD.search(body)
@@ -1043,12 +1072,19 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_OOMD.search(body)
         if m:
             extra.append(("unit", m.group(1)))
+        else:
+            m = _RX_OOMD_ATTEMPT.search(body)
+            if m:
+                fields["killed_pid"] = int(m.group(1))
         fields["killer"] = "systemd-oomd"
     elif rule == "systemd-oom-kill":
         m = _RX_SYSTEMD_UNIT.search(body)
         if m:
             extra.append(("unit", m.group(1)))
         fields["killer"] = "kernel"
+    elif rule == "slurm-cgroup-oom":
+        fields["killer"] = "kernel"
+        extra.append(("scope", "cgroup"))
     elif rule == "shell-killed":
         m = _RX_BASH_KILLED.search(body)
         if m:
@@ -1062,9 +1098,15 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             del fields[key]
 
 
+#: a UI's field label before an exception line (Easy Diffusion's ``Extend: RuntimeError: ...``)
+_RX_UI_LABEL = re.compile(r"[A-Z][a-z]{2,15}: (?=(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error: )")
+
+
 def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
     """(type, message) of the exception line carrying the evidence, else the last OOM-ish one."""
     m = _RX_EXC_LINE.match(lines[idx].lstrip())
+    if m is None and (label := _RX_UI_LABEL.match(lines[idx])) is not None:
+        m = _RX_EXC_LINE.match(lines[idx][label.end() :])
     if m and not m.group(1).startswith(("Warning", "Compile")):
         # a wrapper's type before the real one (``com.chaquo.python.PyException: RuntimeError:
         # [enforce fail ...``, a str(e) re-raised): the innermost type names the failure
@@ -1085,6 +1127,12 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
             or (msg and _shares_oom_text(msg, evidence))
         ):
             best = (name, m.group(2))
+    if best == (None, None) and idx > 0 and not _RX_EXC_LINE.match(lines[idx]):
+        # the line before is an exception whose message goes on here (a pack's
+        # ``RuntimeError: Failed to load video: ...`` / ``due to: ... DefaultCPUAllocator ...``)
+        m = _RX_EXC_LINE.match(lines[idx - 1])
+        if m and not m.group(1).startswith(("Warning", "Compile")):
+            return m.group(1), m.group(2)
     return best
 
 

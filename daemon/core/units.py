@@ -17,9 +17,8 @@ Sizes print in binary units with two decimals, the way torch prints them in its 
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
-
 import re
+from decimal import Decimal, InvalidOperation
 
 __all__ = ["GIB", "KIB", "MIB", "format_bytes", "parse_size", "size_bytes"]
 
