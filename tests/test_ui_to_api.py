@@ -607,7 +607,9 @@ def test_mutated_fixtures_never_crash(rnd: Any) -> None:
             if isinstance(parent, dict) and rnd.random() < 0.3:
                 del parent[path[-1]]
             else:
-                parent[path[-1]] = rnd.choice(_JUNK)
+                # a fresh copy: a shared [] or {} could be put inside itself by a later
+                # mutation, a cycle no JSON document can hold (and _JUNK would change)
+                parent[path[-1]] = copy.deepcopy(rnd.choice(_JUNK))
         except (KeyError, IndexError, TypeError):
             continue
     try:
