@@ -1190,3 +1190,78 @@ def test_a_ui_label_before_the_exception_line_is_not_the_type() -> None:
         "Extend: RuntimeError: [enforce fail at alloc_cpu.cpp:81] data. DefaultCPUAllocator: not enough memory: you tried to allocate 151781376 bytes."
     )
     assert (event.exception_type, event.requested_bytes) == ("RuntimeError", 151781376)
+
+
+# -- issue 12, round 4: issue titles and Markdown around the messages ------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "rule", "exc", "node"),
+    [
+        (
+            "[Bug]: torch.OutOfMemoryError in KSampler",
+            "oom-type-named",
+            "torch.OutOfMemoryError",
+            "KSampler",
+        ),
+        (
+            "# torch.OutOfMemoryError in KSampler Node During Sampling",
+            "oom-type-named",
+            "torch.OutOfMemoryError",
+            "KSampler",
+        ),
+        (
+            "# FaceDetailerPipe: torch.OutOfMemoryError - Allocation on device",
+            "oom-type-named",
+            "torch.OutOfMemoryError",
+            "FaceDetailerPipe",
+        ),
+        (
+            "TangoFluxVAEDecodeAndPlay - torch.OutOfMemoryError: Allocation on device - even in cpu mode",
+            "cuda-alloc-on-device",
+            "torch.OutOfMemoryError",
+            "TangoFluxVAEDecodeAndPlay",
+        ),
+        ("# Allocation on device", "cuda-alloc-on-device", None, None),
+        ("# ROCM HIP out of memory", "hip-oom", None, None),
+    ],
+)
+def test_issue_titles_that_name_the_failure(
+    text: str, rule: str, exc: str | None, node: str | None
+) -> None:
+    event = _event(text)
+    assert (event.rule, event.pool, event.exception_type, event.node_type) == (
+        rule,
+        Pool.GPU,
+        exc,
+        node,
+    )
+
+
+def test_the_oom_killer_said_to_kill_is_a_kill_and_asking_about_it_is_not() -> None:
+    event = _event("oom-killer kills the comfyui process.")
+    assert (event.pool, event.killer) == (Pool.KILLED_BY_OS, "kernel")
+    assert classify_record("I'm not sure why the Linux OOM Killer is not killing ComfyUI") is None
+
+
+def test_a_node_line_in_markdown_bold_or_a_backticked_dialog_names_the_node() -> None:
+    bold = [
+        "**CheckpointLoaderSimple",
+        "Allocation on device 0 would exceed allowed memory. (out of memory)",
+    ]
+    (finding,) = iter_findings(bold)
+    assert finding.event.node_type == "CheckpointLoaderSimple"
+    dialog = [
+        "`Error occurred when executing FaceDetailer:`",
+        "",
+        "`Allocation on device 0 would exceed allowed memory. (out of memory)",
+    ]
+    (finding,) = iter_findings(dialog)
+    assert finding.event.node_type == "FaceDetailer"
+
+
+def test_a_title_that_glued_got_an_oom_to_the_message_says_models_were_unloaded() -> None:
+    event = _event(
+        "torch.OutOfMemoryError: Allocation on device Got an OOM, unloading all loaded models."
+    )
+    assert dict(event.extra)["comfy_unloaded_models"] is True

@@ -109,7 +109,7 @@ class _Folder:
             # has one whenever the message does, so this skips the prefix parse for most lines
             quick = first_raw.rsplit("] ", 1)[-1].rsplit(" - ", 1)[-1].strip()
             if record.line_count <= 3 and len(text) <= 200 and " " not in quick:
-                first = split_prefix(first_raw).message.strip()
+                first = split_prefix(first_raw).message.strip().strip("*`_")  # Markdown
                 if " " not in first and self._is_single_line(record) and _is_node_ident(first):
                     hint = first
             self._quiet.append((record.line_no + record.line_count - 1, text))

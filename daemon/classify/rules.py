@@ -127,11 +127,14 @@ _RX_TORCH_DEVICE = re.compile(
     _M,
 )
 _RX_TORCH_DEVICE_LINE = re.compile(
-    r"^(?:\S+Error: |!!! Exception during processing !!! )?(CUDA|HIP|XPU) out of memory\b", _M
+    # (an issue title: a Markdown heading mark, a vendor's or a capitalised word before it)
+    r"^(?:#+ )?(?:\S+Error: |!!! Exception during processing !!! |[A-Z][A-Za-z]{1,10} )?"
+    r"(CUDA|HIP|XPU) out of memory\b",
+    _M,
 )
 _RX_EXCEED = re.compile(r"Allocation on device (\d+) would exceed allowed memory")
 _RX_ALLOC_ON_DEVICE = re.compile(
-    r"(?:^|OutOfMemoryError: |!!! |\*\* |: )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b",
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b",
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
@@ -304,7 +307,7 @@ _RX_ANY_FIELD = re.compile(
 _RX_EXC_TYPE_VALUE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)$")
 _RX_NODE_ID_VALUE = re.compile(r"^\d+(?::\d+)*$")
 #: ComfyUI's old error dialog: the node on its own line, or (an issue title) the message after it
-_RX_DIALOG = re.compile(r"^Error occurred when executing ([^:\n]+?):(?:[ \t]|$)", _M)
+_RX_DIALOG = re.compile(r"^`?Error occurred when executing ([^:\n]+?):(?:[ \t`]|$)", _M)
 _RX_NODE_COLON = re.compile(r"^([A-Za-z][\w\-]{1,80}) : ")
 _RX_NODE_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{2,80}$")
 _NOT_NODES = frozenset(
@@ -511,8 +514,11 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         node_id, node_type = toast.group(2), toast.group(3)
     if node_type is None:
         node_type = _dialog_node(body) or _colon_node(lines[idx])
+    if node_type is None and "OutOfMemoryError" in lines[idx]:
+        m = _RX_TITLE_NODE.search(lines[idx])
+        node_type = (m.group(1) or m.group(2)) if m else None
     if node_type is None and idx > 0:
-        prev = lines[idx - 1].strip()
+        prev = lines[idx - 1].strip().strip("*`_")  # a node line inside Markdown bold/code
         if _is_node_ident(prev):
             node_type = prev
 
@@ -541,7 +547,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         if outside >= _OTHERS_MIN_BYTES:
             named = True
             extra.append(("outside_process_bytes", outside))
-    if rule == "comfy-got-oom":
+    # (or the line glued to another message: a title that flattened two log lines)
+    if rule == "comfy-got-oom" or "Got an OOM, unloading all loaded models" in body:
         extra.append(("comfy_unloaded_models", True))
     if rule in _NODE_PACK_RULES:
         extra.insert(0, ("node_pack", _NODE_PACK_RULES[rule]))
@@ -834,6 +841,20 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         if type_name.endswith("OutOfMemoryError"):
             return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
         return "memory-error", Pool.RAM, Backend.CPU, start, False
+    m = _find(_RX_OOM_TYPE_NAMED, body, "OutOfMemoryError")
+    if m:  # the type named in a title or a sentence ('torch.OutOfMemoryError in KSampler')
+        return "oom-type-named", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(
+        _RX_OOM_KILLER_SAID,
+        body,
+        "oom-killer",
+        "OOM killer",
+        "oom killer",
+        "OOM-killer",
+        "OOM Killer",
+    )
+    if m:  # the user's words: 'oom-killer kills the comfyui process'
+        return "oom-killer-said", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(_RX_EXC_OOM_WORDS, body, "emory", "OOM", "oom", "RAM", "ram")
     if m:
         ram = _RX_RAM_WORDS.search(body, m.start(), m.end() + 200) is not None
@@ -896,6 +917,11 @@ _RX_INLINE_OOM_TYPE = re.compile(
 
 def _inline_exception_type(rule: str, body: str) -> str | None:
     """An exception type the text names inside a line rather than at its start."""
+    if rule == "oom-type-named" or (
+        rule == "cuda-alloc-on-device" and "OutOfMemoryError -" in body
+    ):
+        m = _RX_OOM_TYPE_NAMED.search(body)
+        return m.group(1) if m else None
     if rule == "mps-invalid-buffer":
         m = _RX_MPS_BUFFER.search(body)
         return m.group(1) if m and m.group(1) else None
@@ -1085,6 +1111,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
     elif rule == "slurm-cgroup-oom":
         fields["killer"] = "kernel"
         extra.append(("scope", "cgroup"))
+    elif rule == "oom-killer-said":
+        fields["killer"] = "kernel"
     elif rule == "shell-killed":
         m = _RX_BASH_KILLED.search(body)
         if m:
@@ -1098,6 +1126,16 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             del fields[key]
 
 
+#: torch's OOM type named anywhere (an issue title, a sentence): the failure, by its name
+_RX_OOM_TYPE_NAMED = re.compile(r"(?<![\w.])((?:torch\.(?:cuda\.)?)?OutOfMemoryError)\b")
+#: the node a title names around the type: 'FaceDetailerPipe: torch.OutOfMemoryError - ...',
+#: 'TangoFluxVAEDecodeAndPlay - torch.OutOfMemoryError: ...', '... OutOfMemoryError in KSampler'
+_RX_TITLE_NODE = re.compile(
+    r"^(?:#+ )?(?:\[\w+\]: ?)?([A-Z][A-Za-z0-9_]{2,80})(?::| -) (?:torch\.(?:cuda\.)?)?OutOfMemoryError\b"
+    r"|OutOfMemoryError in ([A-Z][A-Za-z0-9_]{2,80})\b"
+)
+#: the kernel's killer named as the one that killed: 'oom-killer kills the comfyui process'
+_RX_OOM_KILLER_SAID = re.compile(r"(?i)\boom[- ]killer (?:kills|killed|has killed)\b")
 #: a UI's field label before an exception line (Easy Diffusion's ``Extend: RuntimeError: ...``)
 _RX_UI_LABEL = re.compile(r"[A-Z][a-z]{2,15}: (?=(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error: )")
 
