@@ -42,7 +42,7 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 4
+HELD_ROUND = 5
 
 
 def round_of(case: dict[str, Any]) -> int:
@@ -58,6 +58,12 @@ KNOWN_MISSES = {
     "oom_prose_title_and_body_hunyuan_decode_frames.txt": "only the user's word 'OOM' in "
     "sentences ('Get OOM while decode ...'); a bare OOM in prose is not read as a failure "
     "(people also write 'no OOM', 'without OOM')",
+    "cuda_oom_type_name_prose_framepack_loader.txt": "the title 'outofmemery' (misspelt, one word) "
+    "is not read",
+    "oom_prose_title_mac_m1_ultra_vae_decode.txt": "only the user's words 'OOM error' and "
+    "'got oom on Vae Decode node'; a bare OOM in prose is not read as a failure",
+    "ram_oom_prose_not_vram_supir_denoiser.txt": "only the user's words 'i run into OOM issues. "
+    "Not for the vram, but for the ram'; a bare OOM in prose is not read as a failure",
     "pinned_hostbuf_prose_disable_pinned_fixes.txt": "the failure is named only in the user's "
     "prose ('failing with a CUDA out-of-memory error'); English prose is not read as a failure "
     "(the corpus's prose negatives)",

@@ -4,6 +4,7 @@ real ComfyUI v0.8.0), each allocator's units, the wrappers' prefixes, and the ne
 from __future__ import annotations
 
 import io
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -1265,3 +1266,59 @@ def test_a_title_that_glued_got_an_oom_to_the_message_says_models_were_unloaded(
         "torch.OutOfMemoryError: Allocation on device Got an OOM, unloading all loaded models."
     )
     assert dict(event.extra)["comfy_unloaded_models"] is True
+
+
+def test_round_four_spent_shapes() -> None:
+    fragment = _event("out of memory, Requested : 8.01 GiB Device limit : 15.70 GiB")
+    assert (fragment.rule, fragment.requested_bytes) == ("cuda-exceed-allowed", round(8.01 * GiB))
+    for said in ("Reason: OOMKilled", "writing the PNG sequence OOM killed by Ubuntu"):
+        assert _event(said).pool is Pool.KILLED_BY_OS
+    node = _event("# Again - FaceDetailerPipe: torch.OutOfMemoryError - Allocation on device-2")
+    assert node.node_type == "FaceDetailerPipe"
+    report = _event(
+        "LTXVLoader - **Exception Type:** torch.OutOfMemoryError - **Exception Message:** Allocation on device"
+    )
+    assert report.node_type == "LTXVLoader"
+
+
+def test_two_shell_kills_are_two_deaths() -> None:
+    lines = [
+        "Loading shards: 75%| 3/4 [01:34<00:31, 31.54s/it]Killed",
+        "Loading text encoder",
+        "Loading shards: 75%| 3/4 [01:34<00:31, 31.54s/it]Killed",
+    ]
+    assert [f.line_no for f in iter_findings(lines)] == [1, 3]
+
+
+def test_a_message_rebroken_at_its_and_keeps_the_reserved_figure() -> None:
+    lines = [
+        "HIP out of memory. Tried to allocate 66.54 GiB.",
+        "GPU 0 has a total capacity of 96.00 GiB of which 10.75 GiB is free.",
+        "Of the allocated memory 84.36 GiB is allocated by PyTorch,",
+        "and 360.11 MiB is reserved by PyTorch but unallocated.",
+    ]
+    (finding,) = iter_findings(lines)
+    assert finding.event.reserved_unallocated_bytes == round(Decimal("360.11") * MiB)
+
+
+def test_an_oom_a_pack_caught_and_went_on_from_is_soft() -> None:
+    fell_back = [
+        "→ [10S] TiledSampler v2.5: carrier wrapper sampling failed (OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)",
+        "Requested : 128.91 MiB",
+        ": 17179869184.00 GiB); falling back to plain video for carrier tile",
+    ]
+    (finding,) = iter_findings(fell_back)
+    assert finding.event.recovered
+    retried = [
+        "[10:03:35.784] ⚠️ [WARNING] OOM during InflatedCausalConv3d.concat_splits: Allocation on device",
+        "[10:03:35.784] ℹ️ Clearing memory and retrying",
+        "[10:03:39.124] ✅ Retry successful for InflatedCausalConv3d.concat_splits",
+    ]
+    (finding,) = iter_findings(retried)
+    assert finding.event.recovered
+    # the same scan of the file agrees (the retry line holds a needle, so it is in the window)
+    (found,) = scan_stream(io.BytesIO("\n".join(retried).encode() + b"\n"))
+    assert found.event.recovered
+    # an OOM that nothing retried stays a failure
+    (plain,) = iter_findings(retried[:1])
+    assert not plain.event.recovered

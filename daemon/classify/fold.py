@@ -18,9 +18,11 @@ from typing import Any
 
 from oom_sentinel.daemon.classify.events import MERGED_FIELDS, OomEvent, Pool, unknown
 from oom_sentinel.daemon.classify.rules import (
+    RETRYING,
     _classify,
     _Found,
     _is_node_ident,
+    has_needle,
     pinned_evidence,
 )
 from oom_sentinel.daemon.logs.prefix import split_prefix
@@ -65,6 +67,10 @@ _RX_WRAPPED_TYPE = re.compile(
 
 def _is_compile_wrapper(text: str) -> bool:
     return text.startswith("backend=") and text.rstrip().endswith("raised:") and "\n" not in text
+
+
+#: how far after an OOM a pack's announced retry still speaks of it (lines)
+_RETRY_LINES = 4
 
 
 class _Folder:
@@ -113,6 +119,7 @@ class _Folder:
                 if " " not in first and self._is_single_line(record) and _is_node_ident(first):
                     hint = first
             self._quiet.append((record.line_no + record.line_count - 1, text))
+            self._retry_announced(record)
             if hint is None and self._prev_hint is not None and _is_compile_wrapper(text):
                 # torch.compile's "backend='inductor' raised:" between a toast's node class
                 # and its message: the node hint stays for the record after it
@@ -151,6 +158,20 @@ class _Folder:
         return _Found(
             replace(found.event, node_type=self._prev_hint), found.line_index, found.header_only
         )
+
+    def _retry_announced(self, record: Record) -> None:
+        """A pack's own retry of an OOM, announced a few lines after it (SeedVR2's 'OOM during
+        ...' then 'Clearing memory and retrying'): a soft OOM, like ComfyUI's tiled-VAE retry.
+        Only a record holding a needle counts: the file scanner pushes no other record after
+        a window's last needle, and both scans must find the same."""
+        cand = self._cand
+        if cand is None or cand.event.recovered or cand.event.pool is Pool.KILLED_BY_OS:
+            return
+        if record.line_no - cand.end_line_no > _RETRY_LINES:
+            return
+        if not RETRYING.search(record.text) or not has_needle(record.text):
+            return
+        self._cand = replace(cand, event=replace(cand.event, recovered=True))
 
     def _with_wrapped_type(self, record: Record, found: _Found) -> _Found:
         """An exception type the line just before names when its message was hard-wrapped
@@ -253,6 +274,8 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # then the traceback of the exception it raised: one failure, placed where the
         # exception ends it
         return Finding(cand.record, _combine(primary=b, secondary=a), new.line_no, end)
+    if a.rule == b.rule == "shell-killed":
+        return None  # each 'Killed' is the shell reporting one process's death
     if a.pool is Pool.KILLED_BY_OS and b.pool is Pool.KILLED_BY_OS:
         if a.killed_pid is None or b.killed_pid is None or a.killed_pid == b.killed_pid:
             merged = _combine(primary=b if b.killer else a, secondary=a if b.killer else b)

@@ -133,6 +133,11 @@ _RX_TORCH_DEVICE_LINE = re.compile(
     _M,
 )
 _RX_EXCEED = re.compile(r"Allocation on device (\d+) would exceed allowed memory")
+#: the same table's lines flattened into a title, its first sentence cut: 'out of memory,
+#: Requested : 8.01 GiB Device limit : 15.70 GiB'
+_RX_EXCEED_FRAGMENT = re.compile(
+    r"out of memory\)?,? Requested\s*: ?" + _SIZE + r"\s+Device limit\s*: ?" + _SIZE
+)
 _RX_ALLOC_ON_DEVICE = re.compile(
     r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b",
     _M,
@@ -526,6 +531,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     message = _message_of(lines[idx], pos - starts[fidx], exc_msg, report_msg)
     if backend is Backend.UNKNOWN:
         backend = _backend_from_text(body, report_msg)
+    if not recovered and pool is Pool.GPU and _RX_FELL_BACK.search(body, pos):
+        recovered = True  # a pack caught it and went on ('...); falling back to plain video')
     if rule == "cuda-error-oom" and pinned_evidence("\n".join(lines)):
         pool = Pool.RAM
         extra.append(("host_memory", "pinned"))
@@ -766,7 +773,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         # (IPEX's single-allocation limit prints torch's figures after its own sentence: a
         # refused block over 4 GB, not memory running out)
         return "cuda-oom-cut", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_EXCEED, body, "would exceed allowed memory")
+    m = _find(_RX_EXCEED, body, "would exceed allowed memory") or _find(
+        _RX_EXCEED_FRAGMENT, body, "Device limit"
+    )
     if m:
         return "cuda-exceed-allowed", Pool.GPU, Backend.CUDA, m.start(), False
     m = _find(_RX_ALLOC_ON_DEVICE, body, "Allocation on device")
@@ -844,6 +853,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_OOM_TYPE_NAMED, body, "OutOfMemoryError")
     if m:  # the type named in a title or a sentence ('torch.OutOfMemoryError in KSampler')
         return "oom-type-named", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_OOM_KILLED, body, "OOM")
+    if m:  # Kubernetes' OOMKilled, a user's 'OOM killed by Ubuntu'
+        return "oom-killed-said", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(
         _RX_OOM_KILLER_SAID,
         body,
@@ -1131,9 +1143,18 @@ _RX_OOM_TYPE_NAMED = re.compile(r"(?<![\w.])((?:torch\.(?:cuda\.)?)?OutOfMemoryE
 #: the node a title names around the type: 'FaceDetailerPipe: torch.OutOfMemoryError - ...',
 #: 'TangoFluxVAEDecodeAndPlay - torch.OutOfMemoryError: ...', '... OutOfMemoryError in KSampler'
 _RX_TITLE_NODE = re.compile(
-    r"^(?:#+ )?(?:\[\w+\]: ?)?([A-Z][A-Za-z0-9_]{2,80})(?::| -) (?:torch\.(?:cuda\.)?)?OutOfMemoryError\b"
+    r"(?:^(?:#+ )?(?:\[\w+\]: ?)?|(?<= - ))([A-Z][A-Za-z0-9_]{2,80})(?::| -) "
+    r"(?:\*\*Exception Type:\*\* )?(?:torch\.(?:cuda\.)?)?OutOfMemoryError\b"
     r"|OutOfMemoryError in ([A-Z][A-Za-z0-9_]{2,80})\b"
 )
+#: a pack that caught the OOM and went on, in the same record: '...failed (OutOfMemoryError: ...);
+#: falling back to plain video for carrier tile'
+_RX_FELL_BACK = re.compile(r"\); falling back to |\bfalling back to (?:CPU|tiled|smaller)\b")
+#: a pack announcing its own retry of an OOM (SeedVR2: 'OOM during ...' then 'Clearing memory
+#: and retrying'): a soft OOM, as ComfyUI's own 'retrying with tiled VAE decoding' is
+RETRYING = re.compile(r"\bretrying\b", re.IGNORECASE)
+#: 'OOMKilled' (Kubernetes' reason for a container the kernel's OOM killer ended), 'OOM killed'
+_RX_OOM_KILLED = re.compile(r"\bOOM[- ]?[Kk]illed\b")
 #: the kernel's killer named as the one that killed: 'oom-killer kills the comfyui process'
 _RX_OOM_KILLER_SAID = re.compile(r"(?i)\boom[- ]killer (?:kills|killed|has killed)\b")
 #: a UI's field label before an exception line (Easy Diffusion's ``Extend: RuntimeError: ...``)

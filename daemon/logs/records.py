@@ -63,13 +63,15 @@ _CONTINUATION = re.compile(
     r"|Compile with `TORCH_USE|Search for `(?:cuda|hip)Error|Exception raised from "
     r"|frame #\d|During handling of the above exception|The above exception was the direct"
     r"|Use PYTORCH_MPS_HIGH_WATERMARK|If reserved but unallocated|If reserved memory is >>"
-    r"|See documentation for Memory|Stopped to avoid memory problems)"
+    r"|See documentation for Memory|Stopped to avoid memory problems"
+    r"|:\s*\d[\d.,]* ?[KMGT]i?B\b)"  # the PyTorch limit's value, its column spacing collapsed
 )
 #: the later sentences of torch's device and MPS messages: a line starting with one continues a
 #: record that said "out of memory" (a message hard-wrapped, or re-wrapped at its sentences)
 _OOM_SENTENCE = re.compile(
     r"(?:Tried to allocate |Of the allocated memory |Including non-PyTorch memory"
-    r"|GPU \d+ has a total capac|Process \d+ has |\d[\d.,]* ?[KMGT]i?B (?:free|reserved|already))"
+    r"|GPU \d+ has a total capac|Process \d+ has "
+    r"|(?:and )?\d[\d.,]* ?[KMGT]i?B (?:is )?(?:free|reserved|already))"
 )
 _EXCEPTION_LINE = re.compile(
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::|$)"
