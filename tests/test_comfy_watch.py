@@ -402,3 +402,31 @@ def test_without_a_websocket_polling_still_reports_every_prompt_once(
         assert sorted(reported) == sorted(fast)
     finally:
         w.stop()
+
+
+def test_prompts_whose_status_broadcasts_never_came_are_found_by_the_idle_safety_poll(
+    inbox: Inbox, standin: Callable[..., StandinProcess]
+) -> None:
+    """A websocket that is up but carries no status broadcasts (lost, or a proxy that drops
+    them): nothing counts the fast prompts, and the idle timer's poll still finds each once."""
+    srv = standin(env={"OOM_STANDIN_WS_DROP": "status"})
+    w = ComfyWatcher(inbox, WatchOptions(idle_poll_s=0.5))
+    w.start()
+    try:
+        w.set_instances({"main": srv.url})
+        up = inbox.next(ApiStatus)
+        assert up.connected and up.websocket is True
+        fast = [
+            post(srv, one_node("EmptyImage", width=8, height=8, batch_size=1, color=c))
+            for c in range(50, 53)
+        ]
+        for pid in fast:
+            wait_history(srv, pid)
+        reported: list[str] = []
+        deadline = time.monotonic() + 30
+        while set(reported) != set(fast) and time.monotonic() < deadline:
+            reported.append(inbox.next(PromptDone, timeout_s=deadline - time.monotonic()).prompt_id)
+        reported += [m.prompt_id for m in inbox.drain(1.5) if isinstance(m, PromptDone)]
+        assert sorted(reported) == sorted(fast)
+    finally:
+        w.stop()

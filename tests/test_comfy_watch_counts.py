@@ -201,3 +201,23 @@ def test_a_reconnect_backfill_reads_back_to_the_newest_prompt_already_reported()
     ids, reads = asyncio.run(scenario())
     assert sorted(ids) == [f"p{n:03d}" for n in range(100, 400)]
     assert reads == 3  # 64, 256, then 1024 reached p099
+
+
+def test_a_prompt_whose_broadcasts_were_lost_is_found_by_the_idle_safety_poll() -> None:
+    """A websocket that dropped and came back (or a broadcast lost under load) counted nothing
+    for a prompt queued and done in between; the idle timer's poll reads the newest history
+    entry and finds it. A poll a broadcast woke reads no history when nothing is missing."""
+
+    async def scenario() -> tuple[list[str], list[str], int]:
+        watch, got = make_watch()
+        client = ScriptedClient()
+        client.done["Z"] = history_entry("Z", 0)  # no status broadcast ever counted it
+        await watch._poll(client)  # woken by a kick: the counters say nothing is missing
+        after_kick = done_ids(got)
+        reads = client.history_reads
+        await watch._poll(client, safety=True)
+        return after_kick, done_ids(got), reads
+
+    after_kick, after_safety, reads = asyncio.run(scenario())
+    assert (after_kick, reads) == ([], 0)
+    assert after_safety == ["Z"]

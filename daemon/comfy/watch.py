@@ -352,6 +352,8 @@ class _InstanceWatch:
         self.reported = _Remembered(options.remembered_ids)
         self.kick = asyncio.Event()
         self.ws_dropped = False
+        #: the websocket came back after a drop: the broadcasts in between are lost
+        self.ws_reopened = False
         #: status broadcasts whose queue_remaining grew (prompts queued) vs new ids seen
         self.announced = 0
         self.seen_new = 0
@@ -396,6 +398,7 @@ class _InstanceWatch:
     async def _session(self, client: ComfyClient, stats: Mapping[str, Any]) -> None:
         self.connected = True
         self.ws_dropped = False
+        self.ws_reopened = False
         self._last_remaining = None
         self._reset_counts()
         ws_task = asyncio.create_task(
@@ -421,6 +424,7 @@ class _InstanceWatch:
         try:
             with contextlib.suppress(ComfyError):
                 await self._backfill(client)  # a failure shows at the next poll
+            safety = False
             while True:
                 self.kick.clear()
                 if self.ws_dropped:
@@ -429,13 +433,18 @@ class _InstanceWatch:
                         reason = "the websocket dropped and the server no longer answers"
                         break
                 try:
-                    await self._poll(client)
+                    if self.ws_reopened:
+                        # the broadcasts sent while the socket was down are lost: a prompt
+                        # queued and done then was counted by nothing; history has it
+                        await self._sweep(client, 8, backfill=False)
+                        self.ws_reopened = False  # (after the sweep: a failed one is retried)
+                    await self._poll(client, safety=safety)
                 except (ComfyError, _SessionLost) as exc:
                     if not await client.is_up():
                         reason = str(exc)
                         break
                     continue
-                await self._wait(self._interval())
+                safety = not await self._wait(self._interval())
         finally:
             ws_task.cancel()
             self.ws_up = False
@@ -456,13 +465,18 @@ class _InstanceWatch:
             return self.options.active_poll_s
         return self.options.idle_poll_s if self.ws_up else self.options.idle_poll_no_ws_s
 
-    async def _wait(self, timeout_s: float) -> None:
-        with contextlib.suppress(TimeoutError):
+    async def _wait(self, timeout_s: float) -> bool:
+        """Wait for a kick or ``timeout_s``; True when kicked."""
+        try:
             await asyncio.wait_for(self.kick.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     # -- the websocket: status broadcasts are the wake-up hint --------------------------------
     async def _ws_loop(self, client: ComfyClient) -> None:
         backoff = self.options.reconnect_min_s
+        opened = False
         while True:
             try:
                 ws = await client.open_websocket(self.client_id)
@@ -474,6 +488,9 @@ class _InstanceWatch:
                 backoff = next_backoff_s(backoff, self.options)
                 continue
             backoff = self.options.reconnect_min_s
+            if opened:
+                self.ws_reopened = True  # the session sweeps history for the gap
+            opened = True
             self.ws_up = True
             self._last_remaining = None  # ComfyUI greets a new socket with the current status
             try:
@@ -507,7 +524,9 @@ class _InstanceWatch:
         self._last_remaining = remaining
 
     # -- polling ------------------------------------------------------------------------------
-    async def _poll(self, client: ComfyClient) -> None:
+    async def _poll(self, client: ComfyClient, *, safety: bool = False) -> None:
+        """One look at the queue. ``safety``: the idle timer fired (no broadcast woke us):
+        the newest history entry is also checked, for a prompt whose broadcasts were lost."""
         state = await client.queue()
         now = self.clock()
         present: set[str] = set()
@@ -554,8 +573,9 @@ class _InstanceWatch:
             self._reset_counts()
             if missing > 0:
                 await self._sweep(client, span + 2, backfill=False, want=missing, since_s=since)
-            elif not self.ws_up and await self._newest_is_new(client):
-                # no status broadcasts to count prompts by: back to the newest one reported
+            elif (not self.ws_up or safety) and await self._newest_is_new(client):
+                # no status broadcasts to count prompts by (or, on the idle safety poll,
+                # some were lost): back to the newest one reported
                 await self._sweep(client, 8, backfill=False)
 
     async def _newest_is_new(self, client: ComfyClient) -> bool:
