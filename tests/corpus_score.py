@@ -64,6 +64,20 @@ KNOWN_MISSES = {
     "'got oom on Vae Decode node'; a bare OOM in prose is not read as a failure",
     "ram_oom_prose_not_vram_supir_denoiser.txt": "only the user's words 'i run into OOM issues. "
     "Not for the vram, but for the ram'; a bare OOM in prose is not read as a failure",
+    "cuda_title_and_prose_fooocus_colab_refiner.txt": "the body's 'i am getting CUDA out of "
+    "memory error' is an English sentence, not read (a start-up tip 'If you get CUDA out of "
+    "memory errors, try --lowvram' must stay quiet)",
+    "ram_enforce_fail_alloc_cpu_title_cut_at_data_fooocus.txt": "a title cut before "
+    "'DefaultCPUAllocator': 'RuntimeError: [enforce fail at ...alloc_cpu.cpp:72] data.' holds no "
+    "needle",
+    "ram_cpu_allocator_placeholder_bytes_title_loading_models.txt": "the title '[Bug]not enough "
+    "memory while loading models' is the user's words, not read",
+    "kernel_oom_kill_syslog_systemd_units_title_fooocus.txt": "the title 'oom kill after long "
+    "running fooocus ...' is the user's words, not read",
+    "killed_prose_title_and_body_moving_model_to_gpu.txt": "'Process killed shortly after ...' "
+    "and 'when the process is killed' are the user's words, not read",
+    "killed_bare_quoted_diffusers_from_pretrained_title_and_prose.txt": '\'"Killed" without '
+    "error' and 'just \"Killed\" gets outputted' quote the shell's word in sentences, not read",
     "pinned_hostbuf_prose_disable_pinned_fixes.txt": "the failure is named only in the user's "
     "prose ('failing with a CUDA out-of-memory error'); English prose is not read as a failure "
     "(the corpus's prose negatives)",

@@ -1322,3 +1322,94 @@ def test_an_oom_a_pack_caught_and_went_on_from_is_soft() -> None:
     # an OOM that nothing retried stays a failure
     (plain,) = iter_findings(retried[:1])
     assert not plain.event.recovered
+
+
+@pytest.mark.parametrize(
+    ("text", "rule", "pool", "exc", "requested"),
+    [
+        (
+            "[Bug]: RuntimeError: unable to mmap ... Cannot allocate memory",
+            "mmap-enomem",
+            Pool.RAM,
+            "RuntimeError",
+            None,
+        ),
+        (
+            "An error occurred in the image: OutOfCacheError: CUDA out of memory Tried to allocate 256.00 MiB. GPU",
+            "cuda-oom",
+            Pool.GPU,
+            "OutOfCacheError",
+            256 * MiB,
+        ),
+        (
+            '[Bug]: CUDA out of memory on "odd" resolutions in high res fix',
+            "cuda-oom",
+            Pool.GPU,
+            None,
+            None,
+        ),
+        (
+            "[bug]: AMD HIP out of memory when generating more than one image",
+            "hip-oom",
+            Pool.GPU,
+            None,
+            None,
+        ),
+        (
+            "RuntimeError: CPUAllocator: not enough memory: you tried to allocate 6553600 bytes.",
+            "cpu-allocator",
+            Pool.RAM,
+            "RuntimeError",
+            6553600,
+        ),
+        (
+            '[Issue]: "RuntimeError: Could not allocate tensor with XXXXXXXX bytes"',
+            "directml-oom",
+            Pool.GPU,
+            "RuntimeError",
+            None,
+        ),
+        (
+            "RuntimeError: Could not allocate tensor with 4718592000 bytes",
+            "directml-oom",
+            Pool.GPU,
+            "RuntimeError",
+            4718592000,
+        ),
+        (
+            "[Bug]: RuntimeError: [enforce fail at ..\\c10\\core\\impl\\alloc_cpu.cpp:72] data. DefaultCPUAllocator: not enough memory: you tried to allocate 9437184 bytes.",
+            "cpu-allocator",
+            Pool.RAM,
+            "RuntimeError",
+            9437184,
+        ),
+    ],
+)
+def test_round_five_shapes(
+    text: str, rule: str, pool: Pool, exc: str | None, requested: int | None
+) -> None:
+    assert has_needle(text)
+    event = _event(text)
+    assert (event.rule, event.pool, event.exception_type, event.requested_bytes) == (
+        rule,
+        pool,
+        exc,
+        requested,
+    )
+
+
+def test_macos_bashs_killed_9_is_a_kill_with_its_pid() -> None:
+    event = _event(
+        "invokeai/invoke.sh: line 24: 10946 Killed: 9               .venv/bin/python .venv/bin/invoke.py --web $*"
+    )
+    assert (event.pool, event.killed_pid) == (Pool.KILLED_BY_OS, 10946)
+
+
+def test_a_start_up_tip_naming_cuda_out_of_memory_stays_quiet() -> None:
+    assert (
+        classify_record("If you get CUDA out of memory errors, try --lowvram or a smaller batch.")
+        is None
+    )
+    assert (
+        classify_record("When i use foocus in colab i am getting CUDA out of memory error") is None
+    )

@@ -46,7 +46,7 @@ NEEDLES: tuple[str, ...] = (
     "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
     "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
-    "to allocate",  # torch's 'Tried to allocate' alone, numpy's 'Unable to allocate', 'failed to allocate'
+    "allocate ",  # 'Tried to allocate' alone, numpy's 'Unable to allocate', 'Could not allocate tensor'
     "OUT_OF_",  # driver APIs' error names: CUDA_ERROR_OUT_OF_MEMORY, UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
     "sh: killed",  # zsh's report of a SIGKILLed job (macOS's memory-pressure kill, the OOM killer)
 )
@@ -81,7 +81,7 @@ def has_needle(text: str) -> bool:
         or "nvalid buffer" in text
         or "oom-kill" in text
         or "CUDA:" in text
-        or "to allocate" in text
+        or "allocate " in text
         or "OUT_OF_" in text
         or "sh: killed" in text
     )
@@ -106,7 +106,9 @@ _RX_OOMD_ATTEMPT = re.compile(
 _RX_SYSTEMD_UNIT = re.compile(
     r"([\w@.\-]+): A process of this unit has been killed by the OOM killer"
 )
-_RX_BASH_KILLED = re.compile(r"\bline \d+:\s+(\d+) Killed(?:\s|$)", _M)
+_RX_BASH_KILLED = re.compile(
+    r"\bline \d+:\s+(\d+) Killed(?::\s*9)?(?:\s|$)", _M
+)  # macOS bash: 'Killed: 9'
 #: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
 _RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in \S+ cgroup")
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
@@ -120,15 +122,17 @@ _RX_BARE_KILLED = re.compile(
 
 _RX_MPS = re.compile(r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)", _M)
 _RX_TORCH_DEVICE = re.compile(
-    r"(CUDA|HIP|XPU) out of memory\.(?= Tried to allocate|\s*$)"
+    r"(CUDA|HIP|XPU) out of memory(?:\.(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
     # inside a CJK sentence ('一直显示CUDA out of memory，'), hyphenated or not: what the
-    # user saw, named in the sentence; the full-width punctuation or CJK after it says so
+    # user saw, named in the sentence; the full-width punctuation or CJK after it says so.
+    # (Not in an English sentence: 'If you get CUDA out of memory errors, try --lowvram' is
+    # a tip a node pack may print at start-up.)
     r"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[\u3000-\u303f\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])",
     _M,
 )
 _RX_TORCH_DEVICE_LINE = re.compile(
     # (an issue title: a Markdown heading mark, a vendor's or a capitalised word before it)
-    r"^(?:#+ )?(?:\S+Error: |!!! Exception during processing !!! |[A-Z][A-Za-z]{1,10} )?"
+    r"^(?:#+ )?(?:\[\w+\]:? ?)?(?:\S+Error: |!!! Exception during processing !!! |[A-Z][A-Za-z]{1,10} )?"
     r"(CUDA|HIP|XPU) out of memory\b",
     _M,
 )
@@ -203,17 +207,21 @@ _RX_LIB_ALLOC = re.compile(
 )
 _RX_DIRECTML = re.compile(
     r"(?:Could not allocate tensor with (\d+) bytes\. )?There is not enough GPU video memory available"
+    # its first sentence alone (a title), the size a user replaced: 'with XXXXXXXX bytes'
+    r"|Could not allocate tensor with (?:(\d+)|[Xx]+) bytes"
 )
 _RX_PAGEFILE = re.compile(r"(?:os error|WinError) 1455\b")
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
 #: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
 _RX_CPU_ALLOC = re.compile(
-    r"(?:DefaultCPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory)(?:: you [Tt]ried to (?:re)?allocate (\d+) ?(bytes|GB))?"
+    r"(?:(?:Default)?CPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory)(?:: you [Tt]ried to (?:re)?allocate (\d+) ?(bytes|GB))?"
 )
 #: ONNX Runtime's arena allocator (insightface, ReActor, DWPose and rembg run on it): the arena
 #: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
 _RX_ONNX_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
-_RX_MMAP = re.compile(r"unable to mmap (\d+) bytes from file [\s\S]{0,400}?Cannot allocate memory")
+_RX_MMAP = re.compile(  # (the size and path may be a user's '...')
+    r"unable to mmap (?:(\d+) bytes from file )?[\s\S]{0,400}?Cannot allocate memory"
+)
 _RX_NUMPY = re.compile(r"Unable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
 _RX_GOT_OOM = re.compile(r"Got an OOM, unloading all loaded models")
 _RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
@@ -810,13 +818,13 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         lib = m.group(1).upper()
         backend = Backend.ROCM if lib.startswith(("HIP", "ROC", "MIOPEN")) else Backend.CUDA
         return f"{lib.lower()}-alloc-failed", Pool.GPU, backend, m.start(), False
-    m = _find(_RX_DIRECTML, body, "not enough GPU video memory")
+    m = _find(_RX_DIRECTML, body, "not enough GPU video memory", "allocate tensor with")
     if m:
         return "directml-oom", Pool.GPU, Backend.DIRECTML, m.start(), False
     m = _find(_RX_PAGEFILE, body, "rror 1455")
     if m:
         return "windows-pagefile", Pool.SWAP_PAGEFILE, Backend.CPU, m.start(), False
-    m = _find(_RX_CPU_ALLOC, body, "DefaultCPUAllocator", "$ Torch")
+    m = _find(_RX_CPU_ALLOC, body, "CPUAllocator", "$ Torch")
     if m:
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_ONNX_ARENA, body, "requested buffer of size")
@@ -1065,8 +1073,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = size_bytes(m.group(2), m.group(3))
     elif rule == "directml-oom":
         m = _RX_DIRECTML.search(body)
-        if m and m.group(1):
-            fields["requested_bytes"] = int(m.group(1))
+        if m and (m.group(1) or m.group(2)):
+            fields["requested_bytes"] = int(m.group(1) or m.group(2))
     elif rule == "cpu-allocator":
         m = _RX_CPU_ALLOC.search(body)
         if m and m.group(1):
@@ -1090,7 +1098,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = int(m.group(1))
     elif rule == "mmap-enomem":
         m = _RX_MMAP.search(body)
-        if m:
+        if m and m.group(1):
             fields["requested_bytes"] = int(m.group(1))
     elif rule in ("numpy-alloc", "memory-error"):
         m = _RX_NUMPY.search(body)
@@ -1158,7 +1166,9 @@ _RX_OOM_KILLED = re.compile(r"\bOOM[- ]?[Kk]illed\b")
 #: the kernel's killer named as the one that killed: 'oom-killer kills the comfyui process'
 _RX_OOM_KILLER_SAID = re.compile(r"(?i)\boom[- ]killer (?:kills|killed|has killed)\b")
 #: a UI's field label before an exception line (Easy Diffusion's ``Extend: RuntimeError: ...``)
-_RX_UI_LABEL = re.compile(r"[A-Z][a-z]{2,15}: (?=(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error: )")
+_RX_UI_LABEL = re.compile(  # (or an issue form's '[Bug]: ')
+    r"(?:[A-Z][a-z]{2,15}|\[\w+\]): (?=(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error: )"
+)
 
 
 def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
