@@ -1213,7 +1213,7 @@ def test_a_ui_label_before_the_exception_line_is_not_the_type() -> None:
         ),
         (
             "# FaceDetailerPipe: torch.OutOfMemoryError - Allocation on device",
-            "oom-type-named",
+            "cuda-alloc-on-device",
             "torch.OutOfMemoryError",
             "FaceDetailerPipe",
         ),
@@ -1413,3 +1413,24 @@ def test_a_start_up_tip_naming_cuda_out_of_memory_stays_quiet() -> None:
     assert (
         classify_record("When i use foocus in colab i am getting CUDA out of memory error") is None
     )
+
+
+def test_round_five_spent_shapes() -> None:
+    quoted = _event(
+        '[Bug]: img2img throwing exception: "CUDA out of memory" even with batch count 1'
+    )
+    assert (quoted.rule, quoted.pool) == ("cuda-oom", Pool.GPU)
+    job = _event("[1]    9301 killed     python3 scripts/dream.py ")
+    assert (job.pool, job.killed_pid) == (Pool.KILLED_BY_OS, 9301)
+    cased = _event("torch.cuda.OutofMemoryError")
+    assert cased.pool is Pool.GPU
+    glued = _event("更新后出现 SegmentAnything Ultra V2 Allocation on device")
+    assert glued.rule == "cuda-alloc-on-device"
+    tail = _event("not enough memory: you tried to allocate 9437184 bytes")
+    assert (tail.pool, tail.requested_bytes) == (Pool.RAM, 9437184)
+    enforce = _event(
+        'suddenly getting the error "RuntimeError: [enforce fail at ..\\c10\\core\\impl\\alloc_cpu.cpp:72] data. '
+        'DefaultCPUAllocator: not enough memory: you tried to allocate 151781376 bytes."'
+    )
+    assert (enforce.exception_type, enforce.requested_bytes) == ("RuntimeError", 151781376)
+    assert classify_record("the prose says not enough memory, nothing more") is None

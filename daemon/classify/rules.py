@@ -48,7 +48,7 @@ NEEDLES: tuple[str, ...] = (
     "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
     "allocate ",  # 'Tried to allocate' alone, numpy's 'Unable to allocate', 'Could not allocate tensor'
     "OUT_OF_",  # driver APIs' error names: CUDA_ERROR_OUT_OF_MEMORY, UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
-    "sh: killed",  # zsh's report of a SIGKILLed job (macOS's memory-pressure kill, the OOM killer)
+    "killed  ",  # zsh's job reports, padded: 'zsh: killed     python', '[1]    9301 killed     python'
 )
 
 _K = KIB
@@ -83,7 +83,7 @@ def has_needle(text: str) -> bool:
         or "CUDA:" in text
         or "allocate " in text
         or "OUT_OF_" in text
-        or "sh: killed" in text
+        or "killed  " in text
     )
 
 
@@ -113,7 +113,7 @@ _RX_BASH_KILLED = re.compile(
 _RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in \S+ cgroup")
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
 #: system killed for memory pressure; on Linux the OOM killer's SIGKILL)
-_RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S")
+_RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S|^\[\d+\]\s+[+-]?\s*(\d+) killed\s{2,}\S", _M)
 _RX_BARE_KILLED = re.compile(
     # (or glued to the end of a progress bar: '... 3/4 [00:08<00:02,  2.83s/it]Killed')
     r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?`?\s*$|(?:(?<=/it\])|(?<=/s\]))Killed\s*$",
@@ -127,7 +127,9 @@ _RX_TORCH_DEVICE = re.compile(
     # user saw, named in the sentence; the full-width punctuation or CJK after it says so.
     # (Not in an English sentence: 'If you get CUDA out of memory errors, try --lowvram' is
     # a tip a node pack may print at start-up.)
-    r"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[\u3000-\u303f\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])",
+    r"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[\u3000-\u303f\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])"
+    # quoted, as the error's own words ('throwing exception: "CUDA out of memory" even ...')
+    r"|(?<=[\"'`\u201c])(CUDA|HIP|XPU) out of memory\.?(?=[\"'`\u201d])",
     _M,
 )
 _RX_TORCH_DEVICE_LINE = re.compile(
@@ -143,7 +145,7 @@ _RX_EXCEED_FRAGMENT = re.compile(
     r"out of memory\)?,? Requested\s*: ?" + _SIZE + r"\s+Device limit\s*: ?" + _SIZE
 )
 _RX_ALLOC_ON_DEVICE = re.compile(
-    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b",
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b",
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
@@ -219,6 +221,12 @@ _RX_CPU_ALLOC = re.compile(
 #: ONNX Runtime's arena allocator (insightface, ReActor, DWPose and rembg run on it): the arena
 #: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
 _RX_ONNX_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
+#: the CPU allocator's message from its second clause on (an issue title)
+_RX_CPU_ALLOC_TAIL = re.compile(
+    r"^not enough memory: you tried to allocate (\d+) ?(bytes|GB)\b", _M
+)
+#: the exception type of the CPU allocator's enforce line, wherever it is quoted
+_RX_ENFORCE_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[enforce fail at ")
 _RX_MMAP = re.compile(  # (the size and path may be a user's '...')
     r"unable to mmap (?:(\d+) bytes from file )?[\s\S]{0,400}?Cannot allocate memory"
 )
@@ -772,7 +780,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         _RX_TORCH_DEVICE_LINE, body, " out of memory"
     )
     if m:
-        group = 1 if m.group(1) else 2
+        group = next(g for g in (1, 2, 3) if m.group(g))
         dev = m.group(group)
         backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
         return f"{dev.lower()}-oom", Pool.GPU, backend, m.start(group), False
@@ -824,7 +832,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_PAGEFILE, body, "rror 1455")
     if m:
         return "windows-pagefile", Pool.SWAP_PAGEFILE, Backend.CPU, m.start(), False
-    m = _find(_RX_CPU_ALLOC, body, "CPUAllocator", "$ Torch")
+    m = _find(_RX_CPU_ALLOC, body, "CPUAllocator", "$ Torch") or _find(
+        _RX_CPU_ALLOC_TAIL, body, "not enough memory: you tried"
+    )
     if m:
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_ONNX_ARENA, body, "requested buffer of size")
@@ -848,7 +858,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     exc = _oom_exception_line(body) if "MemoryError" in body else None
     if exc is not None:
         type_name, start = exc
-        if type_name.endswith("OutOfMemoryError"):
+        if type_name.lower().endswith("outofmemoryerror"):  # (a user's 'OutofMemoryError')
             return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
         if _find(_RX_NUMPY, body, "Unable to allocate"):
             return "numpy-alloc", Pool.RAM, Backend.CPU, start, False
@@ -895,7 +905,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = (
         _find(_RX_BASH_KILLED, body, "Killed")
         or _find(_RX_BARE_KILLED, body, "Killed")
-        or _find(_RX_ZSH_KILLED, body, "sh: killed")
+        or _find(_RX_ZSH_KILLED, body, "killed  ")
     )
     if m:
         return "shell-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
@@ -945,6 +955,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "mps-invalid-buffer":
         m = _RX_MPS_BUFFER.search(body)
         return m.group(1) if m and m.group(1) else None
+    if rule == "cpu-allocator" and "[enforce fail at " in body:
+        m = _RX_ENFORCE_TYPE.search(body)
+        return m.group(1) if m else None
     if rule in ("cuda-oom", "hip-oom", "xpu-oom") and "OutOfMemoryError: " in body:
         m = _RX_INLINE_OOM_TYPE.search(body)
         return m.group(1) if m else None
@@ -1076,7 +1089,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m and (m.group(1) or m.group(2)):
             fields["requested_bytes"] = int(m.group(1) or m.group(2))
     elif rule == "cpu-allocator":
-        m = _RX_CPU_ALLOC.search(body)
+        m = _RX_CPU_ALLOC.search(body) or _RX_CPU_ALLOC_TAIL.search(body)
         if m and m.group(1):
             fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
     elif rule == "library-ram-guard":
@@ -1134,8 +1147,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
     elif rule == "oom-killer-said":
         fields["killer"] = "kernel"
     elif rule == "shell-killed":
-        m = _RX_BASH_KILLED.search(body)
-        if m:
+        m = _RX_BASH_KILLED.search(body) or _RX_ZSH_KILLED.search(body)
+        if m and m.group(1):
             fields["killed_pid"] = int(m.group(1))
     elif rule == "soft-split-attention-steps":
         m = _RX_SOFT[2][1].search(body)
