@@ -169,7 +169,8 @@ class _Folder:
             return
         if record.line_no - cand.end_line_no > _RETRY_LINES:
             return
-        if not RETRYING.search(record.text) or not has_needle(record.text):
+        text = record.text
+        if "etrying" not in text or not RETRYING.search(text) or not has_needle(text):
             return
         self._cand = replace(cand, event=replace(cand.event, recovered=True))
 
@@ -184,8 +185,9 @@ class _Folder:
             return found
         if self._prev.line_no + self._prev.line_count != record.line_no:
             return found
-        if record.text[:1].isupper():
-            return found  # a new sentence or message starts here: nothing was wrapped
+        first = record.text[:1]
+        if not (first.islower() or first == "/"):
+            return found  # a message's rest goes on in lower case or with a path; else new
         last = self._prev.text.rstrip("\n").rsplit("\n", 1)[-1]
         m = _RX_WRAPPED_TYPE.search(last) if "Error: " in last or "Exception: " in last else None
         if m is None:

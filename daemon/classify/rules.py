@@ -37,7 +37,7 @@ from oom_sentinel.daemon.logs.prefix import split_prefix, strip_ansi
 #: Chosen for the speed of ``bytes.find``: long or upper-case needles skip fastest.
 NEEDLES: tuple[str, ...] = (
     "emory",  # out of memory, MemoryError, not enough memory, video memory, Memory cgroup
-    "Allocation on device",  # cudaMallocAsync
+    "llocat",  # cudaMallocAsync's 'Allocation on device', 'Tried to allocate', 'Could not allocate'
     "_STATUS_",  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_NOT_ALLOCATED, ...
     "OOM",  # Got an OOM, OOMed, the OOM killer
     "Killed",  # bare Killed, Killed process
@@ -46,7 +46,6 @@ NEEDLES: tuple[str, ...] = (
     "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
     "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
-    "allocate ",  # 'Tried to allocate' alone, numpy's 'Unable to allocate', 'Could not allocate tensor'
     "OUT_OF_",  # driver APIs' error names: CUDA_ERROR_OUT_OF_MEMORY, UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
     "killed  ",  # zsh's job reports, padded: 'zsh: killed     python', '[1]    9301 killed     python'
 )
@@ -74,14 +73,13 @@ def has_needle(text: str) -> bool:
         "emory" in text
         or "OOM" in text
         or "Killed" in text
-        or "Allocation on device" in text
+        or "llocat" in text
         or "_STATUS_" in text
         or "rror 1455" in text
         or "sending SIG" in text
         or "nvalid buffer" in text
         or "oom-kill" in text
         or "CUDA:" in text
-        or "allocate " in text
         or "OUT_OF_" in text
         or "killed  " in text
     )
@@ -547,7 +545,12 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     message = _message_of(lines[idx], pos - starts[fidx], exc_msg, report_msg)
     if backend is Backend.UNKNOWN:
         backend = _backend_from_text(body, report_msg)
-    if not recovered and pool is Pool.GPU and _RX_FELL_BACK.search(body, pos):
+    if (
+        not recovered
+        and pool is Pool.GPU
+        and "falling back" in body
+        and _RX_FELL_BACK.search(body, pos)
+    ):
         recovered = True  # a pack caught it and went on ('...); falling back to plain video')
     if rule == "cuda-error-oom" and pinned_evidence("\n".join(lines)):
         pool = Pool.RAM
