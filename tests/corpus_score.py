@@ -82,6 +82,12 @@ KNOWN_MISSES = {
     "1.5' is the user's sentence, not the shell's bare 'Killed' line",
     "ram_cpu_allocator_patch_model_fence_title_not_enough.txt": "the title 'RuntimeError,not "
     "enough memory' is the user's words, not read",
+    "unknown_prose_krita_says_out_of_memory_device_mem.txt": "'it says out of memory' and the "
+    "paraphrased figures are the user's words, not read",
+    "localized_zh_dataloader_worker_killed_opensora_training.txt": "the Chinese title's '最后被kill掉了' "
+    "('finally got killed') is the user's words, not read (the body's DataLoader line is)",
+    "ram_memoryerror_title_and_body_onetrainer_save_pagefile.txt": "the title '[Bug]: MemoryError "
+    "Could not save model ...' runs the type into a sentence, not an exception line",
     "pinned_hostbuf_prose_disable_pinned_fixes.txt": "the failure is named only in the user's "
     "prose ('failing with a CUDA out-of-memory error'); English prose is not read as a failure "
     "(the corpus's prose negatives)",

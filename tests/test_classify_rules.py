@@ -1434,3 +1434,53 @@ def test_round_five_spent_shapes() -> None:
     )
     assert (enforce.exception_type, enforce.requested_bytes) == ("RuntimeError", 151781376)
     assert classify_record("the prose says not enough memory, nothing more") is None
+
+
+def test_round_six_shapes() -> None:
+    wrapped = [
+        ">  Server execution error: Allocation on device 0",
+        "would exceed allowed memory. (out of memory)",
+        "Currently allocated: 2.65 GiB",
+        "Requested 666.02 MiB",
+        "Device limit 13.81 GiB",
+    ]
+    (finding,) = iter_findings(wrapped)
+    e = finding.event
+    assert (finding.line_no, e.rule, e.requested_bytes) == (
+        1,
+        "cuda-exceed-allowed",
+        round(Decimal("666.02") * MiB),
+    )
+    assert (
+        _event("BNK Unsampler exceed allowed memory. (out of memory)").rule == "cuda-exceed-allowed"
+    )
+    assert (
+        _event('An error message "Allocation on device" appears when the SAM model is loaded').pool
+        is Pool.GPU
+    )
+    typed = _event(
+        "python app.py --model-type v1 一直报torch.cuda.OutOfMemoryError: CUDA out of memory"
+    )
+    assert (typed.rule, typed.exception_type) == ("cuda-oom", "torch.cuda.OutOfMemoryError")
+    assert (
+        _event("Wan 2.1 Pinokkio or ComfyUI | OS Error 1455 | The paging file is too small").pool
+        is Pool.SWAP_PAGEFILE
+    )
+    cycles = _event(
+        "Out of memory in cuStreamCreate(&cuda_stream_, CU_STREAM_NON_BLOCKING) (queue.cpp:21)"
+    )
+    assert (cycles.pool, cycles.backend) == (Pool.GPU, Backend.CUDA)
+    dml = _event(
+        "[W D:\\a\\_work\\1\\s\\pytorch-directml-plugin\\torch_directml\\csrc\\engine\\dml_heap_allocator.cc:120] DML allocator out of memory!"
+    )
+    assert dml.backend is Backend.DIRECTML
+    worker = _event("RuntimeError: DataLoader worker (pid 3979007) is killed by signal: Killed.")
+    assert (worker.pool, worker.killed_pid, worker.exception_type) == (
+        Pool.KILLED_BY_OS,
+        3979007,
+        "RuntimeError",
+    )
+    form = _event(
+        "[Bug]: MemoryError: Unable to allocate 3.00 GiB for an array with shape (1,) and data type float32"
+    )
+    assert (form.pool, form.exception_type) == (Pool.RAM, "MemoryError")

@@ -178,3 +178,26 @@ FollowedLogToTheEnd.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_followed_log_loses_and_repeats_nothing = FollowedLogToTheEnd.TestCase
+
+
+def test_a_restart_after_two_copy_truncates_reads_no_manager_copy_twice() -> None:
+    """Found by this model: a Manager rotation, lines read and committed, then two
+    copy-truncates (the second overwrites ``X.log.1`` with the truncated, empty file) and a
+    restart. No copy holds the cursor's bytes any more, and the restart read the Manager copy
+    rotated before the cursor's file again: its line came twice."""
+    state = FollowedLogToTheEnd()
+    try:
+        state.start()
+        state.start_partial_line()
+        state.manager_rotation()
+        state.append_lines(count=1, crlf=False)
+        state.poll()
+        state.commit()
+        state.copy_truncate()
+        state.copy_truncate()
+        state.restart()
+        state.poll()
+        state.emitted_lines_are_the_written_ones_in_order()
+        state.check_everything_arrives()
+    finally:
+        FollowedLog.teardown(state)

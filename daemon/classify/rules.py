@@ -107,6 +107,8 @@ _RX_SYSTEMD_UNIT = re.compile(
 _RX_BASH_KILLED = re.compile(
     r"\bline \d+:\s+(\d+) Killed(?::\s*9)?(?:\s|$)", _M
 )  # macOS bash: 'Killed: 9'
+#: torch's DataLoader reporting a worker the OS SIGKILLed
+_RX_WORKER_KILLED = re.compile(r"\bDataLoader worker \(pid (\d+)\) is killed by signal: Killed\b")
 #: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
 _RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in \S+ cgroup")
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
@@ -127,7 +129,9 @@ _RX_TORCH_DEVICE = re.compile(
     # a tip a node pack may print at start-up.)
     r"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[\u3000-\u303f\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])"
     # quoted, as the error's own words ('throwing exception: "CUDA out of memory" even ...')
-    r"|(?<=[\"'`\u201c])(CUDA|HIP|XPU) out of memory\.?(?=[\"'`\u201d])",
+    r"|(?<=[\"'`\u201c])(CUDA|HIP|XPU) out of memory\.?(?=[\"'`\u201d])"
+    # right after its exception type, wherever that is ('... 一直报torch.cuda.OutOfMemoryError: CUDA out of memory')
+    r"|(?<=Error: )(CUDA|HIP|XPU) out of memory\b",
     _M,
 )
 _RX_TORCH_DEVICE_LINE = re.compile(
@@ -136,14 +140,19 @@ _RX_TORCH_DEVICE_LINE = re.compile(
     r"(CUDA|HIP|XPU) out of memory\b",
     _M,
 )
-_RX_EXCEED = re.compile(r"Allocation on device (\d+) would exceed allowed memory")
+_RX_EXCEED = re.compile(r"Allocation on device (\d+)\s+would exceed allowed memory")
 #: the same table's lines flattened into a title, its first sentence cut: 'out of memory,
 #: Requested : 8.01 GiB Device limit : 15.70 GiB'
 _RX_EXCEED_FRAGMENT = re.compile(
-    r"out of memory\)?,? Requested\s*: ?" + _SIZE + r"\s+Device limit\s*: ?" + _SIZE
+    r"out of memory\)?,? Requested\s*: ?"
+    + _SIZE
+    + r"\s+Device limit\s*: ?"
+    + _SIZE
+    + r"|\bexceed allowed memory\.? \(out of memory\)"  # a title keeping the message's tail
 )
 _RX_ALLOC_ON_DEVICE = re.compile(
-    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b",
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b"
+    r"|(?<=[\"'`\u201c])Allocation on device(?=[\"'`\u201d])",  # quoted as the error's words
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
@@ -166,7 +175,8 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     r"|\bcuda failed with error 2\W{0,3}out of memory\b"
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
     r"|\bcudaMalloc\w* failed: ?out of memory\b"
-    r"|\bCUDA error 2 at \S+: out of memory\b",
+    r"|\bCUDA error 2 at \S+: out of memory\b"
+    r"|\bOut of memory in cu[A-Z]\w*\(",  # a driver API call's failure (Blender Cycles)
     re.IGNORECASE,
 )
 #: torch's DataLoader re-raising what failed in its pinning thread (page-locking host RAM)
@@ -209,8 +219,9 @@ _RX_DIRECTML = re.compile(
     r"(?:Could not allocate tensor with (\d+) bytes\. )?There is not enough GPU video memory available"
     # its first sentence alone (a title), the size a user replaced: 'with XXXXXXXX bytes'
     r"|Could not allocate tensor with (?:(\d+)|[Xx]+) bytes"
+    r"|\bDML allocator out of memory"  # torch-directml's heap allocator
 )
-_RX_PAGEFILE = re.compile(r"(?:os error|WinError) 1455\b")
+_RX_PAGEFILE = re.compile(r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b")  # ('OS Error 1455' in a title)
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
 #: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
 _RX_CPU_ALLOC = re.compile(
@@ -318,6 +329,10 @@ _RX_SOFT: tuple[tuple[str, re.Pattern[str]], ...] = (
 _RX_EXC_LINE = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*Error|(?:[A-Za-z_]\w*)?Exception))(?::[ \t]?(.*))?$", _M
 )
+#: the same, after an issue form's bracketed prefix ('[Bug]: MemoryError: ...'): OOM types only
+_RX_OOM_EXC_LINE = re.compile(
+    r"^(?:\[\w+\]: ?)?((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?MemoryError)(?::[ \t]?(.*))?$", _M
+)
 #: a field of ComfyUI's Error Report in any language: ``- **<label>:** <value>``, one per line
 #: or, in a paste that lost its newlines, one after another on a line
 _RX_ANY_FIELD = re.compile(
@@ -371,8 +386,8 @@ _RESERVED_UNALLOC_BRANCHES = (
 _RX_RESERVED = re.compile(_SIZE + r"\s+reserved in total\b")  # \s+: a message hard-wrapped here
 _RX_ALLOWED = re.compile(r"[;.] " + _SIZE + r" allowed;")  # torch>=2.1: "... is free. X allowed;"
 _RX_EX_ALLOCATED = re.compile(r"Currently allocated\s*:\s*" + _SIZE)
-_RX_EX_REQUESTED = re.compile(r"Requested\s*:\s*" + _SIZE)
-_RX_EX_LIMIT = re.compile(r"Device limit\s*:\s*" + _SIZE)
+_RX_EX_REQUESTED = re.compile(r"Requested\s*:?\s*" + _SIZE)  # (a paste may drop the colons)
+_RX_EX_LIMIT = re.compile(r"Device limit\s*:?\s*" + _SIZE)
 _RX_EX_FREE = re.compile(r"Free \(according to CUDA\)\s*:\s*" + _SIZE)
 _RX_MPS_ALLOCATED = re.compile(r"MPS allocated: " + _SIZE)
 _RX_MPS_OTHER = re.compile(r"other allocations: " + _SIZE)
@@ -783,7 +798,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         _RX_TORCH_DEVICE_LINE, body, " out of memory"
     )
     if m:
-        group = next(g for g in (1, 2, 3) if m.group(g))
+        group = next(g for g in (1, 2, 3, 4) if m.group(g))
         dev = m.group(group)
         backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
         return f"{dev.lower()}-oom", Pool.GPU, backend, m.start(group), False
@@ -793,7 +808,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         # refused block over 4 GB, not memory running out)
         return "cuda-oom-cut", Pool.GPU, Backend.UNKNOWN, m.start(), False
     m = _find(_RX_EXCEED, body, "would exceed allowed memory") or _find(
-        _RX_EXCEED_FRAGMENT, body, "Device limit"
+        _RX_EXCEED_FRAGMENT, body, "Device limit", "exceed allowed memory"
     )
     if m:
         return "cuda-exceed-allowed", Pool.GPU, Backend.CUDA, m.start(), False
@@ -813,7 +828,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     if m:
         rocm = (m.group(1) or m.group(2) or m.group(3) or "hip").lower() == "hip"
         return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
-    m = _find(_RX_CUDA_LEGACY_OOM, body, "out of memory") or _find(
+    m = _find(_RX_CUDA_LEGACY_OOM, body, "out of memory", "Out of memory in cu") or _find(
         _RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA :"
     )
     if m:
@@ -829,7 +844,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         lib = m.group(1).upper()
         backend = Backend.ROCM if lib.startswith(("HIP", "ROC", "MIOPEN")) else Backend.CUDA
         return f"{lib.lower()}-alloc-failed", Pool.GPU, backend, m.start(), False
-    m = _find(_RX_DIRECTML, body, "not enough GPU video memory", "allocate tensor with")
+    m = _find(
+        _RX_DIRECTML, body, "not enough GPU video memory", "allocate tensor with", "DML allocator"
+    )
     if m:
         return "directml-oom", Pool.GPU, Backend.DIRECTML, m.start(), False
     m = _find(_RX_PAGEFILE, body, "rror 1455")
@@ -902,6 +919,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_SUPIR_HINT, body, "for SUPIR was used")
     if m:
         return "supir-oom-hint", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_WORKER_KILLED, body, "is killed by signal: Killed")
+    if m:  # torch's DataLoader: a worker process the OS killed (RAM ran out)
+        return "dataloader-worker-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(_RX_SLURM_OOM, body, "oom-kill event")
     if m:
         return "slurm-cgroup-oom", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
@@ -973,10 +993,10 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
 def _oom_exception_line(body: str) -> tuple[str, int] | None:
     """The last exception line whose type is an OOM type (OutOfMemoryError, MemoryError)."""
     best = None
-    for m in _RX_EXC_LINE.finditer(body):
+    for m in _RX_OOM_EXC_LINE.finditer(body):
         name = m.group(1)
         if name.endswith(("OutOfMemoryError", "MemoryError")):
-            best = (name, m.start())
+            best = (name, m.start(1))
     return best
 
 
@@ -1144,6 +1164,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m:
             extra.append(("unit", m.group(1)))
         fields["killer"] = "kernel"
+    elif rule == "dataloader-worker-killed":
+        m = _RX_WORKER_KILLED.search(body)
+        if m:
+            fields["killed_pid"] = int(m.group(1))
     elif rule == "slurm-cgroup-oom":
         fields["killer"] = "kernel"
         extra.append(("scope", "cgroup"))
@@ -1183,7 +1207,7 @@ _RX_OOM_KILLED = re.compile(r"\bOOM[- ]?[Kk]illed\b")
 _RX_OOM_KILLER_SAID = re.compile(r"(?i)\boom[- ]killer (?:kills|killed|has killed)\b")
 #: a UI's field label before an exception line (Easy Diffusion's ``Extend: RuntimeError: ...``)
 _RX_UI_LABEL = re.compile(  # (or an issue form's '[Bug]: ')
-    r"(?:[A-Z][a-z]{2,15}|\[\w+\]): (?=(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error: )"
+    r"(?:[A-Z][a-z]{2,15}|\[\w+\]): (?=(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error(?:: |\s*$))"
 )
 
 

@@ -57,7 +57,8 @@ MAX_LINE_CHARS = 64 * 1024
 
 # Lines that continue the message of the record before them (bare streams only).
 _CONTINUATION = re.compile(
-    r"(?:Currently allocated\s*:|Requested\s*:|Device limit\s*:|Free \(according to CUDA\)"
+    r"(?:Currently allocated\s*:|Requested\s*:?\s*\d|Device limit\s*:?\s*\d|Free \(according to CUDA\)"
+    r"|would exceed allowed memory"
     r"|PyTorch limit \(set by|This error means you ran out of memory|TIPS: "
     r"|CUDA kernel errors might|HIP kernel errors might|For debugging consider passing"
     r"|Compile with `TORCH_USE|Search for `(?:cuda|hip)Error|Exception raised from "

@@ -46,7 +46,11 @@ Limits that no follower without an open handle can avoid (documented, tested as 
   filesystem reuses it at once) when Manager copies exist: at the restart this cannot be told
   from the cursor's file rotated out of existence (whose inode the new live file took), so the
   Manager copies are read again from their start. A copy-truncate is told apart: its copy has
-  the cursor's first bytes, and reading resumes in the copy at the cursor's offset.
+  the cursor's first bytes, and reading resumes in the copy at the cursor's offset; when no
+  copy has them any more (a second copy-truncate overwrote ``X.log.1``), the numbered copy's
+  presence still says copy-truncate, and the Manager copies are not read again. Lines written
+  after the cursor and before a copy-truncate whose copy was overwritten while the daemon was
+  down are lost: nothing holds them.
 """
 
 from __future__ import annotations
@@ -571,7 +575,11 @@ class LogFollower:
                 )
                 if candidate == self.key and self._begin_copy_of(cursor):
                     return  # copy-truncated: the copy holds what the cursor named
-                if candidate == self.key and self._begin_oldest_rotated():
+                if (
+                    candidate == self.key
+                    and not self._copy_truncated_here()
+                    and self._begin_oldest_rotated()
+                ):
                     return  # the cursor's file was deleted and its inode reused by the live one
                 restarted = _File(cursor.dev, cursor.ino)
                 self._begin(restarted, candidate, 0)
@@ -621,6 +629,17 @@ class LogFollower:
             log.info("%s: resuming the copy %s at byte %d", self.key, path, cursor.offset)
             return True
         return False
+
+    def _copy_truncated_here(self) -> bool:
+        """A numbered copy (logrotate's ``copytruncate``: ``X.log.1``) is in the family: the live
+        file's truncation was a copy-truncate, even when no copy still holds the cursor's bytes
+        (a second copy-truncate overwrote ``X.log.1``). Nothing the cursor named is left to
+        read, and the Manager copies rotated before it were read already: reading them again
+        would count their lines twice."""
+        return any(
+            (named := self.family.classify(path.name)) is not None and named.scheme == "numbered"
+            for path in self.family.rotated()
+        )
 
     def _begin_oldest_rotated(self) -> bool:
         """After the cursor's file was rotated out of existence (Manager keeps two copies),
