@@ -1484,3 +1484,57 @@ def test_round_six_shapes() -> None:
         "[Bug]: MemoryError: Unable to allocate 3.00 GiB for an array with shape (1,) and data type float32"
     )
     assert (form.pool, form.exception_type) == (Pool.RAM, "MemoryError")
+
+
+def test_round_six_spent_shapes() -> None:
+    assert (
+        classify_record("2024-12-20 16:03:38,836 INFO OutOfMemoryError = torch._C.OutOfMemoryError")
+        is None
+    )
+    assert (
+        classify_record("AttributeError: module 'torch._C' has no attribute 'OutOfMemoryError'")
+        is None
+    )
+    assert (
+        _event("!!! Exception during processing !!! cannot allocate array memory").pool is Pool.RAM
+    )
+    assert _event("On MAC : MPS Backend out of Memory problem").pool is Pool.UNIFIED_MPS
+    assert (
+        _event("[Bug]: CUDA: out of memory before even loading any models").backend is Backend.CUDA
+    )
+    dml = _event(
+        "I was working with Direct ML (DML) and got 'Not enough memory resources are available to complete this operation'"
+    )
+    assert (dml.pool, dml.backend) == (Pool.GPU, Backend.DIRECTML)
+    assert (
+        _event("Not enough memory resources are available to complete this operation").pool
+        is Pool.RAM
+    )
+    tf = _event(
+        "W op_kernel.cc:1651] OP_REQUIRES failed at dml_kernel_context.cc:174 : Resource exhausted: OOM when allocating tensor with shape[16,128,98,98]"
+    )
+    assert tf.backend is Backend.DIRECTML
+    need = _event(
+        "RuntimeError: `Not enough memory, use lower resolution (max approx. 1024x1024). Need: 0.9GB free, Have:0.7GB free`"
+    )
+    assert (need.requested_bytes, need.free_bytes) == (
+        round(Decimal("0.9") * GiB),
+        round(Decimal("0.7") * GiB),
+    )
+    assert _event("DirectML Out Of Memory").backend is Backend.DIRECTML
+    assert _event("Error 1455").pool is Pool.SWAP_PAGEFILE
+    assert _event("4090显卡CUDA out of memory").rule == "cuda-oom"
+    assert _event("8-card 4090 24G running open-sora-v2 CUDA out of memory").rule == "cuda-oom"
+    assert _event("there is a **HIP out of memory**, even if").backend is Backend.ROCM
+    assert (
+        _event("4x3090也报torch.OutOfMemoryError: CUDA out of memory").exception_type
+        == "torch.OutOfMemoryError"
+    )
+    (finding,) = iter_findings(
+        [
+            "**Error occurred when executing ApplyInstantID:**",
+            "",
+            "Allocation on device 0 would exceed allowed memory. (out of memory)",
+        ]
+    )
+    assert finding.event.node_type == "ApplyInstantID"

@@ -120,16 +120,19 @@ _RX_BARE_KILLED = re.compile(
     _M,
 )
 
-_RX_MPS = re.compile(r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)", _M)
+_RX_MPS = re.compile(  # (or a title in the user's capitals: 'MPS Backend out of Memory problem')
+    r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)|(?i:\bMPS backend out of memory\b)", _M
+)
 _RX_TORCH_DEVICE = re.compile(
-    r"(CUDA|HIP|XPU) out of memory(?:\.(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
+    r"(CUDA|HIP|XPU) out of memory(?:\.?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
     # inside a CJK sentence ('一直显示CUDA out of memory，'), hyphenated or not: what the
     # user saw, named in the sentence; the full-width punctuation or CJK after it says so.
     # (Not in an English sentence: 'If you get CUDA out of memory errors, try --lowvram' is
     # a tip a node pack may print at start-up.)
     r"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[\u3000-\u303f\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])"
+    r"|(?<=[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])(CUDA|HIP|XPU) out[ -]of[ -]memory\b"
     # quoted, as the error's own words ('throwing exception: "CUDA out of memory" even ...')
-    r"|(?<=[\"'`\u201c])(CUDA|HIP|XPU) out of memory\.?(?=[\"'`\u201d])"
+    r"|(?<=[\"'`*\u201c])(CUDA|HIP|XPU) out of memory\.?(?=[\"'`*\u201d])"
     # right after its exception type, wherever that is ('... 一直报torch.cuda.OutOfMemoryError: CUDA out of memory')
     r"|(?<=Error: )(CUDA|HIP|XPU) out of memory\b",
     _M,
@@ -176,7 +179,8 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
     r"|\bcudaMalloc\w* failed: ?out of memory\b"
     r"|\bCUDA error 2 at \S+: out of memory\b"
-    r"|\bOut of memory in cu[A-Z]\w*\(",  # a driver API call's failure (Blender Cycles)
+    r"|\bOut of memory in cu[A-Z]\w*\("  # a driver API call's failure (Blender Cycles)
+    r"|\bCUDA ?: ?out of memory\b",  # ZLUDA's and users' 'CUDA: out of memory'
     re.IGNORECASE,
 )
 #: torch's DataLoader re-raising what failed in its pinning thread (page-locking host RAM)
@@ -220,13 +224,26 @@ _RX_DIRECTML = re.compile(
     # its first sentence alone (a title), the size a user replaced: 'with XXXXXXXX bytes'
     r"|Could not allocate tensor with (?:(\d+)|[Xx]+) bytes"
     r"|\bDML allocator out of memory"  # torch-directml's heap allocator
+    r"|(?i:\bDirectML out of memory\b)"
 )
+#: a bare 'Error 1455' (a title, a sentence): Windows' ERROR_COMMITMENT_LIMIT, the paging file
+_RX_ERROR_1455 = re.compile(r"\bError 1455\b")
 _RX_PAGEFILE = re.compile(r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b")  # ('OS Error 1455' in a title)
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
 #: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
 _RX_CPU_ALLOC = re.compile(
     r"(?:(?:Default)?CPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory)(?:: you [Tt]ried to (?:re)?allocate (\d+) ?(bytes|GB))?"
 )
+#: A1111's sub-quadratic attention's own check (GB = 2^30, as every figure here)
+_RX_NEED_HAVE = re.compile(r"Need: ?([\d.]+) ?GB free, Have: ?([\d.]+) ?GB free")
+#: Windows' E_OUTOFMEMORY message (DirectML's devices and the host's heap both raise it)
+_RX_WIN_OUTOFMEMORY = re.compile(
+    r"Not enough memory resources are available to complete this operation"
+)
+#: TensorFlow's op kernels: 'Resource exhausted: OOM when allocating tensor with shape[...]'
+_RX_TF_EXHAUSTED = re.compile(r"Resource exhausted: OOM when allocating tensor")
+#: numpy's MemoryError text itself (no type on the line: ComfyUI's exception header)
+_RX_NUMPY_ARRAY_MEMORY = re.compile(r"\bcannot allocate array memory\b")
 #: ONNX Runtime's arena allocator (insightface, ReActor, DWPose and rembg run on it): the arena
 #: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
 _RX_ONNX_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
@@ -341,7 +358,9 @@ _RX_ANY_FIELD = re.compile(
 _RX_EXC_TYPE_VALUE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)$")
 _RX_NODE_ID_VALUE = re.compile(r"^\d+(?::\d+)*$")
 #: ComfyUI's old error dialog: the node on its own line, or (an issue title) the message after it
-_RX_DIALOG = re.compile(r"^`?Error occurred when executing ([^:\n]+?):(?:[ \t`]|$)", _M)
+_RX_DIALOG = re.compile(  # (pasted inside inline code or bold)
+    r"^[`*]{0,2}Error occurred when executing ([^:\n*`]+?):(?:[ \t`*]|$)", _M
+)
 _RX_NODE_COLON = re.compile(r"^([A-Za-z][\w\-]{1,80}) : ")
 _RX_NODE_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{2,80}$")
 _NOT_NODES = frozenset(
@@ -785,7 +804,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_SYSTEMD_UNIT, body, "OOM killer")
     if m:
         return "systemd-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_MPS, body, "MPS backend out of memory")
+    m = _find(_RX_MPS, body, "MPS backend out of memory", "MPS Backend", "mps backend")
     if m:
         return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
     m = _find(_RX_MPS_FRAGMENT, body, "Tried to allocate")
@@ -798,7 +817,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         _RX_TORCH_DEVICE_LINE, body, " out of memory"
     )
     if m:
-        group = next(g for g in (1, 2, 3, 4) if m.group(g))
+        group = next(g for g in (1, 2, 3, 4, 5) if m.group(g))
         dev = m.group(group)
         backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
         return f"{dev.lower()}-oom", Pool.GPU, backend, m.start(group), False
@@ -828,9 +847,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     if m:
         rocm = (m.group(1) or m.group(2) or m.group(3) or "hip").lower() == "hip"
         return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
-    m = _find(_RX_CUDA_LEGACY_OOM, body, "out of memory", "Out of memory in cu") or _find(
-        _RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA :"
-    )
+    m = _find(
+        _RX_CUDA_LEGACY_OOM, body, "out of memory", "Out of memory in cu", "UDA: ", "uda: "
+    ) or _find(_RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA :")
     if m:
         return "cuda-error-oom", Pool.GPU, Backend.CUDA, m.start(), False
     m = _find(_RX_XPU_DEVICE_OOM, body, "_ERROR_OUT_OF_DEVICE_MEMORY")
@@ -845,11 +864,19 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         backend = Backend.ROCM if lib.startswith(("HIP", "ROC", "MIOPEN")) else Backend.CUDA
         return f"{lib.lower()}-alloc-failed", Pool.GPU, backend, m.start(), False
     m = _find(
-        _RX_DIRECTML, body, "not enough GPU video memory", "allocate tensor with", "DML allocator"
+        _RX_DIRECTML,
+        body,
+        "not enough GPU video memory",
+        "allocate tensor with",
+        "DML allocator",
+        "DirectML",
+        "directml",
     )
     if m:
         return "directml-oom", Pool.GPU, Backend.DIRECTML, m.start(), False
     m = _find(_RX_PAGEFILE, body, "rror 1455")
+    if m is None and "rror 1455" in body:
+        m = _RX_ERROR_1455.search(body)
     if m:
         return "windows-pagefile", Pool.SWAP_PAGEFILE, Backend.CPU, m.start(), False
     m = _find(_RX_CPU_ALLOC, body, "CPUAllocator", "$ Torch") or _find(
@@ -857,6 +884,15 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     )
     if m:
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_WIN_OUTOFMEMORY, body, "Not enough memory resources")
+    if m:  # Windows' E_OUTOFMEMORY text: DirectML's when the text names it, else the host's
+        dml = "DirectML" in body or "DML" in body or "Direct ML" in body
+        pool, backend = (Pool.GPU, Backend.DIRECTML) if dml else (Pool.RAM, Backend.CPU)
+        return "windows-outofmemory", pool, backend, m.start(), False
+    m = _find(_RX_TF_EXHAUSTED, body, "Resource exhausted: OOM")
+    if m:  # TensorFlow's allocator; tensorflow-directml's kernels are named dml_*
+        backend = Backend.DIRECTML if "dml_" in body else Backend.UNKNOWN
+        return "tf-resource-exhausted", Pool.GPU, backend, m.start(), False
     m = _find(_RX_ONNX_ARENA, body, "requested buffer of size")
     if m:
         # the CPU provider named, or its NCHWc layout's node names ('347_nchwc')
@@ -872,7 +908,14 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_VHS_LIMIT, body, "Memory limit hit", "can fit in memory")
     if m:
         return "vhs-memory-limit", Pool.RAM, Backend.CPU, m.start(), False
-    m = None if "MemoryError" in body else _find(_RX_NUMPY, body, "for an array")
+    m = (
+        None
+        if "MemoryError" in body
+        else (
+            _find(_RX_NUMPY, body, "for an array")
+            or _find(_RX_NUMPY_ARRAY_MEMORY, body, "array memory")
+        )
+    )
     if m:  # numpy's message without its type (ComfyUI's exception header prints str(e))
         return "numpy-alloc", Pool.RAM, Backend.CPU, m.start(), False
     exc = _oom_exception_line(body) if "MemoryError" in body else None
@@ -963,8 +1006,8 @@ def pinned_evidence(text: str) -> bool:
     return any(mark in text for mark in _PINNED_MARKS)
 
 
-_RX_INLINE_OOM_TYPE = re.compile(
-    r"((?:[A-Za-z_]\w*\.)*OutOfMemoryError): (?:CUDA|HIP|XPU) out of memory"
+_RX_INLINE_OOM_TYPE = re.compile(  # (ASCII names: '4x3090也报torch.OutOfMemoryError' is torch's type)
+    r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*(?<![A-Za-z0-9_])OutOfMemoryError): (?:CUDA|HIP|XPU) out of memory"
 )
 
 
@@ -1128,6 +1171,11 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
                 fields["gpu_index"] = int(m.group(3))
             else:
                 fields["requested_bytes"] = int(m.group(4))
+    elif rule == "exception-oom-words":
+        m = _RX_NEED_HAVE.search(body) if "Need: " in body else None
+        if m:  # A1111's attention check: 'Need: 0.9GB free, Have:0.7GB free'
+            fields["requested_bytes"] = size_bytes(m.group(1), "GB")
+            fields["free_bytes"] = size_bytes(m.group(2), "GB")
     elif rule == "onnx-arena-oom":
         m = _RX_ONNX_ARENA.search(body)
         if m:
@@ -1187,7 +1235,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
 
 
 #: torch's OOM type named anywhere (an issue title, a sentence): the failure, by its name
-_RX_OOM_TYPE_NAMED = re.compile(r"(?<![\w.])((?:torch\.(?:cuda\.)?)?OutOfMemoryError)\b")
+_RX_OOM_TYPE_NAMED = re.compile(  # (not 'torch._C.OutOfMemoryError', 'OutOfMemoryError = ...',
+    # "has no attribute 'OutOfMemoryError'": code and a missing attribute, no failure)
+    r"(?<![\w.'])((?:torch\.(?:cuda\.)?)?OutOfMemoryError)\b(?!\s*=|')"
+)
 #: the node a title names around the type: 'FaceDetailerPipe: torch.OutOfMemoryError - ...',
 #: 'TangoFluxVAEDecodeAndPlay - torch.OutOfMemoryError: ...', '... OutOfMemoryError in KSampler'
 _RX_TITLE_NODE = re.compile(

@@ -324,8 +324,8 @@ class RecordAssembler:
         self._report = message.startswith(_REPORT) or (
             message.startswith("# ") and "ComfyUI" in message[:80]
         )
-        # (the dialog's first line may be pasted inside inline-code backticks)
-        self._dialog_lines = 1 if message.lstrip("`").startswith(_DIALOG) else 0
+        # (the dialog's first line may be pasted inside inline-code backticks or bold)
+        self._dialog_lines = 1 if message.lstrip("`*").startswith(_DIALOG) else 0
         self._table = "summary:" in message or "status:" in message
         self._header = message.startswith(_HEADER)
         self._oom_said = "out of memory" in message
