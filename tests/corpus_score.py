@@ -108,6 +108,15 @@ KNOWN_MISSES = {
     "is the user's words, not read",
     "cuda_oom_abbrev_title_and_body_wan21_3x4060ti.txt": "'CUDA OOM' in a title and a sentence "
     "is the user's abbreviation, not read",
+    "gpu_nvjpeg_decode_failed_5_leak_prose.txt": "'nvjpegDecode failed: 5' (nvJPEG's allocator "
+    "status) holds no needle; only the prose around it says OOM",
+    "localized_zh_killed_title_progress_bar_mmdetection_test.txt": "a zh_CN shell's '已杀死' "
+    "(Killed) is not read: no word list per language",
+    "negative_lightning_is_cuda_out_of_memory_string_check.txt": "code quoting the messages "
+    "(`RuntimeError('CUDA error: out of memory')`, `CUDA out of memory.`) is read as failures; "
+    "logs hold no such code",
+    "gpu_fragmentation_dialog_fenced_echomimic_load_model_4gb.txt": "the old dialog's node line "
+    "and the message are split by a Markdown fence, so the node is not joined",
     "pinned_hostbuf_prose_disable_pinned_fixes.txt": "the failure is named only in the user's "
     "prose ('failing with a CUDA out-of-memory error'); English prose is not read as a failure "
     "(the corpus's prose negatives)",

@@ -1538,3 +1538,32 @@ def test_round_six_spent_shapes() -> None:
         ]
     )
     assert finding.event.node_type == "ApplyInstantID"
+
+
+def test_round_seven_shapes() -> None:
+    worker = _event("RuntimeError: DataLoader worker is killed by signal: Killed.")
+    assert (worker.pool, worker.killed_pid) == (Pool.KILLED_BY_OS, None)
+    retyped = _event(
+        "l got this problem `cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB totalcapacity;1.33GiB already allocated"
+    )
+    assert (retyped.requested_bytes, retyped.total_bytes) == (
+        50 * MiB,
+        round(Decimal("1.96") * GiB),
+    )
+    italic = _event(
+        "_RuntimeError: CUDA out of memory. Tried to allocate 572.00 MiB (GPU 0; 23.99 GiB total capacity; 21.62 GiB already allocated; 0 bytes free; 22.67 GiB reserved in total by PyTorch)_"
+    )
+    assert italic.exception_type == "RuntimeError"
+    report = [
+        "## Error Details",
+        "- **Node ID:** 4",
+        "- **Node Type:** FluxTrainLoop",
+        "- **Exception Type:** torch.OutOfMemoryError",
+        "- **Exception Message:** Allocation on device ",
+    ]
+    (finding,) = iter_findings(report)
+    assert (finding.line_no, finding.event.node_type, finding.event.node_id) == (
+        5,
+        "FluxTrainLoop",
+        "4",
+    )

@@ -108,7 +108,9 @@ _RX_BASH_KILLED = re.compile(
     r"\bline \d+:\s+(\d+) Killed(?::\s*9)?(?:\s|$)", _M
 )  # macOS bash: 'Killed: 9'
 #: torch's DataLoader reporting a worker the OS SIGKILLed
-_RX_WORKER_KILLED = re.compile(r"\bDataLoader worker \(pid (\d+)\) is killed by signal: Killed\b")
+_RX_WORKER_KILLED = re.compile(
+    r"\bDataLoader worker (?:\(pid (\d+)\) )?is killed by signal: Killed\b"
+)
 #: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
 _RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in \S+ cgroup")
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
@@ -124,7 +126,7 @@ _RX_MPS = re.compile(  # (or a title in the user's capitals: 'MPS Backend out of
     r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)|(?i:\bMPS backend out of memory\b)", _M
 )
 _RX_TORCH_DEVICE = re.compile(
-    r"(CUDA|HIP|XPU) out of memory(?:\.?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
+    r"(CUDA|HIP|XPU) out of memory(?:[.,]?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
     # inside a CJK sentence ('一直显示CUDA out of memory，'), hyphenated or not: what the
     # user saw, named in the sentence; the full-width punctuation or CJK after it says so.
     # (Not in an English sentence: 'If you get CUDA out of memory errors, try --lowvram' is
@@ -372,7 +374,7 @@ _QUOTES = frozenset("\"'`")
 # numbers in torch's allocator messages (new style since torch 2.1, old style before, XPU both)
 _RX_TRIED = re.compile(r"Tried to allocate " + _SIZE)
 _RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
-_RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" total capacity")
+_RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" ?total ?capacity")
 #: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
 _RX_FREE = re.compile(r"of which " + _SIZE + r" is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
 _RX_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
@@ -559,6 +561,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         exc_type = _inline_exception_type(rule, body)
     if exc_type is None:
         exc_type = _type_before(flines[fidx], pos - starts[fidx])
+    if exc_type and exc_type[:1] == "_" and "." not in exc_type and exc_type[1:2].isupper():
+        exc_type = exc_type[1:]  # Markdown italics opened on the type: '_RuntimeError: ..._'
     node_type = node_id = None
     if report is not None:
         node_type, node_id, exc_type = report.node_type, report.node_id, report.exception_type
@@ -1088,7 +1092,7 @@ def _report(body: str) -> _Report | None:
 def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str, Any]]) -> None:
     if rule.startswith(("cuda-oom", "hip-oom", "xpu-oom", "oom-exception", "cuda-alloc", "comfy-")):
         fields["requested_bytes"] = _size(_find(_RX_TRIED, body, "Tried to allocate"))
-        m = _find(_RX_TOTAL, body, "total capac")
+        m = _find(_RX_TOTAL, body, "capac")
         if m:
             fields["total_bytes"] = _size(m) if m.group(1) else _size(m, 3)
         m = _find(_RX_FREE, body, " free")
@@ -1214,7 +1218,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         fields["killer"] = "kernel"
     elif rule == "dataloader-worker-killed":
         m = _RX_WORKER_KILLED.search(body)
-        if m:
+        if m and m.group(1):
             fields["killed_pid"] = int(m.group(1))
     elif rule == "slurm-cgroup-oom":
         fields["killer"] = "kernel"

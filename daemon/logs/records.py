@@ -321,8 +321,10 @@ class RecordAssembler:
         self._in_traceback = message.startswith(_TRACEBACK)
         # the Error Report's heading in any language: a Markdown H1 naming ComfyUI ("# ComfyUI
         # Error Report", "# ComfyUI 错误报告", "# Relatório de Erro do ComfyUI")
-        self._report = message.startswith(_REPORT) or (
-            message.startswith("# ") and "ComfyUI" in message[:80]
+        self._report = (
+            message.startswith(_REPORT)
+            or (message.startswith("# ") and "ComfyUI" in message[:80])
+            or message.startswith("## Error Details")  # a report pasted without its heading
         )
         # (the dialog's first line may be pasted inside inline-code backticks or bold)
         self._dialog_lines = 1 if message.lstrip("`*").startswith(_DIALOG) else 0
