@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -361,7 +360,13 @@ def test_the_daemon_snapshots_a_real_comfyuis_oom_and_its_kill(tmp_path: Path) -
             120,
             "the slow prompt to run",
         )
-        time.sleep(1.0)  # seen running by the daemon (it polls every 250 ms while busy)
+        # seen running by the daemon (a fixed sleep here failed under load: the kill came
+        # before the daemon's poll had seen the prompt, and the snapshot had no prompt.json)
+        wait_for(
+            lambda: f"is running prompt {running}" in daemon.stderr(),
+            60,
+            "the daemon to see it run",
+        )
         with kmsg.open("a") as f:  # a SIGKILL is an OOM kill only when the evidence says so
             f.write(kernel_kill_lines(real.pid))
         real.proc.send_signal(signal.SIGKILL)

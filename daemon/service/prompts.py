@@ -186,6 +186,8 @@ class PromptLifecycle:
         self._capture(
             started.prompt_id, started.instance, started.prompt, started.workflow, started.seen_s
         )
+        # one line per prompt: from here on a kill of ComfyUI is recorded with this prompt
+        log.info("ComfyUI %r is running prompt %s", started.instance, started.prompt_id)
         self.running[started.instance] = (started.prompt_id, started.seen_s)
         self._update_sampling()
 
