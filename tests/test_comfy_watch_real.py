@@ -347,6 +347,9 @@ def test_the_daemon_snapshots_a_real_comfyuis_oom_and_its_kill(tmp_path: Path) -
         saved = json.loads((snap / "prompt.json").read_text())
         assert saved == cpu_oom_prompt()
         assert real.post_status(saved) == 200  # replayable as is
+        # its OOM is recorded before the kill below: a prompt whose outcome the watcher has not
+        # read from history yet is gone with a killed server (its history dies with it)
+        wait_for(lambda: len(snapshot_dirs(daemon.data_dir)) >= 2, 60, "the replay's snapshot")
         # a SIGKILL while a prompt runs: killed-by-os, with that prompt
         slow = real.slow(51)
         running = real.post(slow)
