@@ -808,10 +808,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_SYSTEMD_UNIT, body, "OOM killer")
     if m:
         return "systemd-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_MPS, body, "MPS backend out of memory", "MPS Backend", "mps backend")
-    if m:
-        return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
-    m = _find(_RX_MPS_FRAGMENT, body, "Tried to allocate")
+    m = _find(_RX_MPS, body, "MPS backend out of memory", "MPS Backend", "mps backend") or _find(
+        _RX_MPS_FRAGMENT, body, "Tried to allocate"
+    )
     if m:
         return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
     m = _find(_RX_MPS_BUFFER, body, "nvalid buffer")
