@@ -1567,3 +1567,75 @@ def test_round_seven_shapes() -> None:
         "FluxTrainLoop",
         "4",
     )
+
+
+def test_round_seven_spent_shapes() -> None:
+    """The shapes round 7's held part showed once it was spent (each also a corpus case)."""
+    memalign = _event(
+        "RuntimeError: [enforce fail at CPUAllocator.cpp:56] posix_memalign(&data, gAlignment, nbytes) == 0. 12 vs 0"
+    )
+    assert (memalign.pool, memalign.rule) == (Pool.RAM, "cpu-allocator")
+    # errno 22 (EINVAL) is a bad alignment, not memory running out
+    assert not list(
+        iter_findings(
+            [
+                "RuntimeError: [enforce fail at CPUAllocator.cpp:56] posix_memalign(&data, gAlignment, nbytes) == 0. 22 vs 0"
+            ]
+        )
+    )
+    spaced = _event("DefaultCPUAllocator : not enough memory")
+    assert (spaced.pool, spaced.node_type) == (Pool.RAM, None)
+    quoted_th = _event('Error : "not enough memory: you tried to allocate 0BG"')
+    assert (quoted_th.pool, quoted_th.requested_bytes) == (Pool.RAM, None)
+    (wrapped,) = iter_findings(
+        [
+            "RuntimeError: [enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: you",
+            "tried to allocate 268435456 bytes. Error code 12 (Cannot allocate memory)",
+        ]
+    )
+    assert (wrapped.line_no, wrapped.event.requested_bytes) == (1, 268435456)
+    need_have = _event(
+        "Whenever I try I'm getting `RuntimeError: Not enough memory, use lower resolution (max approx. 1472x1472). Need: 3.7GB free, Have:3.1GB free, A: 9.59 GB`, however"
+    )
+    assert (need_have.pool, need_have.free_bytes) == (Pool.GPU, round(Decimal("3.1") * GiB))
+    glued = _event("loading annotations into memory... Killed")
+    assert (glued.pool, glued.rule) == (Pool.KILLED_BY_OS, "shell-killed")
+    opencv = _event(
+        "`cv2.error: OpenCV(4.6.0) /io/opencv/modules/core/src/alloc.cpp:73: error: (-4:Insufficient memory) Failed to allocate 4672512 bytes in function 'OutOfMemoryError'"
+    )
+    assert (opencv.pool, opencv.backend, opencv.requested_bytes) == (
+        Pool.RAM,
+        Backend.CPU,
+        4672512,
+    )
+    (title,) = iter_findings(
+        [
+            "Error occurred when executing MimicMotionSampler:Allocation on device",
+            "",
+            "Error occurred when executing MimicMotionSampler:",
+            "",
+            "Allocation on device",
+        ]
+    )
+    # the same dialog twice (a title and the body): one observation, counted twice
+    assert (title.event.node_type, title.event.count) == ("MimicMotionSampler", 2)
+
+
+def test_a_dialog_line_starts_a_new_record() -> None:
+    """A title that glued the dialog onto one line, then the dialog itself: two observations,
+    each with its own node (the blank lines between them once merged the two records)."""
+    findings = list(
+        iter_findings(
+            [
+                "Error occurred when executing MimicMotionSampler:Allocation on device",
+                "",
+                "Error occurred when executing KSampler:",
+                "",
+                "Allocation on device",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.node_type) for f in findings] == [
+        (1, "MimicMotionSampler"),
+        (5, "KSampler"),
+    ]

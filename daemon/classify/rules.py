@@ -118,7 +118,7 @@ _RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in \S+ cgroup")
 _RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S|^\[\d+\]\s+[+-]?\s*(\d+) killed\s{2,}\S", _M)
 _RX_BARE_KILLED = re.compile(
     # (or glued to the end of a progress bar: '... 3/4 [00:08<00:02,  2.83s/it]Killed')
-    r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?`?\s*$|(?:(?<=/it\])|(?<=/s\]))Killed\s*$",
+    r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?`?\s*$|(?:(?<=/it\])|(?<=/s\])|(?<=\.\.\. )|(?<=\.\.\.))Killed\s*$",
     _M,
 )
 
@@ -156,7 +156,7 @@ _RX_EXCEED_FRAGMENT = re.compile(
     + r"|\bexceed allowed memory\.? \(out of memory\)"  # a title keeping the message's tail
 )
 _RX_ALLOC_ON_DEVICE = re.compile(
-    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) )Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b"
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) |(?<=\w:))Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b"
     r"|(?<=[\"'`\u201c])Allocation on device(?=[\"'`\u201d])",  # quoted as the error's words
     _M,
 )
@@ -234,10 +234,14 @@ _RX_PAGEFILE = re.compile(r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b")  # ('OS Err
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
 #: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
 _RX_CPU_ALLOC = re.compile(
-    r"(?:(?:Default)?CPUAllocator|\$ Torch): (?:can't allocate memory|not enough memory)(?:: you [Tt]ried to (?:re)?allocate (\d+) ?(bytes|GB))?"
+    r"(?:(?:Default)?CPUAllocator|\$ Torch) ?: (?:can't allocate memory|not enough memory)(?::\s+you\s+[Tt]ried to (?:re)?allocate (\d+) ?(bytes|GB))?"
+    # torch 1.1's allocator, before its message had words: posix_memalign's errno 12 (ENOMEM)
+    r"|\[enforce fail at [^\]\n]*CPUAllocator\.cpp:\d+\] posix_memalign\(&data, gAlignment, nbytes\) == 0\. 12 vs 0\b"
 )
 #: A1111's sub-quadratic attention's own check (GB = 2^30, as every figure here)
 _RX_NEED_HAVE = re.compile(r"Need: ?([\d.]+) ?GB free, Have: ?([\d.]+) ?GB free")
+#: OpenCV's host allocator (cv::OutOfMemoryError, CV_StsNoMem = -4) in alloc.cpp
+_RX_OPENCV_NOMEM = re.compile(r"\(-4:Insufficient memory\) Failed to allocate (\d+) bytes")
 #: Windows' E_OUTOFMEMORY message (DirectML's devices and the host's heap both raise it)
 _RX_WIN_OUTOFMEMORY = re.compile(
     r"Not enough memory resources are available to complete this operation"
@@ -250,8 +254,11 @@ _RX_NUMPY_ARRAY_MEMORY = re.compile(r"\bcannot allocate array memory\b")
 #: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
 _RX_ONNX_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
 #: the CPU allocator's message from its second clause on (an issue title)
-_RX_CPU_ALLOC_TAIL = re.compile(
-    r"^not enough memory: you tried to allocate (\d+) ?(bytes|GB)\b", _M
+_RX_CPU_ALLOC_TAIL = (
+    re.compile(  # (at a line's start or quoted; a retyped unit, '0BG', drops the size)
+        r"(?:^|(?<=[\"'`\u201c]))not enough memory: you tried to allocate (\d+) ?(?:(bytes|GB)\b)?",
+        _M,
+    )
 )
 #: the exception type of the CPU allocator's enforce line, wherever it is quoted
 _RX_ENFORCE_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[enforce fail at ")
@@ -294,7 +301,7 @@ _NODE_PACK_RULES = {
 #: ``RuntimeError: Out of memory, try a smaller tile size``, ``ValueError: not enough GPU
 #: memory for ...``): raised, not prose. Which pool its words name decides (``_RX_RAM_WORDS``).
 _RX_EXC_OOM_WORDS = re.compile(  # the type in its printed case: a lower-cased paste is restored
-    r"^((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*Error|(?:[A-Za-z_]\w*)?Exception)):[ \t]?[^\n]*?"
+    r"(?:^|(?<=`))((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*Error|(?:[A-Za-z_]\w*)?Exception)):[ \t]?[^\n]*?"
     r"(?i:\b(?:"
     r"(?:out of|not enough|insufficient) (?:gpu |video |cuda |device |system |host )?"
     r"(?:memory|vram|ram)|oom)\b)",
@@ -361,7 +368,7 @@ _RX_EXC_TYPE_VALUE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Excep
 _RX_NODE_ID_VALUE = re.compile(r"^\d+(?::\d+)*$")
 #: ComfyUI's old error dialog: the node on its own line, or (an issue title) the message after it
 _RX_DIALOG = re.compile(  # (pasted inside inline code or bold)
-    r"^[`*]{0,2}Error occurred when executing ([^:\n*`]+?):(?:[ \t`*]|$)", _M
+    r"^[`*]{0,2}Error occurred when executing ([^:\n*`]+?):(?:[ \t`*]|$|(?=[A-Z]))", _M
 )
 _RX_NODE_COLON = re.compile(r"^([A-Za-z][\w\-]{1,80}) : ")
 _RX_NODE_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{2,80}$")
@@ -887,6 +894,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     )
     if m:
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_OPENCV_NOMEM, body, "Insufficient memory")
+    if m:
+        return "opencv-alloc", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_WIN_OUTOFMEMORY, body, "Not enough memory resources")
     if m:  # Windows' E_OUTOFMEMORY text: DirectML's when the text names it, else the host's
         dml = "DirectML" in body or "DML" in body or "Direct ML" in body
@@ -1159,8 +1169,12 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = int(m.group(1) or m.group(2))
     elif rule == "cpu-allocator":
         m = _RX_CPU_ALLOC.search(body) or _RX_CPU_ALLOC_TAIL.search(body)
-        if m and m.group(1):
+        if m and m.group(1) and m.group(2):
             fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
+    elif rule == "opencv-alloc":
+        m = _RX_OPENCV_NOMEM.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1))
     elif rule == "library-ram-guard":
         m = _RX_LIB_RAM_GUARD.search(body)
         if m and m.group(1):
@@ -1344,7 +1358,8 @@ def _dialog_node(body: str) -> str | None:
 
 def _colon_node(line: str) -> str | None:
     m = _RX_NODE_COLON.match(line)
-    if m and not m.group(1).endswith(("Error", "Exception")):
+    # (a title 'DefaultCPUAllocator : not enough memory' names torch's allocator, not a node)
+    if m and not m.group(1).endswith(("Error", "Exception", "Allocator")):
         return m.group(1)
     return None
 

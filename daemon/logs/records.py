@@ -68,9 +68,11 @@ _CONTINUATION = re.compile(
     r"|:\s*\d[\d.,]* ?[KMGT]i?B\b)"  # the PyTorch limit's value, its column spacing collapsed
 )
 #: the later sentences of torch's device and MPS messages: a line starting with one continues a
-#: record that said "out of memory" (a message hard-wrapped, or re-wrapped at its sentences)
+#: record that said "out of memory" (a message hard-wrapped, or re-wrapped at its sentences);
+#: the CPU allocator's second clause ("...can't allocate memory: you / tried to allocate N
+#: bytes") continues one that named the allocator
 _OOM_SENTENCE = re.compile(
-    r"(?:Tried to allocate |Of the allocated memory |Including non-PyTorch memory"
+    r"(?:Tried to allocate |tried to allocate \d|Of the allocated memory |Including non-PyTorch memory"
     r"|GPU \d+ has a total capac|Process \d+ has "
     r"|(?:and )?\d[\d.,]* ?[KMGT]i?B (?:is )?(?:free|reserved|already))"
 )
@@ -330,7 +332,7 @@ class RecordAssembler:
         self._dialog_lines = 1 if message.lstrip("`*").startswith(_DIALOG) else 0
         self._table = "summary:" in message or "status:" in message
         self._header = message.startswith(_HEADER)
-        self._oom_said = "out of memory" in message
+        self._oom_said = "out of memory" in message or "CPUAllocator" in message
 
     def _append(self, raw: str, message: str) -> None:
         self._count += 1
@@ -364,7 +366,7 @@ class RecordAssembler:
             # traceback (pasted tracebacks that lost their indentation end early, harmlessly)
             self._in_traceback = False
             self._after_exception = True
-        if "out of memory" in message:
+        if "out of memory" in message or "CPUAllocator" in message:
             self._oom_said = True
         if stripped.startswith("|"):
             self._table = True
@@ -380,6 +382,8 @@ class RecordAssembler:
         first = message[0]
         if first in " \t":
             return True
+        if first == "E" and message.startswith(_DIALOG):
+            return False  # a new dialog (a title that glued one onto a line, then the dialog)
         if self._report:
             if message.startswith(_REPORT_END):
                 return False
