@@ -68,6 +68,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from oom_sentinel.bisect.state import gitrepo
 from oom_sentinel.bisect.state.gitrepo import is_commit_id
 from oom_sentinel.daemon.core.errors import BadRef, InputError
+from oom_sentinel.daemon.install.freeze import canonical_name as normalize_package
+from oom_sentinel.daemon.install.freeze import parse_freeze_lines
+from oom_sentinel.daemon.install.state import node_name_problem
 
 if TYPE_CHECKING:
     from oom_sentinel.daemon.install.reflog import HistoricalState, RepoHistory
@@ -121,11 +124,6 @@ def node_key(name: str) -> str:
     return NODE_PREFIX + name
 
 
-def normalize_package(name: str) -> str:
-    """PEP 503's normal form: ``Comfy_Kitchen`` and ``comfy-kitchen`` are one distribution."""
-    return re.sub(r"[-_.]+", "-", name.strip()).lower()
-
-
 def package_key(name: str) -> str:
     return PKG_PREFIX + normalize_package(name)
 
@@ -134,26 +132,17 @@ def is_package(repo: str) -> bool:
     return repo.startswith(PKG_PREFIX)
 
 
-_FREEZE_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(==|@)\s*(\S.*)$")
-
-
 def packages_from_freeze(lines: Iterable[str]) -> dict[str, str]:
     """``pip freeze`` lines → {normalised name: value}. ``name==V`` gives ``V``; ``name @ URL``
-    gives ``@ URL``; an editable (``-e …``) or anything else unpinned gives ``@ LINE`` so the
-    env build fails on it with uv's reason (a state is never built from a guess)."""
+    gives ``@ URL``; an editable (``-e …``) gives ``@ -e …``, which the env's lock installs from
+    where it was, or uv says why it cannot (a state is never built from a guess). A line in no
+    form pip freeze writes names no package and is left out."""
     out: dict[str, str] = {}
-    for raw in lines:
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _FREEZE_RE.match(line)
-        if m:
-            name, op, rest = m.groups()
-            out[normalize_package(name)] = rest.strip() if op == "==" else "@ " + rest.strip()
-            continue
-        egg = re.search(r"#egg=([A-Za-z0-9._-]+)", line)
-        if egg:
-            out[normalize_package(egg.group(1))] = "@ " + line
+    for key, req in parse_freeze_lines(lines).items():
+        if req.kind == "pin" or req.kind == "direct":
+            out[key] = req.spec
+        elif req.kind == "editable":
+            out[key] = "@ " + req.line
     return out
 
 
@@ -173,9 +162,10 @@ def repo_label(repo: str) -> str:
 
 
 def check_node_name(name: str) -> str:
-    """A node is a folder or file directly under ``custom_nodes/``: one path component."""
-    if not name or name in (".", "..") or any(c in name for c in "/\\\0\n\r"):
-        raise ValueError(f"{name!r} is not a custom node name (one file or folder name)")
+    """``name`` if it is a node name (``node_name_problem``), else ValueError."""
+    problem = node_name_problem(name) if name else "is empty"
+    if problem is not None:
+        raise ValueError(f"{name!r} is not a custom node name: it {problem}")
     return name
 
 

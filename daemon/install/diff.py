@@ -10,7 +10,6 @@ between two states and name the first and last, when the repos are on disk.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from oom_sentinel.daemon.core.gitread import run_git
+from oom_sentinel.daemon.install.freeze import canonical_name, parse_freeze_lines
 from oom_sentinel.daemon.install.state import (
     CORE_REPO,
     CustomNode,
@@ -229,42 +229,14 @@ def _range_text(r: CommitRange | None) -> str:
 # pip
 
 
-def _canonical_name(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*===?\s*(\S+)")
-_DIRECT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s+@\s+(\S.*)$")
-_EGG = re.compile(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
 def parse_pip_lines(lines: tuple[str, ...]) -> dict[str, tuple[str, str]]:
     """Freeze lines → {canonical name: (display name, spec)} where spec is the version, or
     ``@ url`` for direct references, or the ``-e`` line for editable installs."""
-    out: dict[str, tuple[str, str]] = {}
-    for raw in lines:
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("-e ") or line.startswith("--editable"):
-            m = _EGG.search(line)
-            name = m.group(1) if m else line.split()[-1].rstrip("/").rsplit("/", 1)[-1]
-            out[_canonical_name(name)] = (name, line)
-            continue
-        m = _PIN.match(line)
-        if m:
-            out[_canonical_name(m.group(1))] = (m.group(1), m.group(2))
-            continue
-        m = _DIRECT.match(line)
-        if m:
-            out[_canonical_name(m.group(1))] = (m.group(1), "@ " + m.group(2).strip())
-            continue
-        out[_canonical_name(line)] = (line, line)
-    return out
+    return {key: (req.name, req.spec) for key, req in parse_freeze_lines(lines).items()}
 
 
 def is_gpu_stack(name: str) -> bool:
-    canon = _canonical_name(name)
+    canon = canonical_name(name)
     return canon in GPU_STACK_EXACT or canon.startswith(GPU_STACK_PREFIXES)
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "git_head",
     "iter_git_repos",
     "iter_node_entries",
+    "node_name_problem",
     "node_path",
     "normalize_remote_url",
     "read_comfyui_version",
@@ -261,22 +262,29 @@ def _hash_canonical(canonical: Mapping[str, Any]) -> str:
 # Validation helpers shared with the Manager reader
 
 
-def validate_node_name(name: Any, where: str) -> str:
-    """A node name must be one plain entry of ``custom_nodes/``: no path separators, not
-    ``.``/``..``, not absolute, no drive letter, no NUL. Anything else could make a later
-    restore or bisect write outside ``custom_nodes/``."""
-    if not isinstance(name, str) or not name.strip():
-        raise InputError(f"{where}: node name must be a non-empty string")
+def node_name_problem(name: str) -> str | None:
+    """Why ``name`` is not one plain entry of ``custom_nodes/``, or None if it is.
+
+    A node is a folder or file directly under ``custom_nodes/``: no path separator, not
+    ``.``/``..``, not absolute, no drive letter, no NUL or line break. Anything else could make
+    a later restore or bisect write outside ``custom_nodes/``. The one test of a node name: the
+    Manager reader, the install state and the bisect's states all ask it."""
     bad = (
         name in (".", "..")
-        or "/" in name
-        or "\\" in name
-        or "\x00" in name
+        or any(c in name for c in "/\\\0\n\r")
         or os.path.isabs(name)
         or re.match(r"^[A-Za-z]:", name) is not None
     )
-    if bad:
-        raise InputError(f"{where}: node name {name!r} would escape custom_nodes/")
+    return "would escape custom_nodes/ (one file or folder name)" if bad else None
+
+
+def validate_node_name(name: Any, where: str) -> str:
+    """``name`` if it is a node name (``node_name_problem``), else a one-line InputError."""
+    if not isinstance(name, str) or not name.strip():
+        raise InputError(f"{where}: node name must be a non-empty string")
+    problem = node_name_problem(name)
+    if problem is not None:
+        raise InputError(f"{where}: node name {name!r} {problem}")
     return name
 
 
