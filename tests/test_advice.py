@@ -412,3 +412,10 @@ def test_a_pack_that_raised_its_own_worded_oom_is_named_in_the_advice() -> None:
     # a pack with words of its own keeps them, not the generic ones
     vhs = _corpus_event("node_hint_vhs_memory_limit_title.txt")
     assert "node-pack-own-oom" not in [a.key for a in advise(vhs)]
+
+
+def test_a_desktop_renderer_oom_says_it_was_the_window_not_the_server() -> None:
+    event = _corpus_event("desktop_render_process_gone_reason_oom_twice_electron_log.txt")
+    keys = [a.key for a in advise(event)]
+    assert keys[0] == "desktop-renderer-oom"
+    assert "add-swap" not in keys and "cache-none" not in " ".join(keys)

@@ -155,18 +155,18 @@ def _held_score() -> Any:
 
 
 def test_no_held_out_negative_is_called_a_failure() -> None:
-    """The issue's hard target, met on the untouched part (round 7: 0 of 19): no look-alike is
+    """The issue's hard target, met on the untouched part (round 8: 0 of 30): no look-alike is
     called an OOM."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0, [m for m in result.misses if "negative" in m]
 
 
-#: what the held-out part (round 7, tests/corpus_score.py HELD_ROUND) scored, at first look and
-#: unchanged after tuning on round 7's tune part only, its own misses never looked at
+#: what the held-out part (round 8, tests/corpus_score.py HELD_ROUND) scored after tuning on
+#: round 8's tune part only (77.6 % at first look), its own misses never looked at
 #: (tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
 #: fails here
-HELD_FLOOR = 0.710  # 27 of 38 events (71.05 %)
+HELD_FLOOR = 0.816  # 40 of 49 events (81.63 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -176,10 +176,10 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 7: 53 excerpts, 38 events) scores "
-    "81.6 % detection, 81.6 % pool, 71.1 % numbers at first look and after tuning on round 7's "
-    "tune part only, under the 98/97/97 % targets; strict, so it turns red once they are met "
-    "and this marker must go",
+    reason="issue 12: the untouched held-out part (round 8: 71 excerpts, 49 events) scores "
+    "77.6 % on each figure at first look and 81.6 % detection, pool and numbers after tuning "
+    "on round 8's tune part only, under the 98/97/97 % targets; strict, so it turns red once "
+    "they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:
     figures = _held_score().figures()

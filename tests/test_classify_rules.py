@@ -1639,3 +1639,42 @@ def test_a_dialog_line_starts_a_new_record() -> None:
         (1, "MimicMotionSampler"),
         (5, "KSampler"),
     ]
+
+
+def test_round_eight_tune_shapes() -> None:
+    """What round 8's tune part showed (each also a corpus case)."""
+    renderer = _event(
+        "[2026-08-14T20:53:05.314Z] [CRITICAL] render-process-gone reason=oom exitCode=-536870904"
+    )
+    assert (renderer.pool, renderer.rule) == (Pool.RAM, "renderer-oom")
+    assert not list(iter_findings(["render-process-gone reason=crashed exitCode=-1073741819"]))
+    mkl = _event("RuntimeError: mkl_malloc: failed to allocate memory")
+    assert (mkl.pool, mkl.backend, mkl.requested_bytes) == (Pool.RAM, Backend.CPU, None)
+    wan2gp = _event(
+        "it is likely that you have unsufficient RAM and / or Reserved RAM allocation should be reduced"
+    )
+    assert wan2gp.pool is Pool.RAM
+    srun = _event("`srun: error: gpu001: task 0: Out Of Memory`")
+    assert (srun.pool, srun.killer, srun.rule) == (Pool.KILLED_BY_OS, None, "slurm-task-oom")
+    ct2 = _event("RuntimeError: CUDA failed with error out of memory")
+    assert (ct2.pool, ct2.backend) == (Pool.GPU, Backend.CUDA)
+    toast = _event("SONICSampler Allocation on device-Need Help")
+    assert (toast.pool, toast.node_type) == (Pool.GPU, "SONICSampler")
+    # a pipe after the message is not the toast's dash: the type after it is kept
+    piped = _event("# Allocation on device | torch.OutOfMemoryError")
+    assert piped.exception_type == "torch.OutOfMemoryError"
+    bold = _event(
+        '**OSError: [WinError 1455] The paging file is too small. Error loading "cublas64_11.dll" or one of its dependencies.**'
+    )
+    assert (bold.pool, bold.exception_type) == (Pool.SWAP_PAGEFILE, "OSError")
+
+
+def test_a_markdown_fence_tag_is_not_a_node() -> None:
+    (finding,) = iter_findings(
+        [
+            "```Shell",
+            "[rank0]: RuntimeError: [enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 21474836480 bytes. Error code 12 (Cannot allocate memory)",
+            "```",
+        ]
+    )
+    assert (finding.event.node_type, finding.event.requested_bytes) == (None, 21474836480)

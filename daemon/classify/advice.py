@@ -470,6 +470,8 @@ def _node_pack_advice(event: OomEvent) -> list[Advice]:
 def _ram(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     if dict(event.extra).get("host_memory") == "pinned":
         return _pinned(event, ctx)
+    if event.rule == "renderer-oom":
+        return [_renderer_advice(), *_ram_common(event, ctx)]
     pack = _node_pack_advice(event)
     if pack:
         return [*pack, *_ram_common(event, ctx), *_ram_workload()]
@@ -484,6 +486,15 @@ def _ram(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
             )
         )
     return out + _ram_workload()
+
+
+def _renderer_advice() -> Advice:
+    """ComfyUI Desktop's window (Electron's renderer) died, not the server: the prompt may have
+    run on; what filled it is the page (a huge workflow, many image or video previews)."""
+    return Advice(
+        "desktop-renderer-oom",
+        "It was the ComfyUI Desktop window (its renderer) that ran out of memory, not the server running the workflow: reload the window, keep fewer large image or video previews on the canvas (clear the queue's history, collapse preview nodes), and split very large workflows.",
+    )
 
 
 def _pagefile(event: OomEvent, ctx: AdviceContext) -> list[Advice]:

@@ -114,7 +114,13 @@ class _Folder:
             # a node-type hint has no space; what follows the last prefix end ("] ", " - ")
             # has one whenever the message does, so this skips the prefix parse for most lines
             quick = first_raw.rsplit("] ", 1)[-1].rsplit(" - ", 1)[-1].strip()
-            if record.line_count <= 3 and len(text) <= 200 and " " not in quick:
+            # (a Markdown fence's language tag, '```Shell', names no node)
+            if (
+                record.line_count <= 3
+                and len(text) <= 200
+                and " " not in quick
+                and not text.startswith("```")
+            ):
                 first = split_prefix(first_raw).message.strip().strip("*`_")  # Markdown
                 if " " not in first and self._is_single_line(record) and _is_node_ident(first):
                     hint = first

@@ -48,6 +48,7 @@ NEEDLES: tuple[str, ...] = (
     "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
     "OUT_OF_",  # driver APIs' error names: CUDA_ERROR_OUT_OF_MEMORY, UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
     "killed  ",  # zsh's job reports, padded: 'zsh: killed     python', '[1]    9301 killed     python'
+    "reason=oom",  # Electron (ComfyUI Desktop's log): 'render-process-gone reason=oom'
 )
 
 _K = KIB
@@ -82,6 +83,7 @@ def has_needle(text: str) -> bool:
         or "CUDA:" in text
         or "OUT_OF_" in text
         or "killed  " in text
+        or "reason=oom" in text
     )
 
 
@@ -113,6 +115,8 @@ _RX_WORKER_KILLED = re.compile(
 )
 #: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
 _RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in \S+ cgroup")
+#: srun's report of a job step's task that ran out of its memory limit (the killer unnamed)
+_RX_SRUN_OOM = re.compile(r"\bsrun: error: \S+: tasks? [\d,\-\[\]]+: Out Of Memory\b")
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
 #: system killed for memory pressure; on Linux the OOM killer's SIGKILL)
 _RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S|^\[\d+\]\s+[+-]?\s*(\d+) killed\s{2,}\S", _M)
@@ -156,7 +160,7 @@ _RX_EXCEED_FRAGMENT = re.compile(
     + r"|\bexceed allowed memory\.? \(out of memory\)"  # a title keeping the message's tail
 )
 _RX_ALLOC_ON_DEVICE = re.compile(
-    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) |(?<=\w:))Allocation on device\s*$|OutOfMemoryError:? Allocation on device\b"
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) |(?<=\w:))Allocation on device(?:\s*$|(?=\s*[-\u2013\u2014]))|OutOfMemoryError:? Allocation on device\b"
     r"|(?<=[\"'`\u201c])Allocation on device(?=[\"'`\u201d])",  # quoted as the error's words
     _M,
 )
@@ -177,7 +181,7 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     # N: out of memory``, spconv/tensorview's ``cuda failed with error 2 out of memory``
     r"|\bGPUassert: out of memory\b"
     r"|\bcuda error in func\b[^\n]{0,80}?: ?out of memory\b"
-    r"|\bcuda failed with error 2\W{0,3}out of memory\b"
+    r"|\bcuda failed with error (?:2\W{0,3})?out of memory\b"  # (CTranslate2: no number)
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
     r"|\bcudaMalloc\w* failed: ?out of memory\b"
     r"|\bCUDA error 2 at \S+: out of memory\b"
@@ -240,8 +244,13 @@ _RX_CPU_ALLOC = re.compile(
 )
 #: A1111's sub-quadratic attention's own check (GB = 2^30, as every figure here)
 _RX_NEED_HAVE = re.compile(r"Need: ?([\d.]+) ?GB free, Have: ?([\d.]+) ?GB free")
-#: OpenCV's host allocator (cv::OutOfMemoryError, CV_StsNoMem = -4) in alloc.cpp
-_RX_OPENCV_NOMEM = re.compile(r"\(-4:Insufficient memory\) Failed to allocate (\d+) bytes")
+#: host libraries' own allocators: OpenCV's (cv::OutOfMemoryError, CV_StsNoMem = -4, in
+#: alloc.cpp) and Intel MKL's (under numpy and CTranslate2, even when the model runs on CUDA)
+_RX_HOST_LIB_ALLOC = re.compile(
+    r"\(-4:Insufficient memory\) Failed to allocate (\d+) bytes|\bmkl_malloc: failed to allocate memory\b"
+)
+#: Electron's renderer (ComfyUI Desktop's window) killed for running out of memory
+_RX_RENDERER_OOM = re.compile(r"\brender-process-gone\b[^\n]*\breason=oom\b")
 #: Windows' E_OUTOFMEMORY message (DirectML's devices and the host's heap both raise it)
 _RX_WIN_OUTOFMEMORY = re.compile(
     r"Not enough memory resources are available to complete this operation"
@@ -288,7 +297,8 @@ _RX_VHS_LIMIT = re.compile(
 #: ``model requires more system memory (164.8 GiB) than is available (13.4 GiB)``
 _RX_LIB_RAM_GUARD = re.compile(
     r"\bmimread\(\) has read over \d+ MiB of image data|^Stopped to avoid memory problems"
-    r"|model requires more system memory \(" + _SIZE + r"\) than is available \(" + _SIZE + r"\)",
+    r"|model requires more system memory \(" + _SIZE + r"\) than is available \(" + _SIZE + r"\)"
+    r"|\bit is likely that you have (?:un|in)sufficient RAM\b",  # Wan2GP (mmgp's pinning)
     _M,
 )
 _RX_SUPIR_HINT = re.compile(r"too large of an image or batch_size for SUPIR was used")
@@ -460,6 +470,8 @@ def _normalize(text: str) -> list[str]:
             msg = msg[2:] if msg.startswith("> ") else msg[1:]
         if msg[:1] in _QUOTES:
             msg = msg.lstrip("\"'`").lstrip()
+        elif msg[:2] == "**" and msg[2:3].isalpha():  # a line in Markdown bold: '**OSError: ...**'
+            msg = msg[2:]
         lines.append(msg)
     return lines
 
@@ -581,7 +593,9 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     if node_type is None and "OutOfMemoryError" in lines[idx]:
         m = _RX_TITLE_NODE.search(lines[idx])
         node_type = (m.group(1) or m.group(2)) if m else None
-    if node_type is None and idx > 0:
+    if node_type is None and (glued := _RX_TOAST_TITLE_NODE.match(lines[idx])):
+        node_type = glued.group(1) if _is_node_ident(glued.group(1)) else None
+    if node_type is None and idx > 0 and not lines[idx - 1].lstrip().startswith("```"):
         prev = lines[idx - 1].strip().strip("*`_")  # a node line inside Markdown bold/code
         if _is_node_ident(prev):
             node_type = prev
@@ -894,9 +908,12 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     )
     if m:
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
-    m = _find(_RX_OPENCV_NOMEM, body, "Insufficient memory")
+    m = _find(_RX_HOST_LIB_ALLOC, body, "Insufficient memory", "mkl_malloc")
     if m:
-        return "opencv-alloc", Pool.RAM, Backend.CPU, m.start(), False
+        return "host-library-alloc", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_RENDERER_OOM, body, "reason=oom")
+    if m:
+        return "renderer-oom", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_WIN_OUTOFMEMORY, body, "Not enough memory resources")
     if m:  # Windows' E_OUTOFMEMORY text: DirectML's when the text names it, else the host's
         dml = "DirectML" in body or "DML" in body or "Direct ML" in body
@@ -915,7 +932,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_MMAP, body, "unable to mmap")
     if m:
         return "mmap-enomem", Pool.RAM, Backend.CPU, m.start(), False
-    m = _find(_RX_LIB_RAM_GUARD, body, "memory problems", "system memory (")
+    m = _find(_RX_LIB_RAM_GUARD, body, "memory problems", "system memory (", "sufficient RAM")
     if m:
         return "library-ram-guard", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_VHS_LIMIT, body, "Memory limit hit", "can fit in memory")
@@ -981,6 +998,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_SLURM_OOM, body, "oom-kill event")
     if m:
         return "slurm-cgroup-oom", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _find(_RX_SRUN_OOM, body, "Out Of Memory")
+    if m:
+        return "slurm-task-oom", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = (
         _find(_RX_BASH_KILLED, body, "Killed")
         or _find(_RX_BARE_KILLED, body, "Killed")
@@ -1040,6 +1060,11 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule in ("cuda-oom", "hip-oom", "xpu-oom") and "OutOfMemoryError: " in body:
         m = _RX_INLINE_OOM_TYPE.search(body)
         return m.group(1) if m else None
+    if rule == "exception-oom-words" and "`" in body:
+        m = _RX_EXC_OOM_WORDS.search(body)  # (an exception quoted as inline code mid-sentence)
+        return m.group(1) if m else None
+    if rule == "host-library-alloc" and "cv2.error: " in body:
+        return "cv2.error"  # OpenCV's Python exception type is lower case
     if rule == "cuda-error-oom" and "instance of '" in body:
         m = _RX_CXX_TERMINATE.search(body)
         return m.group(1) if m else None
@@ -1171,9 +1196,9 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_CPU_ALLOC.search(body) or _RX_CPU_ALLOC_TAIL.search(body)
         if m and m.group(1) and m.group(2):
             fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
-    elif rule == "opencv-alloc":
-        m = _RX_OPENCV_NOMEM.search(body)
-        if m:
+    elif rule == "host-library-alloc":
+        m = _RX_HOST_LIB_ALLOC.search(body)
+        if m and m.group(1):
             fields["requested_bytes"] = int(m.group(1))
     elif rule == "library-ram-guard":
         m = _RX_LIB_RAM_GUARD.search(body)
@@ -1346,6 +1371,8 @@ def _shares_oom_text(msg: str, evidence: str) -> bool:
 
 #: the UI's error toast with its newlines lost (an issue title): the exception type as the
 #: toast's title, the node's id and type, then the type again before the message
+#: a title that glued the toast's node class to its message: 'SONICSampler Allocation on device'
+_RX_TOAST_TITLE_NODE = re.compile(r"^([A-Za-z][\w\-]{2,80}) Allocation on device\b")
 _RX_FLAT_TOAST = re.compile(
     r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)) (\d+(?::\d+)*) ([A-Za-z][\w\-]{1,80}) \1\b"
 )
