@@ -123,6 +123,9 @@ KNOWN_MISSES = {
     "pagefile_winerror_1455_title_and_vscode_exception_shm_dll.txt": "VS Code's debugger prints "
     "the type on a line of its own ('Exception has occurred: OSError'), the message on the next: "
     "the type is not joined",
+    "cuda_alloc_on_device_title_flux2_startup_enabled_pinned_memory.txt": "the title's model "
+    "name before the type ('Flux2: torch.OutOfMemoryError: ...') is read as the node, as a "
+    "node class in that place is ('KSampler: torch.OutOfMemoryError')",
     "cuda_ggml_cudamalloc_journal_then_segv_koboldcpp_service.txt": "ggml's exact 'buffer of "
     "size 6776811776' is on the journal's next record; the request is read from the line before "
     "it, '6462.87 MiB' (1,403 bytes short)",

@@ -1678,3 +1678,52 @@ def test_a_markdown_fence_tag_is_not_a_node() -> None:
         ]
     )
     assert (finding.event.node_type, finding.event.requested_bytes) == (None, 21474836480)
+
+
+def test_round_eight_spent_shapes() -> None:
+    """What round 8's held part showed once it was spent (each also a corpus case)."""
+    translated = _event(
+        "[错误] !!! 处理过程中发生异常 !!! [在 alloc_cpu.cpp:117 强制失败] 数据。DefaultCPUAllocator：内存不足：您尝试分配 96153108480 字节。"
+    )
+    assert (translated.pool, translated.requested_bytes) == (Pool.RAM, 96153108480)
+    ggml = _event(
+        "ggml_cuda_host_malloc: failed to allocate 16607.35 MiB of pinned memory: out of memory"
+    )
+    assert (ggml.pool, ggml.recovered, dict(ggml.extra).get("host_memory")) == (
+        Pool.RAM,
+        True,
+        "pinned",
+    )
+    assert ggml.requested_bytes == round(Decimal("16607.35") * MiB)
+    tf_rocm = _event(
+        "2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/rocm/rocm_driver.cc:606] failed to allocate 127.99TiB (140729850295296 bytes) from device: HIP_ERROR_OutOfMemory"
+    )
+    assert (tf_rocm.backend, tf_rocm.requested_bytes) == (Backend.ROCM, 140729850295296)
+    numpy = _event(
+        "Error Occured: unable to allocate 920. MiB for an array with shape (600020, 201) and data type complex64"
+    )
+    assert (numpy.pool, numpy.requested_bytes) == (Pool.RAM, 920 * MiB)
+    (retyped,) = iter_findings(
+        [
+            "Tried to allocate 418.00 MiB",
+            " (GPU 0; 6.00 GiB total capacity; ",
+            " 3.01 GiB already allocated;",
+            " 363.12 MiB free; ",
+            " 3.82 GiB reserved in total by PyTorch) If reserved memory is >>",
+        ]
+    )
+    assert (retyped.line_no, retyped.event.pool, retyped.event.free_bytes) == (
+        1,
+        Pool.GPU_FRAGMENTATION,
+        round(Decimal("363.12") * MiB),
+    )
+    (dialog,) = iter_findings(
+        [
+            "Error occurred when executing LayerMask: BiRefNetUltra:",
+            "",
+            "[enforce fail at alloc_cpu.cpp:80] data. DefaultCPUAllocator: not enough memory: you tried to allocate 103079215104 bytes.",
+        ]
+    )
+    assert dialog.event.node_type == "LayerMask: BiRefNetUltra"
+    heading = _event("# VAEDecodeTiled Allocation on device - error message - can someone help ?")
+    assert heading.node_type == "VAEDecodeTiled"

@@ -165,7 +165,7 @@ _RX_ALLOC_ON_DEVICE = re.compile(
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
-    r"\b(CUDA|HIP) (?:driver )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory"
+    r"\b(CUDA|HIP) (?:driver )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b"
     r"|(?<![A-Za-z0-9_])(CUDA)_ERROR_OUT_OF_MEMORY(?![A-Za-z0-9_])"  # the driver API's name (Triton, CuPy, numba, ...)
 )
 #: CUDA's error 2 (cudaErrorMemoryAllocation) as torch 0.x and C++ frameworks print it:
@@ -200,6 +200,7 @@ _RX_XPU_DEVICE_OOM = re.compile(
 #: on host``
 _RX_CUDA_ERROR_REQUEST = re.compile(
     r"\ballocating " + _SIZE + r" on device (\d+): cudaMalloc|\bfailed to alloc (\d+) bytes on "
+    r"|\bfailed to allocate \S+ \((\d+) bytes\) from device"  # TensorFlow's stream executor
 )
 #: torch's device message pasted from its second sentence on (the first one, ``CUDA out of
 #: memory.``, cut off): the torch <= 2.0 shape ``Tried to allocate X (GPU N; Y total capacity;``
@@ -207,7 +208,7 @@ _RX_CUDA_ERROR_REQUEST = re.compile(
 _RX_TORCH_BODY = re.compile(
     r"(?:^|(?<=[\s:'\"`(]))Tried to allocate "
     + _SIZE
-    + r"(?: \(GPU \d+; "
+    + r"(?:\s+\(GPU \d+;\s+"
     + _SIZE
     + r" total capacity|\. GPU \d+ has a total capacity of )",
     _M,
@@ -244,6 +245,11 @@ _RX_CPU_ALLOC = re.compile(
 )
 #: A1111's sub-quadratic attention's own check (GB = 2^30, as every figure here)
 _RX_NEED_HAVE = re.compile(r"Need: ?([\d.]+) ?GB free, Have: ?([\d.]+) ?GB free")
+#: ggml's CUDA backend refused page-locked host RAM (cudaMallocHost); it goes on with an
+#: ordinary host buffer, so the failure is recovered
+_RX_GGML_PINNED = re.compile(
+    r"\bggml_cuda_host_malloc: failed to allocate " + _SIZE + r" of pinned memory"
+)
 #: host libraries' own allocators: OpenCV's (cv::OutOfMemoryError, CV_StsNoMem = -4, in
 #: alloc.cpp) and Intel MKL's (under numpy and CTranslate2, even when the model runs on CUDA)
 _RX_HOST_LIB_ALLOC = re.compile(
@@ -262,6 +268,12 @@ _RX_NUMPY_ARRAY_MEMORY = re.compile(r"\bcannot allocate array memory\b")
 #: ONNX Runtime's arena allocator (insightface, ReActor, DWPose and rembg run on it): the arena
 #: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
 _RX_ONNX_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
+#: the CPU allocator's message machine-translated, every word but the names (``DefaultCPUAllocator
+#: ：内存不足：您尝试分配 96153108480 字节``): the name, a colon, then text in another script. No
+#: word list: the allocator names itself, and its only figure is the request in bytes
+_RX_CPU_ALLOC_TRANSLATED = re.compile(
+    r"(?:Default)?CPUAllocator\s?[:\uff1a]\s?[^\x00-\x7f](?:[^\n]{0,80}?(?<!\d)(\d{4,})(?!\d))?"
+)
 #: the CPU allocator's message from its second clause on (an issue title)
 _RX_CPU_ALLOC_TAIL = (
     re.compile(  # (at a line's start or quoted; a retyped unit, '0BG', drops the size)
@@ -274,7 +286,7 @@ _RX_ENFORCE_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[enforc
 _RX_MMAP = re.compile(  # (the size and path may be a user's '...')
     r"unable to mmap (?:(\d+) bytes from file )?[\s\S]{0,400}?Cannot allocate memory"
 )
-_RX_NUMPY = re.compile(r"Unable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
+_RX_NUMPY = re.compile(r"[Uu]nable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
 _RX_GOT_OOM = re.compile(r"Got an OOM, unloading all loaded models")
 _RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
 #: MPSAllocator's refusal of a single buffer over the device's limit; torch formats the size
@@ -379,6 +391,10 @@ _RX_NODE_ID_VALUE = re.compile(r"^\d+(?::\d+)*$")
 #: ComfyUI's old error dialog: the node on its own line, or (an issue title) the message after it
 _RX_DIALOG = re.compile(  # (pasted inside inline code or bold)
     r"^[`*]{0,2}Error occurred when executing ([^:\n*`]+?):(?:[ \t`*]|$|(?=[A-Z]))", _M
+)
+#: the dialog's whole first line, its name up to the colon that ends the line
+_RX_DIALOG_LINE = re.compile(
+    r"^[`*]{0,2}Error occurred when executing ([^\n]+?):[`*]{0,2}[ \t]*$", _M
 )
 _RX_NODE_COLON = re.compile(r"^([A-Za-z][\w\-]{1,80}) : ")
 _RX_NODE_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{2,80}$")
@@ -537,13 +553,19 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     # one needle test over all traceback frames together (they rarely hold one), then per line
     if indented and has_needle("\n".join([lines[i] for i in indented])):
         # (and an indented line that carries a torch message's figures: a message
-        # hard-wrapped with an indent, ' # 0 bytes free; 9.23 GiB reserved in total by PyTorch)')
+        # hard-wrapped with an indent, ' # 0 bytes free; 9.23 GiB reserved in total by PyTorch)',
+        # or retyped one clause per line, ' (GPU 0; 6.00 GiB total capacity; ', ' 363.12 MiB free; ')
         focus = sorted(
             focus
             + [
                 i
                 for i in indented
-                if has_needle(lines[i]) or "by PyTorch" in lines[i] or "oomd " in lines[i]
+                if has_needle(lines[i])
+                or "by PyTorch" in lines[i]
+                or "oomd " in lines[i]
+                or "total capacity" in lines[i]
+                or "B free" in lines[i]
+                or "bytes free" in lines[i]
             ]
         )
     flines = [lines[i] for i in focus]
@@ -555,6 +577,13 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     # a pasted Error Report is parsed once, for the rules and for its fields
     report = _report(body)
     rule, pool, backend, pos, recovered = _detect(body, report)
+    if rule is None and "Tried to allocate" in body and "\n" in body:
+        # torch's figures broken over lines of their own (retyped from a dialog, one clause per
+        # line): read as one line. Same length, so every position and line start still holds
+        flat = body.replace("\n", " ")
+        rule, pool, backend, pos, recovered = _detect(flat, report)
+        if rule is not None:
+            body = flat
     if rule is None:
         restored = _restore_case(body)
         if restored is None:
@@ -614,7 +643,7 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     if rule == "cuda-error-oom" and pinned_evidence("\n".join(lines)):
         pool = Pool.RAM
         extra.append(("host_memory", "pinned"))
-    elif rule == "pin-memory-thread":
+    elif rule in ("pin-memory-thread", "ggml-pinned-host"):
         extra.append(("host_memory", "pinned"))
     if pool is Pool.GPU and fields.get("requested_bytes") is not None:
         ru = fields.get("reserved_unallocated_bytes")
@@ -866,6 +895,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         "error:out of memory",
         "ErrorMemoryAllocation",
         "ErrorOutOfMemory",
+        "_ERROR_OutOfMemory",
         "_ERROR_OUT_OF_MEMORY",
     )
     if m:
@@ -879,6 +909,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_XPU_DEVICE_OOM, body, "_ERROR_OUT_OF_DEVICE_MEMORY")
     if m:
         return "xpu-device-oom", Pool.GPU, Backend.XPU, m.start(), False
+    m = _find(_RX_GGML_PINNED, body, "ggml_cuda_host_malloc")
+    if m:
+        return "ggml-pinned-host", Pool.RAM, Backend.CUDA, m.start(), True
     m = _find(_RX_PIN_THREAD, body, "pin memory thread")
     if m:
         return "pin-memory-thread", Pool.RAM, Backend.CUDA, m.start(), False
@@ -903,8 +936,10 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         m = _RX_ERROR_1455.search(body)
     if m:
         return "windows-pagefile", Pool.SWAP_PAGEFILE, Backend.CPU, m.start(), False
-    m = _find(_RX_CPU_ALLOC, body, "CPUAllocator", "$ Torch") or _find(
-        _RX_CPU_ALLOC_TAIL, body, "not enough memory: you tried"
+    m = (
+        _find(_RX_CPU_ALLOC, body, "CPUAllocator", "$ Torch")
+        or _find(_RX_CPU_ALLOC_TAIL, body, "not enough memory: you tried")
+        or _find(_RX_CPU_ALLOC_TRANSLATED, body, "CPUAllocator")
     )
     if m:
         return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
@@ -1196,6 +1231,12 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_CPU_ALLOC.search(body) or _RX_CPU_ALLOC_TAIL.search(body)
         if m and m.group(1) and m.group(2):
             fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
+        elif m is None and (t := _RX_CPU_ALLOC_TRANSLATED.search(body)) and t.group(1):
+            fields["requested_bytes"] = int(t.group(1))
+    elif rule == "ggml-pinned-host":
+        m = _RX_GGML_PINNED.search(body)
+        if m:
+            fields["requested_bytes"] = _size(m)
     elif rule == "host-library-alloc":
         m = _RX_HOST_LIB_ALLOC.search(body)
         if m and m.group(1):
@@ -1206,13 +1247,13 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = _size(m)
             fields["free_bytes"] = _size(m, 3)
     elif rule == "cuda-error-oom":
-        m = _find(_RX_CUDA_ERROR_REQUEST, body, "allocating ", "failed to alloc ")
+        m = _find(_RX_CUDA_ERROR_REQUEST, body, "allocating ", "failed to alloc")
         if m:
             if m.group(1):
                 fields["requested_bytes"] = _size(m)
                 fields["gpu_index"] = int(m.group(3))
             else:
-                fields["requested_bytes"] = int(m.group(4))
+                fields["requested_bytes"] = int(m.group(4) or m.group(5))
     elif rule == "exception-oom-words":
         m = _RX_NEED_HAVE.search(body) if "Need: " in body else None
         if m:  # A1111's attention check: 'Need: 0.9GB free, Have:0.7GB free'
@@ -1372,13 +1413,16 @@ def _shares_oom_text(msg: str, evidence: str) -> bool:
 #: the UI's error toast with its newlines lost (an issue title): the exception type as the
 #: toast's title, the node's id and type, then the type again before the message
 #: a title that glued the toast's node class to its message: 'SONICSampler Allocation on device'
-_RX_TOAST_TITLE_NODE = re.compile(r"^([A-Za-z][\w\-]{2,80}) Allocation on device\b")
+_RX_TOAST_TITLE_NODE = re.compile(r"^(?:#+ )?([A-Za-z][\w\-]{2,80}) Allocation on device\b")
 _RX_FLAT_TOAST = re.compile(
     r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)) (\d+(?::\d+)*) ([A-Za-z][\w\-]{1,80}) \1\b"
 )
 
 
 def _dialog_node(body: str) -> str | None:
+    whole = _RX_DIALOG_LINE.search(body)
+    if whole is not None:  # up to the colon ending the line: 'LayerMask: BiRefNetUltra' whole
+        return whole.group(1).strip()
     m = _RX_DIALOG.search(body)
     return m.group(1).strip() if m else None
 
