@@ -1727,3 +1727,70 @@ def test_round_eight_spent_shapes() -> None:
     assert dialog.event.node_type == "LayerMask: BiRefNetUltra"
     heading = _event("# VAEDecodeTiled Allocation on device - error message - can someone help ?")
     assert heading.node_type == "VAEDecodeTiled"
+
+
+def test_round_nine_tune_shapes() -> None:
+    """What round 9's tune part showed (each also a corpus case)."""
+    masked = _event(
+        "could not allocate tensor with 489484499xxxx bytes. there is not enogh gpu video memory avaible, 7900xt 12 gb"
+    )
+    assert (masked.backend, masked.requested_bytes) == (Backend.DIRECTML, None)
+    sycl = _event("Native API failed. Native API returns: -6 (PI_ERROR_OUT_OF_HOST_MEMORY)")
+    assert (sycl.pool, sycl.backend) == (Pool.RAM, Backend.CPU)
+    (trt,) = iter_findings(
+        [
+            "[E] 1: [defaultAllocator.cpp::allocate::19] Error Code 1: Cuda Runtime (out of memory)",
+            "[W] Requested amount of GPU memory (1180463648 bytes) could not be allocated. There may not be enough free memory for allocation to succeed.",
+        ]
+    )
+    assert (trt.line_no, trt.event.requested_bytes) == (1, 1180463648)
+    amdgpu = _event(
+        "nov 06 06:01:01 Odin kernel: [drm:amdgpu_cs_ioctl [amdgpu]] *ERROR* Not enough memory for command submission!"
+    )
+    assert (amdgpu.pool, amdgpu.backend) == (Pool.GPU, Backend.ROCM)
+    (hip,) = iter_findings(
+        [
+            "torch.AcceleratorError: CUDA error: out of memory",
+            "Search for `hipErrorOutOfMemory' in https://rocm.docs.amd.com/ for more information.",
+        ]
+    )
+    assert hip.event.backend is Backend.ROCM
+    (wrapped,) = iter_findings(
+        [
+            "key messsage is Tried to allocate 13.20 GiB. GPU 0",
+            "                         has a total capacity of 44.68 GiB of which 5.15 GiB is free. Of the allocated memory 38.96 GiB",
+            "                         is allocated by PyTorch, and 78.92 MiB is reserved by PyTorch but unallocated.",
+        ]
+    )
+    assert wrapped.event.allocated_bytes == round(Decimal("38.96") * GiB)
+    typed = _event(
+        "训练不了，进行预处理时报错 OSError: [WinError 1455] 页面文件太小，无法完成操作。"
+    )
+    assert (typed.pool, typed.exception_type) == (Pool.SWAP_PAGEFILE, "OSError")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "当我在运行时，显示cuda out of memory。如何指定batchsize？",  # the user's typing in a CJK sentence
+        "I use 8*a100 but I still met the error 'cuda out of memory'. Is it normal?",
+        "cuda out of memory fooocus api",
+        "OutOfMemoryError                          Traceback (most recent call last)",
+    ],
+    ids=["cjk-prose", "quoted-lowercase", "lowercase-line-with-words", "ipython-header"],
+)
+def test_a_users_lower_case_words_and_ipythons_header_are_no_failure(text: str) -> None:
+    assert list(iter_findings([text])) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cuda out of memory. tried to allocate 20.00 mib (gpu 0; 4.00 gib total capacity;",
+        "Cuda Out of Memory 관련 문의",  # a title copying the error's name keeps its capitals
+        "一直显示CUDA out of memory，",
+    ],
+    ids=["lowercased-message", "title-case-title", "cjk-copied-name"],
+)
+def test_lower_cased_messages_and_copied_names_are_still_read(text: str) -> None:
+    assert [f.event.pool for f in iter_findings([text])] == [Pool.GPU]

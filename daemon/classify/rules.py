@@ -180,6 +180,7 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     # ``GPUassert: out of memory <file> <line>``, miners' ``Cuda error in func "..." at line
     # N: out of memory``, spconv/tensorview's ``cuda failed with error 2 out of memory``
     r"|\bGPUassert: out of memory\b"
+    r"|\bError Code \d+: Cuda Runtime \(out of memory\)"  # TensorRT's allocator
     r"|\bcuda error in func\b[^\n]{0,80}?: ?out of memory\b"
     r"|\bcuda failed with error (?:2\W{0,3})?out of memory\b"  # (CTranslate2: no number)
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
@@ -195,12 +196,21 @@ _RX_PIN_THREAD = re.compile(r"\bCaught (\w+Error) in pin memory thread\b")
 _RX_XPU_DEVICE_OOM = re.compile(
     r"\b(?:UR_RESULT|ZE_RESULT|PI)_ERROR_OUT_OF_DEVICE_MEMORY(?![A-Za-z0-9_])"
 )
+#: the amdgpu kernel driver refusing a command submission for want of VRAM
+_RX_AMDGPU_CS_NOMEM = re.compile(
+    r"\[drm:amdgpu_cs_ioctl \[amdgpu\]\] \*ERROR\* Not enough memory for command submission"
+)
+#: ... and the same runtimes out of host RAM (oneAPI's allocations on the host side)
+_RX_XPU_HOST_OOM = re.compile(
+    r"\b(?:UR_RESULT|ZE_RESULT|PI)_ERROR_OUT_OF_HOST_MEMORY(?![A-Za-z0-9_])"
+)
 #: how much a CUDA runtime failure asked for, where the program says: ggml's ``allocating
 #: 30649.55 MiB on device 0: cudaMalloc failed``, TensorFlow's ``failed to alloc 374391296 bytes
 #: on host``
 _RX_CUDA_ERROR_REQUEST = re.compile(
     r"\ballocating " + _SIZE + r" on device (\d+): cudaMalloc|\bfailed to alloc (\d+) bytes on "
     r"|\bfailed to allocate \S+ \((\d+) bytes\) from device"  # TensorFlow's stream executor
+    r"|\bRequested amount of GPU memory \((\d+) bytes\)"  # TensorRT
 )
 #: torch's device message pasted from its second sentence on (the first one, ``CUDA out of
 #: memory.``, cut off): the torch <= 2.0 shape ``Tried to allocate X (GPU N; Y total capacity;``
@@ -210,7 +220,7 @@ _RX_TORCH_BODY = re.compile(
     + _SIZE
     + r"(?:\s+\(GPU \d+;\s+"
     + _SIZE
-    + r" total capacity|\. GPU \d+ has a total capacity of )",
+    + r" total capacity|\. GPU \d+\s+has a total capacity of )",
     _M,
 )
 #: CUDA's "out of memory" error string translated (a browser's or a machine translation of a
@@ -229,12 +239,13 @@ _RX_LIB_ALLOC = re.compile(
 _RX_DIRECTML = re.compile(
     r"(?:Could not allocate tensor with (\d+) bytes\. )?There is not enough GPU video memory available"
     # its first sentence alone (a title), the size a user replaced: 'with XXXXXXXX bytes'
-    r"|Could not allocate tensor with (?:(\d+)|[Xx]+) bytes"
+    r"|Could not allocate tensor with (?:(\d+)|[\dXx]*[Xx][\dXx]*) bytes"
     r"|\bDML allocator out of memory"  # torch-directml's heap allocator
     r"|(?i:\bDirectML out of memory\b)"
 )
 #: a bare 'Error 1455' (a title, a sentence): Windows' ERROR_COMMITMENT_LIMIT, the paging file
 _RX_ERROR_1455 = re.compile(r"\bError 1455\b")
+_RX_PAGEFILE_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[WinError 1455\]")
 _RX_PAGEFILE = re.compile(r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b")  # ('OS Error 1455' in a title)
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
 #: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
@@ -415,14 +426,14 @@ _RX_THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
 _RX_ALLOCATED = re.compile(
     r"Of the allocated memory "
     + _SIZE
-    + r" is allocated by PyTorch|"
+    + r"\s+is allocated by PyTorch|"
     + _SIZE
     + r" already allocated"
 )
 #: _RX_ALLOCATED's alternatives, each with the literal it cannot match without (``_find_first``)
 _ALLOCATED_BRANCHES = (
     (
-        re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch"),
+        re.compile(r"Of the allocated memory " + _SIZE + r"\s+is allocated by PyTorch"),
         "allocated by PyTorch",
     ),
     (re.compile(_SIZE + r" already allocated"), "already allocated"),
@@ -540,6 +551,32 @@ def _classify_normalized(key: str) -> _Found | None:
     return _classify_lines(key.split("\n"))
 
 
+_RX_IPYTHON_HEADER = re.compile(
+    r"(?:[A-Za-z_]\w*\.)*\w*OutOfMemoryError\s{2,}Traceback \(most recent"
+)
+_DEVICE_OOM_RULES = frozenset({"cuda-oom", "hip-oom", "xpu-oom"})
+
+
+#: what follows the phrase where a lower-cased paste of torch's message ends its first sentence
+_RX_SENTENCE_END = re.compile(r"\s*(?:$|[.,;:!)\]\"'`*]|[Tt]ried)", _M)
+
+
+def _lowered_message(body: str, original: str) -> bool:
+    """``body`` (``original`` with its case restored, same positions) holds a device OOM that
+    reads as the message: one not typed all in lower case (a title's 'Cuda Out of Memory' copies
+    the error's name), or one in the message's own shape: followed by ``Tried to allocate`` or
+    ending its sentence (group 1), after its exception type (group 5), or on a line of its own
+    that ends there."""
+    for m in _RX_TORCH_DEVICE.finditer(body):
+        if m.group(1) or m.group(5) or not original[m.start() : m.end()].islower():
+            return True
+    for m in _RX_TORCH_DEVICE_LINE.finditer(body):
+        span = original[m.start() : m.end()]
+        if _RX_SENTENCE_END.match(body, m.end()) or not span.islower():
+            return True
+    return False
+
+
 def _classify_lines(lines: list[str]) -> _Found | None:
     """``_classify`` of a record already split into normalized lines (``_normalize``)."""
     # The rules read the record's "focus": every line that does not start with whitespace,
@@ -590,7 +627,9 @@ def _classify_lines(lines: list[str]) -> _Found | None:
             return None
         report = _report(restored)
         rule, pool, backend, pos, recovered = _detect(restored, report)
-        if rule is None:
+        if rule is None or (rule in _DEVICE_OOM_RULES and not _lowered_message(restored, body)):
+            # (a lower-cased 'cuda out of memory' in a sentence, quoted in one or glued into a
+            # CJK one, is the user's typing; the error's own words, copied, keep their case)
             return None
         # case-only edits: every position and line length stays the same
         body = restored
@@ -710,6 +749,7 @@ _CASED_WORDS: tuple[str, ...] = (
     "RuntimeError",
     "Invalid buffer size",
     "MemoryError",
+    "Could not allocate tensor",
 )
 _RX_CASED_WORDS = re.compile("|".join(re.escape(w) for w in _CASED_WORDS), re.IGNORECASE)
 _CASED = {w.lower(): w for w in _CASED_WORDS}
@@ -722,6 +762,7 @@ _LOWER_SIGNS = (
     "outofmemory",
     "memoryerror",
     "defaultcpuallocator",
+    "could not allocate tensor",
 )
 
 
@@ -900,6 +941,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     )
     if m:
         rocm = (m.group(1) or m.group(2) or m.group(3) or "hip").lower() == "hip"
+        rocm = rocm or "`hipError" in body  # ROCm's torch keeps CUDA's words, its hint says HIP
         return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
     m = _find(
         _RX_CUDA_LEGACY_OOM, body, "out of memory", "Out of memory in cu", "UDA: ", "uda: "
@@ -909,6 +951,12 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_XPU_DEVICE_OOM, body, "_ERROR_OUT_OF_DEVICE_MEMORY")
     if m:
         return "xpu-device-oom", Pool.GPU, Backend.XPU, m.start(), False
+    m = _find(_RX_AMDGPU_CS_NOMEM, body, "Not enough memory for command")
+    if m:
+        return "amdgpu-cs-nomem", Pool.GPU, Backend.ROCM, m.start(), False
+    m = _find(_RX_XPU_HOST_OOM, body, "_ERROR_OUT_OF_HOST_MEMORY")
+    if m:
+        return "xpu-host-oom", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_GGML_PINNED, body, "ggml_cuda_host_malloc")
     if m:
         return "ggml-pinned-host", Pool.RAM, Backend.CUDA, m.start(), True
@@ -997,6 +1045,8 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
             return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
         return "memory-error", Pool.RAM, Backend.CPU, start, False
     m = _find(_RX_OOM_TYPE_NAMED, body, "OutOfMemoryError")
+    if m and _RX_IPYTHON_HEADER.match(body, m.start()):
+        m = None  # IPython's 'OutOfMemoryError    Traceback (most recent call last)' header
     if m:  # the type named in a title or a sentence ('torch.OutOfMemoryError in KSampler')
         return "oom-type-named", Pool.GPU, Backend.UNKNOWN, m.start(), False
     m = _find(_RX_OOM_KILLED, body, "OOM")
@@ -1100,6 +1150,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         return m.group(1) if m else None
     if rule == "host-library-alloc" and "cv2.error: " in body:
         return "cv2.error"  # OpenCV's Python exception type is lower case
+    if rule == "windows-pagefile" and "Error: [WinError 1455]" in body:
+        m = _RX_PAGEFILE_TYPE.search(body)
+        return m.group(1) if m else None
     if rule == "cuda-error-oom" and "instance of '" in body:
         m = _RX_CXX_TERMINATE.search(body)
         return m.group(1) if m else None
@@ -1247,13 +1300,15 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = _size(m)
             fields["free_bytes"] = _size(m, 3)
     elif rule == "cuda-error-oom":
-        m = _find(_RX_CUDA_ERROR_REQUEST, body, "allocating ", "failed to alloc")
+        m = _find(
+            _RX_CUDA_ERROR_REQUEST, body, "allocating ", "failed to alloc", "Requested amount"
+        )
         if m:
             if m.group(1):
                 fields["requested_bytes"] = _size(m)
                 fields["gpu_index"] = int(m.group(3))
             else:
-                fields["requested_bytes"] = int(m.group(4) or m.group(5))
+                fields["requested_bytes"] = int(m.group(4) or m.group(5) or m.group(6))
     elif rule == "exception-oom-words":
         m = _RX_NEED_HAVE.search(body) if "Need: " in body else None
         if m:  # A1111's attention check: 'Need: 0.9GB free, Have:0.7GB free'

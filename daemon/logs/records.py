@@ -70,9 +70,10 @@ _CONTINUATION = re.compile(
 #: the later sentences of torch's device and MPS messages: a line starting with one continues a
 #: record that said "out of memory" (a message hard-wrapped, or re-wrapped at its sentences);
 #: the CPU allocator's second clause ("...can't allocate memory: you / tried to allocate N
-#: bytes") continues one that named the allocator
+#: bytes") continues one that named the allocator, TensorRT's warning with the request its
+#: allocator's error
 _OOM_SENTENCE = re.compile(
-    r"(?:Tried to allocate |tried to allocate \d|Of the allocated memory |Including non-PyTorch memory"
+    r"(?:Tried to allocate |tried to allocate \d|(?:\[W\] )?Requested amount of GPU memory \(|Of the allocated memory |Including non-PyTorch memory"
     r"|GPU \d+ has a total capac|Process \d+ has "
     r"|(?:and )?\d[\d.,]* ?[KMGT]i?B (?:is )?(?:free|reserved|already))"
 )
