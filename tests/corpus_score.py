@@ -42,7 +42,7 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 9
+HELD_ROUND = 10
 
 
 def round_of(case: dict[str, Any]) -> int:
@@ -132,6 +132,25 @@ KNOWN_MISSES = {
     "cuda_forge_lora_patch_oom_cut_gpu_retrying_offload_recovered.txt": "Forge's 'Patching LoRA "
     "weights failed. Retrying by offload models.' holds no needle, and the byte scanner's window "
     "ends at the last one, so the retry that makes the OOM recovered is not seen",
+    "old_cuda_oom_tail_only_title_reserved_in_total_docs_issue.txt": "a title holding only the "
+    "message's tail, '1.17 GiB reserved in total by PyTorch)', holds no needle",
+    "pagefile_zh_title_fragment_and_winerror_1455_detectron_dll_segmentation.txt": "the title "
+    "is Windows' Chinese text of the paging-file error alone, without '1455': no needle, and no "
+    "word list per language (the body's OSError is read)",
+    "comfy_pr_quotes_hip_error_out_of_memory_vae_handling_negative.txt": "a pull request quoting "
+    "'HIP error: out of memory' as the string its code will catch is read as the error; earlier "
+    "rounds' labels count a quoted message as one",
+    "neg_system_stats_ram_total_cgroup_pr_oom_killed_prose.txt": "'the container gets "
+    "OOM-killed' in a pull request's prose is read as a kill, as earlier rounds' labels count a "
+    "user's 'OOM killed' (rounds 8-10 label only machine text)",
+    "cuda_old_style_fragmentation_magic_animate_win10_8gb.txt": "the line 'CUDA out of memory "
+    "on win10' (the issue's title repeated) is read as a second failure, as earlier rounds' "
+    "labels count a title naming the error; round 9 labels it the user's words",
+    "localized_ru_translated_traceback_flattened_spconv_hi3dgen.txt": "the type stands before "
+    "cumm's file path ('RuntimeError: TensorStorage C:/.../tensor.h 168 cuda failed ...'), not "
+    "right before the words, so it is not joined",
+    "cuda_retyped_typos_gpy_no_units_glued_deepcopy_framepack_eichi.txt": "the retyped 'GPY 0' "
+    "is not read as the GPU's index",
     "cuda_ggml_cudamalloc_journal_then_segv_koboldcpp_service.txt": "ggml's exact 'buffer of "
     "size 6776811776' is on the journal's next record; the request is read from the line before "
     "it, '6462.87 MiB' (1,403 bytes short)",

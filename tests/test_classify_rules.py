@@ -1794,3 +1794,45 @@ def test_a_users_lower_case_words_and_ipythons_header_are_no_failure(text: str) 
 )
 def test_lower_cased_messages_and_copied_names_are_still_read(text: str) -> None:
     assert [f.event.pool for f in iter_findings([text])] == [Pool.GPU]
+
+
+def test_round_nine_spent_shapes() -> None:
+    """What round 9's held part showed once it was spent (each also a corpus case)."""
+    metal = _event(
+        "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command buffer execution failed: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)"
+    )
+    assert (metal.pool, metal.backend, metal.exception_type) == (
+        Pool.UNIFIED_MPS,
+        Backend.MPS,
+        "std::runtime_error",
+    )
+    hip_tf = _event("mnist.py: failed to allocate 8.00G from device: hipError_t(1002)")
+    assert (hip_tf.backend, hip_tf.requested_bytes) == (Backend.ROCM, 8 * GiB)
+    (split,) = iter_findings(
+        [
+            "torch.cuda.OutOfMemoryError:",
+            "CUDA out of memory. Tried to allocate 12.00 GiB (GPU 1; 39.41 GiB total capacity; 29.30 GiB already allocated; 7.67 GiB free; 29.98 GiB reserved in total by PyTorch)",
+        ]
+    )
+    assert (split.line_no, split.event.exception_type, split.event.gpu_index) == (
+        2,
+        "torch.cuda.OutOfMemoryError",
+        1,
+    )
+    dml = list(
+        iter_findings(
+            [
+                "2021-06-28 09:24:26.758346: W tensorflow/core/framework/op_kernel.cc:1651] OP_REQUIRES failed at dml_kernel_context.cc:167 : Resource exhausted: OOM when allocating tensor with shape[1,64,150,150] and type float on /job:localhost/replica:0/task:0/device:DML:0 by allocator DmlAllocator",
+                "2 root error(s) found.",
+                "  (0) Resource exhausted: OOM when allocating tensor with shape[1,64,150,150] and type float on /job:localhost/replica:0/task:0/device:DML:0 by allocator DmlAllocator",
+            ]
+        )
+    )
+    assert [(f.event.backend, f.event.count) for f in dml] == [(Backend.DIRECTML, 2)]
+    toast = _event("# CLIPTextEncode torch.OutOfMemoryError: Allocation on device")
+    assert toast.node_type == "CLIPTextEncode"
+    assert _event("Got torch.OutOfMemoryError: Allocation on device").node_type is None
+    glued = _event(
+        'File "parameter.py", line 68, in __deepcopy__torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 18.00MiB.'
+    )
+    assert glued.exception_type == "torch.OutOfMemoryError"

@@ -149,6 +149,11 @@ _RX_TORCH_DEVICE_LINE = re.compile(
     r"(CUDA|HIP|XPU) out of memory\b",
     _M,
 )
+#: Metal refusing a command buffer for want of memory (MLX, and any Metal program on Apple
+#: silicon): '[METAL] Command buffer execution failed: Insufficient Memory (...kIOGPU...)'
+_RX_METAL_OOM = re.compile(r"\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b")
+#: libc++abi's last words for an uncaught C++ exception (macOS)
+_RX_LIBCXXABI_TYPE = re.compile(r"uncaught exception of type ([A-Za-z_]\w*(?:::\w+)*)")
 _RX_EXCEED = re.compile(r"Allocation on device (\d+)\s+would exceed allowed memory")
 #: the same table's lines flattened into a title, its first sentence cut: 'out of memory,
 #: Requested : 8.01 GiB Device limit : 15.70 GiB'
@@ -165,7 +170,7 @@ _RX_ALLOC_ON_DEVICE = re.compile(
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
-    r"\b(CUDA|HIP) (?:driver )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b"
+    r"\b(CUDA|HIP) (?:driver )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b|\bhipError_t\(1002\)"
     r"|(?<![A-Za-z0-9_])(CUDA)_ERROR_OUT_OF_MEMORY(?![A-Za-z0-9_])"  # the driver API's name (Triton, CuPy, numba, ...)
 )
 #: CUDA's error 2 (cudaErrorMemoryAllocation) as torch 0.x and C++ frameworks print it:
@@ -211,6 +216,7 @@ _RX_CUDA_ERROR_REQUEST = re.compile(
     r"\ballocating " + _SIZE + r" on device (\d+): cudaMalloc|\bfailed to alloc (\d+) bytes on "
     r"|\bfailed to allocate \S+ \((\d+) bytes\) from device"  # TensorFlow's stream executor
     r"|\bRequested amount of GPU memory \((\d+) bytes\)"  # TensorRT
+    r"|\bfailed to allocate (\d+(?:\.\d+)?)([KMGT]) from device"  # TensorFlow, 2^10 units
 )
 #: torch's device message pasted from its second sentence on (the first one, ``CUDA out of
 #: memory.``, cut off): the torch <= 2.0 shape ``Tried to allocate X (GPU N; Y total capacity;``
@@ -554,6 +560,7 @@ def _classify_normalized(key: str) -> _Found | None:
 _RX_IPYTHON_HEADER = re.compile(
     r"(?:[A-Za-z_]\w*\.)*\w*OutOfMemoryError\s{2,}Traceback \(most recent"
 )
+_RX_DUNDER_GLUED = re.compile(r"^__\w+?__(?=[A-Za-z])")
 _DEVICE_OOM_RULES = frozenset({"cuda-oom", "hip-oom", "xpu-oom"})
 
 
@@ -650,6 +657,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         exc_type = _type_before(flines[fidx], pos - starts[fidx])
     if exc_type and exc_type[:1] == "_" and "." not in exc_type and exc_type[1:2].isupper():
         exc_type = exc_type[1:]  # Markdown italics opened on the type: '_RuntimeError: ..._'
+    if exc_type and exc_type.startswith("__"):  # a frame's '__deepcopy__' glued on (no newline)
+        exc_type = _RX_DUNDER_GLUED.sub("", exc_type) or exc_type
     node_type = node_id = None
     if report is not None:
         node_type, node_id, exc_type = report.node_type, report.node_id, report.exception_type
@@ -660,7 +669,7 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         node_type = _dialog_node(body) or _colon_node(lines[idx])
     if node_type is None and "OutOfMemoryError" in lines[idx]:
         m = _RX_TITLE_NODE.search(lines[idx])
-        node_type = (m.group(1) or m.group(2)) if m else None
+        node_type = (m.group(1) or m.group(2) or m.group(3)) if m else None
     if node_type is None and (glued := _RX_TOAST_TITLE_NODE.match(lines[idx])):
         node_type = glued.group(1) if _is_node_ident(glued.group(1)) else None
     if node_type is None and idx > 0 and not lines[idx - 1].lstrip().startswith("```"):
@@ -904,6 +913,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     )
     if m:
         return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
+    m = _find(_RX_METAL_OOM, body, "ErrorOutOfMemory")
+    if m:
+        return "metal-command-buffer-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
     m = _find(_RX_MPS_BUFFER, body, "nvalid buffer")
     if m:
         return "mps-invalid-buffer", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
@@ -937,6 +949,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         "ErrorMemoryAllocation",
         "ErrorOutOfMemory",
         "_ERROR_OutOfMemory",
+        "hipError_t(1002)",
         "_ERROR_OUT_OF_MEMORY",
     )
     if m:
@@ -1004,7 +1017,8 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         return "windows-outofmemory", pool, backend, m.start(), False
     m = _find(_RX_TF_EXHAUSTED, body, "Resource exhausted: OOM")
     if m:  # TensorFlow's allocator; tensorflow-directml's kernels are named dml_*
-        backend = Backend.DIRECTML if "dml_" in body else Backend.UNKNOWN
+        dml = "dml_" in body or "DmlAllocator" in body or "device:DML:" in body
+        backend = Backend.DIRECTML if dml else Backend.UNKNOWN
         return "tf-resource-exhausted", Pool.GPU, backend, m.start(), False
     m = _find(_RX_ONNX_ARENA, body, "requested buffer of size")
     if m:
@@ -1150,6 +1164,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         return m.group(1) if m else None
     if rule == "host-library-alloc" and "cv2.error: " in body:
         return "cv2.error"  # OpenCV's Python exception type is lower case
+    if rule == "metal-command-buffer-oom" and "uncaught exception of type" in body:
+        m = _RX_LIBCXXABI_TYPE.search(body)
+        return m.group(1) if m else None
     if rule == "windows-pagefile" and "Error: [WinError 1455]" in body:
         m = _RX_PAGEFILE_TYPE.search(body)
         return m.group(1) if m else None
@@ -1307,6 +1324,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             if m.group(1):
                 fields["requested_bytes"] = _size(m)
                 fields["gpu_index"] = int(m.group(3))
+            elif m.group(7):
+                fields["requested_bytes"] = size_bytes(m.group(7), m.group(8) + "iB")
             else:
                 fields["requested_bytes"] = int(m.group(4) or m.group(5) or m.group(6))
     elif rule == "exception-oom-words":
@@ -1383,6 +1402,9 @@ _RX_TITLE_NODE = re.compile(
     r"(?:^(?:#+ )?(?:\[\w+\]: ?)?|(?<= - ))([A-Z][A-Za-z0-9_]{2,80})(?::| -) "
     r"(?:\*\*Exception Type:\*\* )?(?:torch\.(?:cuda\.)?)?OutOfMemoryError\b"
     r"|OutOfMemoryError in ([A-Z][A-Za-z0-9_]{2,80})\b"
+    # a toast's node glued to the type by a space ('# CLIPTextEncode torch.OutOfMemoryError:'):
+    # CamelCase only, so a sentence's 'Got torch.OutOfMemoryError' names no node
+    r"|^(?:#+ )?([A-Z][a-z0-9_]*[A-Z][A-Za-z0-9_]{1,80}) torch\.(?:cuda\.)?OutOfMemoryError:"
 )
 #: a pack that caught the OOM and went on, in the same record: '...failed (OutOfMemoryError: ...);
 #: falling back to plain video for carrier tile'

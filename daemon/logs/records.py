@@ -80,6 +80,8 @@ _OOM_SENTENCE = re.compile(
 _EXCEPTION_LINE = re.compile(
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::|$)"
 )
+#: an exception type and its colon, alone on a line ('torch.cuda.OutOfMemoryError:')
+_BARE_TYPE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception):")
 _TRACEBACK = "Traceback (most recent call last):"
 _HEADER = "!!! Exception during processing !!!"
 _REPORT = "# ComfyUI Error Report"
@@ -385,6 +387,9 @@ class RecordAssembler:
             return True
         if first == "E" and message.startswith(_DIALOG):
             return False  # a new dialog (a title that glued one onto a line, then the dialog)
+        last = self._tail[-1] if self._tail else self._head[-1]
+        if last.endswith(":") and _BARE_TYPE.fullmatch(last.strip()):
+            return True  # an exception type alone on its line, its message on the next
         if self._report:
             if message.startswith(_REPORT_END):
                 return False
