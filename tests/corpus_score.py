@@ -151,6 +151,21 @@ KNOWN_MISSES = {
     "right before the words, so it is not joined",
     "cuda_retyped_typos_gpy_no_units_glued_deepcopy_framepack_eichi.txt": "the retyped 'GPY 0' "
     "is not read as the GPU's index",
+    "killed_pycharm_exit_137_signal_9_title_and_body_selfmask.txt": "PyCharm's 'exit code 137 "
+    "(interrupted by signal 9:SIGKILL)' holds no needle, and a SIGKILL alone does not say "
+    "memory",
+    "neg_korean_prose_cuda_out_of_memory_screenshot_fastmri.txt": "a TA's 'CUDA out of Memory "
+    "로 에러가 나는 경우' (explaining the error) is read as the error, as earlier rounds' labels "
+    "count a copied name of it in a CJK sentence",
+    "ram_numpy_machine_translated_gb_form_title_and_body_rvc.txt": "the body quotes the title's "
+    "message mid-sentence ('encountered the error \"numpy...: Unable to allocate ...\"'); the "
+    "type is not read there, so the label's second observation is not counted",
+    "killed_dataloader_worker_title_and_traceback_py27_dcpdn.txt": "two reports of one "
+    "DataLoader worker's death (the same pid) fold into one kill, counted once: the label counts "
+    "the title and the traceback as two observations",
+    "cuda_rank5_glm4v_split_lines_reserved_unallocated_825mib.txt": "each '[rank5]: ' line is a "
+    "record of its own, so the figures on the message's second line ('49.39 GiB is allocated "
+    "...') are not joined to it",
     "cuda_ggml_cudamalloc_journal_then_segv_koboldcpp_service.txt": "ggml's exact 'buffer of "
     "size 6776811776' is on the journal's next record; the request is read from the line before "
     "it, '6462.87 MiB' (1,403 bytes short)",

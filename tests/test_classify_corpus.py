@@ -154,8 +154,9 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 9: 2 of 27 at first look and after tuning on its
-#: tune part; rounds 7 and 8 had none): a ceiling, so a change that flags more fails here
+#: held-out negatives called a failure (round 10: 2 of 30 at first look and after tuning on
+#: its tune part; round 9 also 2 of 27, rounds 7 and 8 none): a ceiling, so a change that
+#: flags more fails here
 HELD_NEGATIVES_FLAGGED = 2
 
 
@@ -168,8 +169,8 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="issue 12's hard target, no look-alike called an OOM, is not met on the untouched "
-    "part: round 9 calls 2 of its 27 held-out negatives failures (rounds 7 and 8: 0 of 19, 0 of "
-    "30); strict, so it turns red once it is met",
+    "part: round 10 calls 2 of its 30 held-out negatives failures (round 9: 2 of 27; rounds 7 "
+    "and 8: 0 of 19, 0 of 30); strict, so it turns red once it is met",
 )
 def test_no_held_out_negative_is_called_a_failure() -> None:
     result = _held_score()
@@ -177,11 +178,11 @@ def test_no_held_out_negative_is_called_a_failure() -> None:
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 9, tests/corpus_score.py HELD_ROUND) scored at first look and
-#: unchanged after tuning on round 9's tune part only, its own misses never looked at
+#: what the held-out part (round 10, tests/corpus_score.py HELD_ROUND) scored at first look and
+#: unchanged after tuning on round 10's tune part only, its own misses never looked at
 #: (tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
 #: fails here
-HELD_FLOOR = 0.794  # numbers: 27 of 34 events (79.41 %)
+HELD_FLOOR = 0.737  # numbers: 45 of 61 events (73.77 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -191,10 +192,10 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 9: 59 excerpts, 34 events) scores "
-    "88.2 % detection, 85.3 % pool, 79.4 % numbers at first look and unchanged after tuning on "
-    "round 9's tune part only, under the 98/97/97 % targets; strict, so it turns red once they "
-    "are met and this marker must go",
+    reason="issue 12: the untouched held-out part (round 10: 88 excerpts, 61 events) scores "
+    "80.3 % detection, 75.4 % pool, 73.8 % numbers at first look and unchanged after tuning on "
+    "round 10's tune part only, under the 98/97/97 % targets; strict, so it turns red once "
+    "they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:
     figures = _held_score().figures()

@@ -1836,3 +1836,53 @@ def test_round_nine_spent_shapes() -> None:
         'File "parameter.py", line 68, in __deepcopy__torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 18.00MiB.'
     )
     assert glued.exception_type == "torch.OutOfMemoryError"
+
+
+def test_round_ten_tune_shapes() -> None:
+    """What round 10's tune part showed (each also a corpus case)."""
+    assert _event("`Killed: 9`").pool is Pool.KILLED_BY_OS
+    numpy = _event(
+        '"numpy.core._exceptions._ArrayMemoryError: Unable to allocate 41.2 GB for array with form (172928, 32001) and data type float64"'
+    )
+    assert numpy.requested_bytes == round(Decimal("41.2") * GiB)
+    paddle = list(
+        iter_findings(
+            [
+                "RuntimeError: ResourceExhaustedError:",
+                "",
+                "Out of memory error on GPU 0. Cannot allocate 98.000244MB memory on GPU 0, 6.000000GB memory has been allocated and available memory is only 0.000000B.",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.exception_type) for f in paddle] == [(3, "RuntimeError")]
+    event = paddle[0].event
+    assert (event.gpu_index, event.allocated_bytes, event.free_bytes) == (0, 6 * GiB, 0)
+    assert event.requested_bytes == round(Decimal("98.000244") * MiB)
+    no_allocated = _event(
+        "Out of memory error on GPU 0. Cannot allocate 25.002197MB memory on GPU 0, available memory is only 15.187500MB."
+    )
+    assert (no_allocated.allocated_bytes, no_allocated.free_bytes) == (
+        None,
+        round(Decimal("15.1875") * MiB),
+    )
+    cut = _event(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 42.00 MiB. GPU 0 has a total capacity of 39.39 GiB of which 31.94 MiB is free. Of the allocated memory 37.21 GiB is allo"
+    )
+    assert cut.allocated_bytes == round(Decimal("37.21") * GiB)
+    tt = _event(
+        "Out of Memory: Not enough space to allocate 23085449216 B DRAM buffer across 12 banks"
+    )
+    assert (tt.pool, tt.requested_bytes) == (Pool.GPU, 23085449216)
+    (fairseq,) = iter_findings(
+        [
+            "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 10.76 GiB total capacity; 9.51 GiB already allocated; 5.69 MiB free; 9.84 GiB reserved in total by PyTorch)",
+            "2020-11-05 19:30:05 | WARNING | fairseq.trainer | attempting to recover from OOM in forward/backward pass",
+        ]
+    )
+    assert (fairseq.line_no, fairseq.event.gpu_index) == (1, 1)
+    assert (
+        _event(
+            "2020-11-05 19:30:05 | WARNING | fairseq.trainer | attempting to recover from OOM in forward/backward pass"
+        ).pool
+        is Pool.GPU
+    )

@@ -255,6 +255,9 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
             else _add_extra(a.extra, "comfy_unloaded_models", True)
         )
         return replace(cand, event=replace(a, extra=extra), end_line_no=end)
+    if b.rule == "fairseq-oom-recover" and not a.recovered and a.pool is not Pool.KILLED_BY_OS:
+        # fairseq's trainer announcing it will try to go on after the OOM it just printed
+        return replace(cand, end_line_no=end)
     if (
         a.rule == "supir-oom-hint"
         and not b.recovered

@@ -122,7 +122,7 @@ _RX_SRUN_OOM = re.compile(r"\bsrun: error: \S+: tasks? [\d,\-\[\]]+: Out Of Memo
 _RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S|^\[\d+\]\s+[+-]?\s*(\d+) killed\s{2,}\S", _M)
 _RX_BARE_KILLED = re.compile(
     # (or glued to the end of a progress bar: '... 3/4 [00:08<00:02,  2.83s/it]Killed')
-    r"^(?:\[\d+\][+-]?\s+)?Killed(?:\s{2,}\S.*)?`?\s*$|(?:(?<=/it\])|(?<=/s\])|(?<=\.\.\. )|(?<=\.\.\.))Killed\s*$",
+    r"^(?:\[\d+\][+-]?\s+)?Killed(?::\s*9)?(?:\s{2,}\S.*)?`?\s*$|(?:(?<=/it\])|(?<=/s\])|(?<=\.\.\. )|(?<=\.\.\.))Killed\s*$",
     _M,
 )
 
@@ -149,6 +149,16 @@ _RX_TORCH_DEVICE_LINE = re.compile(
     r"(CUDA|HIP|XPU) out of memory\b",
     _M,
 )
+#: PaddlePaddle's GPU allocator: 'Out of memory error on GPU 0. Cannot allocate 98.000244MB memory
+#: on GPU 0, 6.000000GB memory has been allocated and available memory is only 0.000000B.'
+_RX_PADDLE_OOM = re.compile(
+    r"\bOut of memory error on GPU (\d+)\. Cannot allocate " + _SIZE + r" memory on GPU \d+"
+    r"(?:, " + _SIZE + r" memory has been allocated)?(?: and|,) available memory is only " + _SIZE
+)
+#: fairseq's trainer catching an OOM and trying the next batch (whether it did is not said)
+_RX_FAIRSEQ_RECOVER = re.compile(r"\battempting to recover from OOM in (?:forward|backward)")
+#: Tenstorrent's (tt-metal) DRAM allocator
+_RX_TT_DRAM = re.compile(r"\bOut of Memory: Not enough space to allocate (\d+) B DRAM buffer")
 #: Metal refusing a command buffer for want of memory (MLX, and any Metal program on Apple
 #: silicon): '[METAL] Command buffer execution failed: Insufficient Memory (...kIOGPU...)'
 _RX_METAL_OOM = re.compile(r"\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b")
@@ -303,7 +313,9 @@ _RX_ENFORCE_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[enforc
 _RX_MMAP = re.compile(  # (the size and path may be a user's '...')
     r"unable to mmap (?:(\d+) bytes from file )?[\s\S]{0,400}?Cannot allocate memory"
 )
-_RX_NUMPY = re.compile(r"[Uu]nable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for an array")
+_RX_NUMPY = re.compile(
+    r"[Uu]nable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for (?:an )?array"
+)
 _RX_GOT_OOM = re.compile(r"Got an OOM, unloading all loaded models")
 _RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
 #: MPSAllocator's refusal of a single buffer over the device's limit; torch formats the size
@@ -432,17 +444,20 @@ _RX_THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
 _RX_ALLOCATED = re.compile(
     r"Of the allocated memory "
     + _SIZE
-    + r"\s+is allocated by PyTorch|"
+    + r"|"
     + _SIZE
-    + r" already allocated"
+    + r" already allocated|"
+    + _SIZE
+    + r"\s+is allocated by PyTorch"
 )
 #: _RX_ALLOCATED's alternatives, each with the literal it cannot match without (``_find_first``)
 _ALLOCATED_BRANCHES = (
-    (
-        re.compile(r"Of the allocated memory " + _SIZE + r"\s+is allocated by PyTorch"),
-        "allocated by PyTorch",
-    ),
+    # ('Of the allocated memory' only ever introduces it: a message cut after the figure,
+    # 'Of the allocated memory 37.21 GiB is allo', still gives it; and a line whose head was
+    # cut, '49.39 GiB is allocated by PyTorch, and ...', too)
+    (re.compile(r"Of the allocated memory " + _SIZE), "Of the allocated memory"),
     (re.compile(_SIZE + r" already allocated"), "already allocated"),
+    (re.compile(_SIZE + r"\s+is allocated by PyTorch"), "is allocated by PyTorch"),
 )
 _RX_PRIVATE = re.compile(r"with " + _SIZE + r" allocated in private pools")
 _RX_RESERVED_UNALLOC = re.compile(
@@ -913,6 +928,15 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     )
     if m:
         return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
+    m = _find(_RX_PADDLE_OOM, body, "Out of memory error on GPU")
+    if m:
+        return "paddle-gpu-oom", Pool.GPU, Backend.CUDA, m.start(), False
+    m = _find(_RX_TT_DRAM, body, "DRAM buffer")
+    if m:
+        return "tt-dram-oom", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_FAIRSEQ_RECOVER, body, "attempting to recover from OOM")
+    if m:
+        return "fairseq-oom-recover", Pool.GPU, Backend.UNKNOWN, m.start(), False
     m = _find(_RX_METAL_OOM, body, "ErrorOutOfMemory")
     if m:
         return "metal-command-buffer-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
@@ -1039,7 +1063,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         None
         if "MemoryError" in body
         else (
-            _find(_RX_NUMPY, body, "for an array")
+            _find(_RX_NUMPY, body, "for an array", "for array")
             or _find(_RX_NUMPY_ARRAY_MEMORY, body, "array memory")
         )
     )
@@ -1307,6 +1331,18 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_GGML_PINNED.search(body)
         if m:
             fields["requested_bytes"] = _size(m)
+    elif rule == "paddle-gpu-oom":
+        m = _RX_PADDLE_OOM.search(body)
+        if m:
+            fields["gpu_index"] = int(m.group(1))
+            fields["requested_bytes"] = size_bytes(m.group(2), m.group(3))
+            if m.group(4):
+                fields["allocated_bytes"] = size_bytes(m.group(4), m.group(5))
+            fields["free_bytes"] = size_bytes(m.group(6), m.group(7))
+    elif rule == "tt-dram-oom":
+        m = _RX_TT_DRAM.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1))
     elif rule == "host-library-alloc":
         m = _RX_HOST_LIB_ALLOC.search(body)
         if m and m.group(1):
@@ -1449,8 +1485,12 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
             best = (name, m.group(2))
     if best == (None, None) and idx > 0 and not _RX_EXC_LINE.match(lines[idx]):
         # the line before is an exception whose message goes on here (a pack's
-        # ``RuntimeError: Failed to load video: ...`` / ``due to: ... DefaultCPUAllocator ...``)
-        m = _RX_EXC_LINE.match(lines[idx - 1])
+        # ``RuntimeError: Failed to load video: ...`` / ``due to: ... DefaultCPUAllocator ...``,
+        # or Paddle's ``ResourceExhaustedError:`` alone, a blank line, then the message)
+        before = idx - 1
+        while before > 0 and not lines[before].strip():
+            before -= 1
+        m = _RX_EXC_LINE.match(lines[before])
         if m and not m.group(1).startswith(("Warning", "Compile")):
             return m.group(1), m.group(2)
     return best

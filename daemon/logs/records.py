@@ -81,7 +81,7 @@ _EXCEPTION_LINE = re.compile(
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::|$)"
 )
 #: an exception type and its colon, alone on a line ('torch.cuda.OutOfMemoryError:')
-_BARE_TYPE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception):")
+_BARE_TYPE = re.compile(r"(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception):\s*)+")
 _TRACEBACK = "Traceback (most recent call last):"
 _HEADER = "!!! Exception during processing !!!"
 _REPORT = "# ComfyUI Error Report"
@@ -127,6 +127,8 @@ class RecordAssembler:
     _after_exception: bool
     _report: bool
     _dialog_lines: int
+    #: the last line that was not blank is an exception type alone ('torch.cuda.OutOfMemoryError:')
+    _bare_type: bool
     _table: bool
     _header: bool
     _oom_said: bool
@@ -278,6 +280,7 @@ class RecordAssembler:
         self._table = False
         self._header = False
         self._oom_said = False
+        self._bare_type = False
 
     def _feed_line(self, line: str, start: int, end: int) -> list[Record]:
         if len(line) > MAX_LINE_CHARS:
@@ -336,9 +339,12 @@ class RecordAssembler:
         self._table = "summary:" in message or "status:" in message
         self._header = message.startswith(_HEADER)
         self._oom_said = "out of memory" in message or "CPUAllocator" in message
+        self._bare_type = _BARE_TYPE.fullmatch(message.strip()) is not None
 
     def _append(self, raw: str, message: str) -> None:
         self._count += 1
+        if message.strip():  # (blank lines keep it: 'ResourceExhaustedError:', '', the message)
+            self._bare_type = _BARE_TYPE.fullmatch(message.strip()) is not None
         if len(self._head) < self._head_cap and self._head_bytes < self._max_bytes // 2:
             self._head.append(raw)
             self._head_bytes += len(raw) + 1
@@ -387,8 +393,7 @@ class RecordAssembler:
             return True
         if first == "E" and message.startswith(_DIALOG):
             return False  # a new dialog (a title that glued one onto a line, then the dialog)
-        last = self._tail[-1] if self._tail else self._head[-1]
-        if last.endswith(":") and _BARE_TYPE.fullmatch(last.strip()):
+        if self._bare_type:
             return True  # an exception type alone on its line, its message on the next
         if self._report:
             if message.startswith(_REPORT_END):
