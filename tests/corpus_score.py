@@ -42,7 +42,7 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 10
+HELD_ROUND = 11
 
 
 def round_of(case: dict[str, Any]) -> int:
@@ -166,6 +166,21 @@ KNOWN_MISSES = {
     "cuda_rank5_glm4v_split_lines_reserved_unallocated_825mib.txt": "each '[rank5]: ' line is a "
     "record of its own, so the figures on the message's second line ('49.39 GiB is allocated "
     "...') are not joined to it",
+    "cuda_title_allocation_on_device_pulid_flux_enhanced_second_run.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "ram_mmap_enomem_safetensors_flux_title_and_repro_step.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "ram_memory_mapping_file_failed_title_and_inline_code_llmc.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "cuda_title_cut_if_re_chatglm_finetuning_old_form_body.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "cuda_retyped_runtime_error_cumem_allocator_typo_workspave.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "paddle_title_body_oserror_external_cuda_error_2_out_of_memory_empty_cache.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "cuda_cn_title_vllm_kv_cache_jupyter_short_form_642mib_gpu.txt": "the Chinese title's 'CUDA out of memory，但实际cuda内存是足够的' (the error's name copied into the user's question) is read as an event, as earlier rounds' labels count it; round 10 labels it the user's words",
+    "directml_lost_shape_retyped_cannot_allocate_tensor_with_size_style_aligned.txt": "the user's retyped fragment 'Cannot allocate tensor with size' (no byte count, no DirectML sentence) is not read",
+    "rocm_lost_shape_retyped_clause_comfyui_sharp_9070xt.txt": "torch's clause quoted inside the user's sentence, without its head, is not read",
+    "neg_prose_qwen2_vl_finetune_multiple_images_oom_expected.txt": "the issue title 'Qwen2-VL-Instruct CUDA out of memory' is read as an event, as earlier rounds' labels count a title naming the error; round 10 labels it the user's words",
+    "killed_torchrun_childfailederror_exitcode_minus9_sigkill_grpo.txt": "torchrun's 'exitcode: -9' and 'Signal 9 (SIGKILL)' hold no needle, and a SIGKILL alone does not say memory",
+    "paddle_cn_report_retyped_cannot_allocate_1_53gb_aistudio.txt": "the free figure is on an indented continuation line with no needle, which the rules' focus leaves out",
+    "cuda_mallocmc_simplecudamalloc_error_out_of_memory_v100.txt": "mallocMC's what() names its file, then 'error: out of memory' on the next line: no rule reads the bare 'error: out of memory'",
+    "pinned_paddle_cudahostalloc_cannot_allocate_32_bytes_cudapinnedplace_bold.txt": "Paddle's 'cudaHostAlloc failed.' / 'cudaHostAlloc Cannot allocate 32 bytes in CUDAPinnedPlace' (indented, bold) is not read",
+    "cuda_old_form_cut_start_tried_to_allocate_then_memory_summary_no_ooms.txt": "the backend is named only by the memory summary table in a record of its own ('PyTorch CUDA memory summary'); the cut message names none",
     "cuda_ggml_cudamalloc_journal_then_segv_koboldcpp_service.txt": "ggml's exact 'buffer of "
     "size 6776811776' is on the journal's next record; the request is read from the line before "
     "it, '6462.87 MiB' (1,403 bytes short)",

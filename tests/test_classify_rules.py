@@ -1886,3 +1886,40 @@ def test_round_ten_tune_shapes() -> None:
         ).pool
         is Pool.GPU
     )
+
+
+def test_round_ten_spent_shapes() -> None:
+    """What round 10's held part showed once it was spent (each also a corpus case)."""
+    (wrapped,) = iter_findings(
+        [
+            "OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB (GPU 0; 39.56",
+            "GiB total capacity; 37.88 GiB already allocated; 32.56 MiB free; 38.21 GiB ",
+            "reserved in total by PyTorch) If reserved memory is >> allocated memory try ",
+            "setting max_split_size_mb to avoid fragmentation.  See documentation for Memory ",
+            "Management and PYTORCH_CUDA_ALLOC_CONF",
+        ]
+    )
+    assert (wrapped.event.pool, wrapped.event.total_bytes) == (
+        Pool.GPU_FRAGMENTATION,
+        round(Decimal("39.56") * GiB),
+    )
+    # a soft OOM repeated line after line is no hard-wrapped message: each line stays a record
+    soft = ["out of memory error, emptying cache and trying again"] * 3
+    assert [f.event.count for f in iter_findings(soft)] == [3]
+    paddle = _event("Out of memory error on GPU 0. Cannot allocate 7.781267GB memory on GPU 0")
+    assert (paddle.pool, paddle.free_bytes) == (Pool.GPU, None)
+    mmap = _event("OSError: Memory mapping file failed: Cannot allocate memory")
+    assert (mmap.pool, mmap.rule) == (Pool.RAM, "mmap-enomem")
+    tail = _event('# 4-bit: "Allocator: not enough memory: you tried to allocate 35389440 bytes."')
+    assert (tail.pool, tail.requested_bytes) == (Pool.RAM, 35389440)
+    (bold,) = iter_findings(["```", "**Killed**", "```"])
+    assert bold.event.pool is Pool.KILLED_BY_OS
+    winerror8 = _event(
+        "OSError: [WinError 8] Not enough memory resources are available to process this command"
+    )
+    assert (winerror8.pool, winerror8.backend) == (Pool.RAM, Backend.CPU)
+    assert not list(iter_findings(['        "OOMKilled": false,']))
+    wasm = _event("Cannot enlarge memory arrays to size 19537920 bytes (OOM). Either (1) compile")
+    assert (wasm.pool, wasm.requested_bytes) == (Pool.RAM, 19537920)
+    tm = _event("RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/x.cu:32")
+    assert tm.backend is Backend.CUDA

@@ -122,7 +122,7 @@ _RX_SRUN_OOM = re.compile(r"\bsrun: error: \S+: tasks? [\d,\-\[\]]+: Out Of Memo
 _RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S|^\[\d+\]\s+[+-]?\s*(\d+) killed\s{2,}\S", _M)
 _RX_BARE_KILLED = re.compile(
     # (or glued to the end of a progress bar: '... 3/4 [00:08<00:02,  2.83s/it]Killed')
-    r"^(?:\[\d+\][+-]?\s+)?Killed(?::\s*9)?(?:\s{2,}\S.*)?`?\s*$|(?:(?<=/it\])|(?<=/s\])|(?<=\.\.\. )|(?<=\.\.\.))Killed\s*$",
+    r"^(?:\[\d+\][+-]?\s+)?Killed(?::\s*9)?(?:\s{2,}\S.*)?[`*]{0,2}\s*$|(?:(?<=/it\])|(?<=/s\])|(?<=\.\.\. )|(?<=\.\.\.))Killed\s*$",
     _M,
 )
 
@@ -149,11 +149,17 @@ _RX_TORCH_DEVICE_LINE = re.compile(
     r"(CUDA|HIP|XPU) out of memory\b",
     _M,
 )
+#: Emscripten's heap (a WebAssembly build in the browser or Node): host RAM as far as it knows
+_RX_EMSCRIPTEN_OOM = re.compile(r"\bCannot enlarge memory arrays to size (\d+) bytes \(OOM\)")
 #: PaddlePaddle's GPU allocator: 'Out of memory error on GPU 0. Cannot allocate 98.000244MB memory
 #: on GPU 0, 6.000000GB memory has been allocated and available memory is only 0.000000B.'
 _RX_PADDLE_OOM = re.compile(
     r"\bOut of memory error on GPU (\d+)\. Cannot allocate " + _SIZE + r" memory on GPU \d+"
-    r"(?:, " + _SIZE + r" memory has been allocated)?(?: and|,) available memory is only " + _SIZE
+    r"(?:, "
+    + _SIZE
+    + r" memory has been allocated)?(?:(?: and|,) available memory is only\s+"
+    + _SIZE
+    + r")?"  # (a title keeps only the first sentence)
 )
 #: fairseq's trainer catching an OOM and trying the next batch (whether it did is not said)
 _RX_FAIRSEQ_RECOVER = re.compile(r"\battempting to recover from OOM in (?:forward|backward)")
@@ -180,7 +186,7 @@ _RX_ALLOC_ON_DEVICE = re.compile(
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
-    r"\b(CUDA|HIP) (?:driver )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b|\bhipError_t\(1002\)"
+    r"\b(CUDA|HIP) (?:driver |runtime )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b|\bhipError_t\(1002\)"
     r"|(?<![A-Za-z0-9_])(CUDA)_ERROR_OUT_OF_MEMORY(?![A-Za-z0-9_])"  # the driver API's name (Triton, CuPy, numba, ...)
 )
 #: CUDA's error 2 (cudaErrorMemoryAllocation) as torch 0.x and C++ frameworks print it:
@@ -285,8 +291,8 @@ _RX_HOST_LIB_ALLOC = re.compile(
 #: Electron's renderer (ComfyUI Desktop's window) killed for running out of memory
 _RX_RENDERER_OOM = re.compile(r"\brender-process-gone\b[^\n]*\breason=oom\b")
 #: Windows' E_OUTOFMEMORY message (DirectML's devices and the host's heap both raise it)
-_RX_WIN_OUTOFMEMORY = re.compile(
-    r"Not enough memory resources are available to complete this operation"
+_RX_WIN_OUTOFMEMORY = re.compile(  # (ERROR_OUTOFMEMORY's text, and ERROR_NOT_ENOUGH_MEMORY's)
+    r"Not enough memory resources are available to (?:complete this operation|process this command)"
 )
 #: TensorFlow's op kernels: 'Resource exhausted: OOM when allocating tensor with shape[...]'
 _RX_TF_EXHAUSTED = re.compile(r"Resource exhausted: OOM when allocating tensor")
@@ -302,16 +308,15 @@ _RX_CPU_ALLOC_TRANSLATED = re.compile(
     r"(?:Default)?CPUAllocator\s?[:\uff1a]\s?[^\x00-\x7f](?:[^\n]{0,80}?(?<!\d)(\d{4,})(?!\d))?"
 )
 #: the CPU allocator's message from its second clause on (an issue title)
-_RX_CPU_ALLOC_TAIL = (
-    re.compile(  # (at a line's start or quoted; a retyped unit, '0BG', drops the size)
-        r"(?:^|(?<=[\"'`\u201c]))not enough memory: you tried to allocate (\d+) ?(?:(bytes|GB)\b)?",
-        _M,
-    )
+_RX_CPU_ALLOC_TAIL = re.compile(  # (at a line's start or quoted; a retyped unit, '0BG', drops the size)
+    r"(?:^|(?<=[\"'`\u201c])|(?<=Allocator: ))not enough memory: you tried to allocate (\d+) ?(?:(bytes|GB)\b)?",
+    _M,
 )
 #: the exception type of the CPU allocator's enforce line, wherever it is quoted
 _RX_ENFORCE_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[enforce fail at ")
 _RX_MMAP = re.compile(  # (the size and path may be a user's '...')
     r"unable to mmap (?:(\d+) bytes from file )?[\s\S]{0,400}?Cannot allocate memory"
+    r"|\bMemory mapping file failed: Cannot allocate memory"  # numpy's memmap, Arrow's
 )
 _RX_NUMPY = re.compile(
     r"[Uu]nable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for (?:an )?array"
@@ -440,7 +445,7 @@ _RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" ?t
 #: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
 _RX_FREE = re.compile(r"of which " + _SIZE + r" is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
 _RX_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
-_RX_THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
+_RX_THIS_PROCESS = re.compile(r"this\s+process has " + _SIZE + r" memory in use")
 _RX_ALLOCATED = re.compile(
     r"Of the allocated memory "
     + _SIZE
@@ -1050,7 +1055,10 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         cpu = "CPUExecutionProvider" in body or "CpuExecutionProvider" in body or "_nchwc'" in body
         pool, backend = (Pool.RAM, Backend.CPU) if cpu else (Pool.GPU, Backend.UNKNOWN)
         return "onnx-arena-oom", pool, backend, m.start(), False
-    m = _find(_RX_MMAP, body, "unable to mmap")
+    m = _find(_RX_EMSCRIPTEN_OOM, body, "Cannot enlarge memory")
+    if m:
+        return "emscripten-oom", Pool.RAM, Backend.CPU, m.start(), False
+    m = _find(_RX_MMAP, body, "unable to mmap", "Memory mapping file failed")
     if m:
         return "mmap-enomem", Pool.RAM, Backend.CPU, m.start(), False
     m = _find(_RX_LIB_RAM_GUARD, body, "memory problems", "system memory (", "sufficient RAM")
@@ -1276,7 +1284,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             and reserved >= fields["allocated_bytes"]
         ):
             fields["reserved_unallocated_bytes"] = reserved - fields["allocated_bytes"]
-        fields["process_used_bytes"] = _size(_find(_RX_THIS_PROCESS, body, "this process has"))
+        fields["process_used_bytes"] = _size(_find(_RX_THIS_PROCESS, body, "process has"))
         others = []
         for pm in _RX_PROCESS.finditer(body) if "Process " in body else ():
             others.append(
@@ -1338,7 +1346,12 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = size_bytes(m.group(2), m.group(3))
             if m.group(4):
                 fields["allocated_bytes"] = size_bytes(m.group(4), m.group(5))
-            fields["free_bytes"] = size_bytes(m.group(6), m.group(7))
+            if m.group(6):
+                fields["free_bytes"] = size_bytes(m.group(6), m.group(7))
+    elif rule == "emscripten-oom":
+        m = _RX_EMSCRIPTEN_OOM.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1))
     elif rule == "tt-dram-oom":
         m = _RX_TT_DRAM.search(body)
         if m:
@@ -1449,7 +1462,9 @@ _RX_FELL_BACK = re.compile(r"\); falling back to |\bfalling back to (?:CPU|tiled
 #: and retrying'): a soft OOM, as ComfyUI's own 'retrying with tiled VAE decoding' is
 RETRYING = re.compile(r"\bretrying\b", re.IGNORECASE)
 #: 'OOMKilled' (Kubernetes' reason for a container the kernel's OOM killer ended), 'OOM killed'
-_RX_OOM_KILLED = re.compile(r"\bOOM[- ]?[Kk]illed\b")
+_RX_OOM_KILLED = re.compile(
+    r"\bOOM[- ]?[Kk]illed\b(?![\"']?\s*[:=]\s*false)"
+)  # (not docker's '"OOMKilled": false')
 #: the kernel's killer named as the one that killed: 'oom-killer kills the comfyui process'
 _RX_OOM_KILLER_SAID = re.compile(r"(?i)\boom[- ]killer (?:kills|killed|has killed)\b")
 #: a UI's field label before an exception line (Easy Diffusion's ``Extend: RuntimeError: ...``)

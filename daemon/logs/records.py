@@ -77,6 +77,21 @@ _OOM_SENTENCE = re.compile(
     r"|GPU \d+ has a total capac|Process \d+ has "
     r"|(?:and )?\d[\d.,]* ?[KMGT]i?B (?:is )?(?:free|reserved|already))"
 )
+#: how a message's hard-wrapped rest begins: a lower-case word or a unit
+_WRAPPED_ON = re.compile(r"(?:[a-z]|[KMGT]i?B\b)")
+#: what a line of torch's device message holds (the only message a console wrap is joined for)
+_TORCH_FIGURE_MARKS = (
+    "Tried to allocate",
+    "total capac",
+    "already allocated",
+    "allocated memory",
+    "allocated by PyTorch",
+    "reserved in total",
+    "reserved by PyTorch",
+    "memory in use",
+)
+#: a line that ends a sentence or a message ('.', ')', ':', a full-width full stop, ...)
+_SENTENCE_ENDED = re.compile(r"[.)\]:;!?\u3002\uff09`\"']\s*$")
 _EXCEPTION_LINE = re.compile(
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::|$)"
 )
@@ -418,6 +433,16 @@ class RecordAssembler:
             return True
         if self._oom_said and _OOM_SENTENCE.match(message) is not None:
             return True
+        if self._oom_said and _WRAPPED_ON.match(message) is not None:
+            # a console's hard wrap inside the message: the line before stopped mid-sentence
+            # ('... (GPU 0; 39.56' / 'GiB total capacity; ...', '... this ' / 'process has ...')
+            last = self._tail[-1] if self._tail else self._head[-1]
+            if (
+                len(last) >= 60
+                and _SENTENCE_ENDED.search(last) is None
+                and any(mark in last for mark in _TORCH_FIGURE_MARKS)
+            ):
+                return True
         return _CONTINUATION.match(message) is not None
 
     def _emit(self) -> Record:
