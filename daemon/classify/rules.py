@@ -165,6 +165,13 @@ _RX_PADDLE_OOM = re.compile(
 _RX_FAIRSEQ_RECOVER = re.compile(r"\battempting to recover from OOM in (?:forward|backward)")
 #: Tenstorrent's (tt-metal) DRAM allocator
 _RX_TT_DRAM = re.compile(r"\bOut of Memory: Not enough space to allocate (\d+) B DRAM buffer")
+#: a hosted runtime stopping the container at its memory limit (Hugging Face Spaces: 'Runtime
+#: error Memory limit exceeded (16Gi)', older 'CPU Memory limit exceeded (16GB)')
+_RX_CONTAINER_LIMIT = re.compile(
+    r"\b(?:CPU )?Memory limit exceeded \((\d+(?:\.\d+)?) ?(Gi|GiB|GB|G|Mi|MiB|MB)\)"
+)
+#: ggml's Metal backend refusing a buffer (llama.cpp, whisper.cpp on Apple silicon)
+_RX_GGML_METAL = re.compile(r"\bggml_(?:backend_)?metal\w*: error: failed to allocate buffer")
 #: Metal refusing a command buffer for want of memory (MLX, and any Metal program on Apple
 #: silicon): '[METAL] Command buffer execution failed: Insufficient Memory (...kIOGPU...)'
 _RX_METAL_OOM = re.compile(r"\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b")
@@ -942,6 +949,12 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_FAIRSEQ_RECOVER, body, "attempting to recover from OOM")
     if m:
         return "fairseq-oom-recover", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_CONTAINER_LIMIT, body, "Memory limit exceeded")
+    if m:
+        return "container-memory-limit", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    m = _find(_RX_GGML_METAL, body, "failed to allocate buffer")
+    if m:
+        return "ggml-metal-alloc", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
     m = _find(_RX_METAL_OOM, body, "ErrorOutOfMemory")
     if m:
         return "metal-command-buffer-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
@@ -1348,6 +1361,13 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
                 fields["allocated_bytes"] = size_bytes(m.group(4), m.group(5))
             if m.group(6):
                 fields["free_bytes"] = size_bytes(m.group(6), m.group(7))
+    elif rule == "container-memory-limit":
+        m = _RX_CONTAINER_LIMIT.search(body)
+        if m:
+            unit = m.group(2)
+            fields["total_bytes"] = size_bytes(
+                m.group(1), unit + ("B" if unit in ("Gi", "Mi", "G") else "")
+            )
     elif rule == "emscripten-oom":
         m = _RX_EMSCRIPTEN_OOM.search(body)
         if m:
