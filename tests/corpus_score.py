@@ -42,7 +42,7 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 11
+HELD_ROUND = 12
 
 
 def round_of(case: dict[str, Any]) -> int:
@@ -110,8 +110,6 @@ KNOWN_MISSES = {
     "is the user's abbreviation, not read",
     "gpu_nvjpeg_decode_failed_5_leak_prose.txt": "'nvjpegDecode failed: 5' (nvJPEG's allocator "
     "status) holds no needle; only the prose around it says OOM",
-    "localized_zh_killed_title_progress_bar_mmdetection_test.txt": "a zh_CN shell's '已杀死' "
-    "(Killed) is not read: no word list per language",
     "negative_lightning_is_cuda_out_of_memory_string_check.txt": "code quoting the messages "
     "(`RuntimeError('CUDA error: out of memory')`, `CUDA out of memory.`) is read as failures; "
     "logs hold no such code",
@@ -187,6 +185,13 @@ KNOWN_MISSES = {
     "cuda_type_and_head_title_body_cut_memor_llamafactory_long_output_chinese.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
     "hf_space_memory_limit_exceeded_cjk_title_and_body.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
     "mps_title_body_invalid_buffer_size_361gb_img2img_pipeline.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "cuda_old_form_reserved_wrapped_mid_word_so_vits_svc_train_chinese_comment.txt": "a console wrap splits 'rese' / 'rved in total by PyTorch' mid-word, so the reserved figure is not read",
+    "cuda_old_form_chatchat_title_type_only_body_twice_chinese_template.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "killed_by_os_zh_cn_shell_yisha_si_internlm_web_demo_loading_shards.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "hip_new_form_cosyvoice_amd_6800xt_chinese_three_second_clone.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
+    "pinned_wsl2_flexgen_torch_empty_pin_memory_cuda_error_oom.txt": "the pinning evidence is in the body's traceback, far from the title's bare 'CUDA error: out of memory'; the title reads as VRAM and the body as a second, pinned event",
+    "colab_session_crashed_all_available_ram_bold_to_categorical.txt": "Colab's 'Your session crashed after using all available RAM' holds no needle",
+    "mps_title_imaginairy_unable_to_make_mb_space_on_mps0.txt": "imaginAIry's 'Unable to make 4067.4 MB space on mps:0.' holds no needle",
     "cuda_ggml_cudamalloc_journal_then_segv_koboldcpp_service.txt": "ggml's exact 'buffer of "
     "size 6776811776' is on the journal's next record; the request is read from the line before "
     "it, '6462.87 MiB' (1,403 bytes short)",

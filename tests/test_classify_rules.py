@@ -1946,3 +1946,60 @@ def test_round_eleven_tune_shapes() -> None:
     )
     # a finished kill, then the kernel's next OOM: two failures, not one
     assert [(f.line_no, f.event.killed_pid) for f in kills] == [(1, 698405), (3, None)]
+
+
+def test_round_eleven_spent_shapes() -> None:
+    """What round 11's held part showed once it was spent (each also a corpus case)."""
+    zh = list(
+        iter_findings(
+            [
+                "Loading checkpoint shards:   0%|                             |0/2 [00:00<?, ?it/s]",
+                "已杀死",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.pool) for f in zh] == [(2, Pool.KILLED_BY_OS)]
+    glued = _event("[>>>>>>>>>> ] 1022/5000, 1.5 task/s, elapsed: 673s, ETA: 2621s已杀死")
+    assert glued.rule == "shell-killed"
+    assert not list(iter_findings(["他说进程已杀死了吗？"]))  # the word inside a sentence
+    (wrapped,) = iter_findings(
+        [
+            "RuntimeError: [enforce fail at",
+            r"C:\actions-runner\_work\pytorch\pytorch\builder\windows\pytorch\c10\core\impl\alloc_cpu.cpp:72] data.",
+            "DefaultCPUAllocator: not enough memory: you tried to allocate 1069285376 bytes.",
+        ]
+    )
+    assert (wrapped.line_no, wrapped.event.requested_bytes) == (1, 1069285376)
+    # a title and a body each with the allocator's message stay two observations
+    pair = list(
+        iter_findings(
+            [
+                "DefaultCPUAllocator: not enough memory: you tried to allocate xxxx BYTES",
+                "",
+                "DefaultCPUAllocator: not enough memory: you tried to allocate 5077901088 bytes.",
+            ]
+        )
+    )
+    assert [f.line_no for f in pair] == [1, 3]
+    assert not list(
+        iter_findings(
+            [
+                "cog.server.exceptions.FatalWorkerException: Prediction failed for an unknown reason. It might have run out of memory? (exitcode 2)"
+            ]
+        )
+    )
+    assert _event('It says "Memory limit exceeded".').pool is Pool.KILLED_BY_OS
+    swift = _event(
+        '**Fatal error: MetalExecutionError: Error Domain=MTLCommandBufferErrorDomain Code=8 "Insufficient Memory (IOAF code 8)"'
+    )
+    assert (swift.pool, swift.exception_type) == (Pool.UNIFIED_MPS, "MetalExecutionError")
+    masked = _event("# BUG MPS RuntimeError: Invalid buffer size: ### GiB")
+    assert (masked.pool, masked.requested_bytes) == (Pool.UNIFIED_MPS, None)
+    jetsam = _event(
+        "kernel: memorystatus: killing largest compressed process python3.11 [5844] 43350 MB"
+    )
+    assert (jetsam.pool, jetsam.killer, jetsam.killed_pid) == (Pool.KILLED_BY_OS, "kernel", 5844)
+    mlx = _event(
+        "RuntimeError: [metal::malloc] Attempting to allocate 48736917632 bytes which is greater than the maximum allowed buffer size of 30150672384 bytes."
+    )
+    assert (mlx.pool, mlx.requested_bytes) == (Pool.UNIFIED_MPS, 48736917632)

@@ -49,6 +49,7 @@ NEEDLES: tuple[str, ...] = (
     "OUT_OF_",  # driver APIs' error names: CUDA_ERROR_OUT_OF_MEMORY, UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY
     "killed  ",  # zsh's job reports, padded: 'zsh: killed     python', '[1]    9301 killed     python'
     "reason=oom",  # Electron (ComfyUI Desktop's log): 'render-process-gone reason=oom'
+    "已杀死",  # bash's 'Killed' in a zh_CN locale (glibc's strsignal(SIGKILL) there)
 )
 
 _K = KIB
@@ -84,6 +85,7 @@ def has_needle(text: str) -> bool:
         or "OUT_OF_" in text
         or "killed  " in text
         or "reason=oom" in text
+        or "已杀死" in text
     )
 
 
@@ -119,6 +121,8 @@ _RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in \S+ cgroup")
 _RX_SRUN_OOM = re.compile(r"\bsrun: error: \S+: tasks? [\d,\-\[\]]+: Out Of Memory\b")
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
 #: system killed for memory pressure; on Linux the OOM killer's SIGKILL)
+#: the shell's 'Killed' in a zh_CN locale, alone on its line or glued after a progress bar
+_RX_ZH_KILLED = re.compile(r"(?:^(?:\[\d+\][+-]?\s+)?|(?<=s\]|\ds)|(?<=\.\.\.))已杀死\s*$", _M)
 _RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S|^\[\d+\]\s+[+-]?\s*(\d+) killed\s{2,}\S", _M)
 _RX_BARE_KILLED = re.compile(
     # (or glued to the end of a progress bar: '... 3/4 [00:08<00:02,  2.83s/it]Killed')
@@ -169,12 +173,22 @@ _RX_TT_DRAM = re.compile(r"\bOut of Memory: Not enough space to allocate (\d+) B
 #: error Memory limit exceeded (16Gi)', older 'CPU Memory limit exceeded (16GB)')
 _RX_CONTAINER_LIMIT = re.compile(
     r"\b(?:CPU )?Memory limit exceeded \((\d+(?:\.\d+)?) ?(Gi|GiB|GB|G|Mi|MiB|MB)\)"
+    r"|(?<=[\"'`])(?:CPU )?Memory limit exceeded(?=[\"'`])"  # quoted, its size left out
+)
+#: macOS's kernel killing for memory pressure (memorystatus, "jetsam")
+_RX_MEMORYSTATUS = re.compile(
+    r"\bmemorystatus: killing (?:largest compressed )?process (\S+) \[(\d+)\]"
 )
 #: ggml's Metal backend refusing a buffer (llama.cpp, whisper.cpp on Apple silicon)
 _RX_GGML_METAL = re.compile(r"\bggml_(?:backend_)?metal\w*: error: failed to allocate buffer")
 #: Metal refusing a command buffer for want of memory (MLX, and any Metal program on Apple
 #: silicon): '[METAL] Command buffer execution failed: Insufficient Memory (...kIOGPU...)'
-_RX_METAL_OOM = re.compile(r"\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b")
+_RX_METAL_OOM = re.compile(
+    r"\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b"
+    r"|\bMTLCommandBufferErrorDomain Code=8 \"Insufficient Memory"  # Swift's MetalExecutionError
+    r"|\[metal::malloc\] Attempting to allocate (\d+) bytes"  # MLX, over Metal's buffer limit
+)
+_RX_SWIFT_ERROR_TYPE = re.compile(r"\b([A-Za-z_]\w*Error): Error Domain=MTL")
 #: libc++abi's last words for an uncaught C++ exception (macOS)
 _RX_LIBCXXABI_TYPE = re.compile(r"uncaught exception of type ([A-Za-z_]\w*(?:::\w+)*)")
 _RX_EXCEED = re.compile(r"Allocation on device (\d+)\s+would exceed allowed memory")
@@ -334,7 +348,7 @@ _RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
 #: with two decimals (``8.21 GB``; newer torch ``19.38 GiB``), which keeps other programs'
 #: "invalid buffer size: 64" out
 _RX_MPS_BUFFER = re.compile(
-    r"(?:\b([A-Za-z_]\w*Error): ?)?Invalid buffer size: ?(\d+\.\d\d) ?([KMG]i?B)\b"
+    r"(?:\b([A-Za-z_]\w*Error): ?)?Invalid buffer size: ?(?:(\d+\.\d\d)|[#xX]+) ?([KMG]i?B)\b"
 )
 #: an uncatchable C++ exception ending the process (``terminate called after throwing an
 #: instance of 'c10::AcceleratorError'``)
@@ -949,13 +963,16 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_FAIRSEQ_RECOVER, body, "attempting to recover from OOM")
     if m:
         return "fairseq-oom-recover", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_MEMORYSTATUS, body, "memorystatus: killing")
+    if m:
+        return "macos-memorystatus-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(_RX_CONTAINER_LIMIT, body, "Memory limit exceeded")
     if m:
         return "container-memory-limit", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(_RX_GGML_METAL, body, "failed to allocate buffer")
     if m:
         return "ggml-metal-alloc", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
-    m = _find(_RX_METAL_OOM, body, "ErrorOutOfMemory")
+    m = _find(_RX_METAL_OOM, body, "ErrorOutOfMemory", "Insufficient Memory", "metal::malloc")
     if m:
         return "metal-command-buffer-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
     m = _find(_RX_MPS_BUFFER, body, "nvalid buffer")
@@ -1045,7 +1062,10 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         or _find(_RX_CPU_ALLOC_TRANSLATED, body, "CPUAllocator")
     )
     if m:
-        return "cpu-allocator", Pool.RAM, Backend.CPU, m.start(), False
+        # (c10's enforce line wrapped by a console: the failure starts at '[enforce fail at')
+        enforce = body.rfind("[enforce fail at", max(0, m.start() - 400), m.start())
+        start = m.start() if enforce < 0 else enforce
+        return "cpu-allocator", Pool.RAM, Backend.CPU, start, False
     m = _find(_RX_HOST_LIB_ALLOC, body, "Insufficient memory", "mkl_malloc")
     if m:
         return "host-library-alloc", Pool.RAM, Backend.CPU, m.start(), False
@@ -1123,6 +1143,8 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     if m:  # the user's words: 'oom-killer kills the comfyui process'
         return "oom-killer-said", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(_RX_EXC_OOM_WORDS, body, "emory", "OOM", "oom", "RAM", "ram")
+    if m and body[m.end() : m.end() + 1] == "?":
+        m = None  # a guess ('It might have run out of memory? (exitcode 2)'), not the failure
     if m:
         ram = _RX_RAM_WORDS.search(body, m.start(), m.end() + 200) is not None
         pool, backend = (Pool.RAM, Backend.CPU) if ram else (Pool.GPU, Backend.UNKNOWN)
@@ -1149,6 +1171,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
         _find(_RX_BASH_KILLED, body, "Killed")
         or _find(_RX_BARE_KILLED, body, "Killed")
         or _find(_RX_ZSH_KILLED, body, "killed  ")
+        or _find(_RX_ZH_KILLED, body, "已杀死")
     )
     if m:
         return "shell-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
@@ -1209,6 +1232,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         return m.group(1) if m else None
     if rule == "host-library-alloc" and "cv2.error: " in body:
         return "cv2.error"  # OpenCV's Python exception type is lower case
+    if rule == "metal-command-buffer-oom" and ": Error Domain=MTL" in body:
+        m = _RX_SWIFT_ERROR_TYPE.search(body)  # Swift's 'MetalExecutionError: Error Domain=...'
+        return m.group(1) if m else None
     if rule == "metal-command-buffer-oom" and "uncaught exception of type" in body:
         m = _RX_LIBCXXABI_TYPE.search(body)
         return m.group(1) if m else None
@@ -1336,7 +1362,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             extra.append(("frames_that_fit", int(m.group(3))))
     elif rule == "mps-invalid-buffer":
         m = _RX_MPS_BUFFER.search(body)
-        if m:
+        if m and m.group(2):
             fields["requested_bytes"] = size_bytes(m.group(2), m.group(3))
     elif rule == "directml-oom":
         m = _RX_DIRECTML.search(body)
@@ -1361,9 +1387,19 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
                 fields["allocated_bytes"] = size_bytes(m.group(4), m.group(5))
             if m.group(6):
                 fields["free_bytes"] = size_bytes(m.group(6), m.group(7))
+    elif rule == "metal-command-buffer-oom":
+        m = _RX_METAL_OOM.search(body)
+        if m and m.group(1):
+            fields["requested_bytes"] = int(m.group(1))
+    elif rule == "macos-memorystatus-kill":
+        m = _RX_MEMORYSTATUS.search(body)
+        if m:
+            fields["killer"] = "kernel"
+            fields["killed_pid"] = int(m.group(2))
+            extra.append(("process_name", m.group(1)))
     elif rule == "container-memory-limit":
         m = _RX_CONTAINER_LIMIT.search(body)
-        if m:
+        if m and m.group(1):
             unit = m.group(2)
             fields["total_bytes"] = size_bytes(
                 m.group(1), unit + ("B" if unit in ("Gi", "Mi", "G") else "")

@@ -353,7 +353,9 @@ class RecordAssembler:
         self._dialog_lines = 1 if message.lstrip("`*").startswith(_DIALOG) else 0
         self._table = "summary:" in message or "status:" in message
         self._header = message.startswith(_HEADER)
-        self._oom_said = "out of memory" in message or "CPUAllocator" in message
+        self._oom_said = (
+            "out of memory" in message or "CPUAllocator" in message or "[enforce fail at" in message
+        )
         self._bare_type = _BARE_TYPE.fullmatch(message.strip()) is not None
 
     def _append(self, raw: str, message: str) -> None:
@@ -390,7 +392,7 @@ class RecordAssembler:
             # traceback (pasted tracebacks that lost their indentation end early, harmlessly)
             self._in_traceback = False
             self._after_exception = True
-        if "out of memory" in message or "CPUAllocator" in message:
+        if "out of memory" in message or "CPUAllocator" in message or "[enforce fail at" in message:
             self._oom_said = True
         if stripped.startswith("|"):
             self._table = True
@@ -410,6 +412,16 @@ class RecordAssembler:
             return False  # a new dialog (a title that glued one onto a line, then the dialog)
         if self._bare_type:
             return True  # an exception type alone on its line, its message on the next
+        if self._oom_said:
+            last = self._tail[-1] if self._tail else self._head[-1]
+            if last.endswith("[enforce fail at"):
+                return True  # c10's enforce line wrapped right after its opening words
+            if (
+                message.startswith(("DefaultCPUAllocator: ", "CPUAllocator: "))
+                and "alloc_cpu.cpp" in last
+                and "CPUAllocator" not in last
+            ):
+                return True  # ... and its allocator's words wrapped onto a line of their own
         if self._report:
             if message.startswith(_REPORT_END):
                 return False
