@@ -2003,3 +2003,20 @@ def test_round_eleven_spent_shapes() -> None:
         "RuntimeError: [metal::malloc] Attempting to allocate 48736917632 bytes which is greater than the maximum allowed buffer size of 30150672384 bytes."
     )
     assert (mlx.pool, mlx.requested_bytes) == (Pool.UNIFIED_MPS, 48736917632)
+
+
+def test_a_whole_message_then_another_is_no_hard_wrap() -> None:
+    """The fuzz test's counterexample: a message ending 'PYTORCH_CUDA_ALLOC_CONF', then a line
+    that starts another message with a stray lower-case letter. Two failures, and the byte
+    scanner and the line assembly see the same two (the wrap join once merged them by lines)."""
+    lines = [
+        "",
+        "\ttorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.63 GiB (GPU 0; 44.56 GiB total capacity; 27.91 GiB already allocated; 565.31 MiB free; 27.93 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+        "aRuntimeError: CUDA out of memory. Tried to allocate 190.00 MiB (GPU 0; 15.89 GiB total capacity; 14.43 GiB already allocated; 13.88 MiB free; 14.88 GiB reserved in total by PyTorch) If reserved memory is >> a",
+    ]
+    by_lines = [(f.line_no, f.event.requested_bytes) for f in iter_findings(lines)]
+    by_bytes = [
+        (f.line_no, f.event.requested_bytes)
+        for f in scan_stream(io.BytesIO("\n".join(lines).encode()))
+    ]
+    assert by_lines == by_bytes == [(2, round(Decimal("1.63") * GiB)), (3, 190 * MiB)]

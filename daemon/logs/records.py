@@ -91,7 +91,7 @@ _TORCH_FIGURE_MARKS = (
     "memory in use",
 )
 #: a line that ends a sentence or a message ('.', ')', ':', a full-width full stop, ...)
-_SENTENCE_ENDED = re.compile(r"[.)\]:;!?\u3002\uff09`\"']\s*$")
+_SENTENCE_ENDED = re.compile(r"(?:[.)\]:;!?\u3002\uff09`\"']|_ALLOC_CONF)\s*$")
 _EXCEPTION_LINE = re.compile(
     r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::|$)"
 )
@@ -445,7 +445,11 @@ class RecordAssembler:
             return True
         if self._oom_said and _OOM_SENTENCE.match(message) is not None:
             return True
-        if self._oom_said and _WRAPPED_ON.match(message) is not None:
+        if (
+            self._oom_said
+            and _WRAPPED_ON.match(message) is not None
+            and "out of memory" not in message  # (a wrapped rest never starts the message again)
+        ):
             # a console's hard wrap inside the message: the line before stopped mid-sentence
             # ('... (GPU 0; 39.56' / 'GiB total capacity; ...', '... this ' / 'process has ...')
             last = self._tail[-1] if self._tail else self._head[-1]
