@@ -1299,7 +1299,24 @@ def _report(body: str) -> _Report | None:
     return _Report(value, pos, message, node_type, node_id)
 
 
+#: rules whose message gives the request as an exact byte count, in group 1 of this regex (an
+#: alternative of it may give none: then the request stays unknown)
+_EXACT_REQUEST: dict[str, re.Pattern[str]] = {
+    "emscripten-oom": _RX_EMSCRIPTEN_OOM,
+    "tt-dram-oom": _RX_TT_DRAM,
+    "host-library-alloc": _RX_HOST_LIB_ALLOC,
+    "onnx-arena-oom": _RX_ONNX_ARENA,
+    "mmap-enomem": _RX_MMAP,
+    "metal-command-buffer-oom": _RX_METAL_OOM,
+}
+
+
 def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str, Any]]) -> None:
+    if (exact := _EXACT_REQUEST.get(rule)) is not None:
+        m = exact.search(body)
+        if m and m.group(1):
+            fields["requested_bytes"] = int(m.group(1))
+        return
     if rule.startswith(("cuda-oom", "hip-oom", "xpu-oom", "oom-exception", "cuda-alloc", "comfy-")):
         fields["requested_bytes"] = _size(_find(_RX_TRIED, body, "Tried to allocate"))
         m = _find(_RX_TOTAL, body, "capac")
@@ -1387,10 +1404,6 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
                 fields["allocated_bytes"] = size_bytes(m.group(4), m.group(5))
             if m.group(6):
                 fields["free_bytes"] = size_bytes(m.group(6), m.group(7))
-    elif rule == "metal-command-buffer-oom":
-        m = _RX_METAL_OOM.search(body)
-        if m and m.group(1):
-            fields["requested_bytes"] = int(m.group(1))
     elif rule == "macos-memorystatus-kill":
         m = _RX_MEMORYSTATUS.search(body)
         if m:
@@ -1400,22 +1413,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
     elif rule == "container-memory-limit":
         m = _RX_CONTAINER_LIMIT.search(body)
         if m and m.group(1):
-            unit = m.group(2)
-            fields["total_bytes"] = size_bytes(
-                m.group(1), unit + ("B" if unit in ("Gi", "Mi", "G") else "")
-            )
-    elif rule == "emscripten-oom":
-        m = _RX_EMSCRIPTEN_OOM.search(body)
-        if m:
-            fields["requested_bytes"] = int(m.group(1))
-    elif rule == "tt-dram-oom":
-        m = _RX_TT_DRAM.search(body)
-        if m:
-            fields["requested_bytes"] = int(m.group(1))
-    elif rule == "host-library-alloc":
-        m = _RX_HOST_LIB_ALLOC.search(body)
-        if m and m.group(1):
-            fields["requested_bytes"] = int(m.group(1))
+            # (the platform's 'Gi', 'GB' and 'G' all mean 2^30, as size_bytes reads them)
+            fields["total_bytes"] = size_bytes(m.group(1), m.group(2)[0] + "iB")
     elif rule == "library-ram-guard":
         m = _RX_LIB_RAM_GUARD.search(body)
         if m and m.group(1):
@@ -1438,14 +1437,6 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m:  # A1111's attention check: 'Need: 0.9GB free, Have:0.7GB free'
             fields["requested_bytes"] = size_bytes(m.group(1), "GB")
             fields["free_bytes"] = size_bytes(m.group(2), "GB")
-    elif rule == "onnx-arena-oom":
-        m = _RX_ONNX_ARENA.search(body)
-        if m:
-            fields["requested_bytes"] = int(m.group(1))
-    elif rule == "mmap-enomem":
-        m = _RX_MMAP.search(body)
-        if m and m.group(1):
-            fields["requested_bytes"] = int(m.group(1))
     elif rule in ("numpy-alloc", "memory-error"):
         m = _RX_NUMPY.search(body)
         if m:
