@@ -192,13 +192,7 @@ KNOWN_MISSES = {
     "pinned_wsl2_flexgen_torch_empty_pin_memory_cuda_error_oom.txt": "the pinning evidence is in the body's traceback, far from the title's bare 'CUDA error: out of memory'; the title reads as VRAM and the body as a second, pinned event",
     "colab_session_crashed_all_available_ram_bold_to_categorical.txt": "Colab's 'Your session crashed after using all available RAM' holds no needle",
     "mps_title_imaginairy_unable_to_make_mb_space_on_mps0.txt": "imaginAIry's 'Unable to make 4067.4 MB space on mps:0.' holds no needle",
-    "cuda_old_dreambooth_ext_no_executable_batch_size_reached_zero.txt": "round 12's tune part, merged as the session ended and not yet tuned on: a miss to fix when it is",
-    "cuda_old_cut_see_docume_dreambooth_ext_title_unboundlocalerror_g_cuda.txt": "round 12's tune part, merged as the session ended and not yet tuned on: a miss to fix when it is",
-    "ram_chinese_title_lora_scripts_memoryerror_bad_allocation_16g.txt": "round 12's tune part, merged as the session ended and not yet tuned on: a miss to fix when it is",
-    "neg_prose_chinese_title_wan22_4090_oom_expandable_segments_comment.txt": "round 12's tune part, merged as the session ended and not yet tuned on: a miss to fix when it is",
-    "mps_title_dots_cut_ace_step_15_high_watermark_tail_m1_pro.txt": "round 12's tune part, merged as the session ended and not yet tuned on: a miss to fix when it is",
-    "cuda_toast_ksampler_colon_allocation_on_device_comment.txt": "round 12's tune part, merged as the session ended and not yet tuned on: a miss to fix when it is",
-    "cuda_malloc_async_lora_patch_error_then_exceed_allowed_flux_cn.txt": "round 12's tune part, merged as the session ended and not yet tuned on: a miss to fix when it is",
+    "neg_prose_chinese_title_wan22_4090_oom_expandable_segments_comment.txt": "convention clash: round 12 labels 'CUDA out of memory' glued into a Chinese title sentence as prose; rounds 3 and 6 label the same shape an event (localized_zh_inline_cuda_oom_question, cuda_old_style_no_see_docs_cogvideo_4090_title), and the classifier keeps the earlier reading",
     "cuda_ggml_cudamalloc_journal_then_segv_koboldcpp_service.txt": "ggml's exact 'buffer of "
     "size 6776811776' is on the journal's next record; the request is read from the line before "
     "it, '6462.87 MiB' (1,403 bytes short)",

@@ -384,6 +384,16 @@ def test_supir_hint_without_torch_message_is_a_gpu_oom_with_supir_advice() -> No
     assert "supir-tiled" in [a.key for a in advise(event)]
 
 
+def test_acestep_preflight_refusal_leads_with_its_own_settings_and_what_holds_the_card() -> None:
+    event = _corpus_event("node_hint_kaola_ace_step_vram_preflight_insufficient_free_vram.txt")
+    first = advise(event)[0]
+    assert first.key == "acestep-preflight"
+    assert "batch size or audio duration" in first.text and "unload" in first.text.lower()
+    # with some VRAM free, the advice does not claim the card was full
+    roomy = replace(event, free_bytes=4 * 1024**3)
+    assert "almost nothing was free" not in advise(roomy)[0].text
+
+
 def test_a_kernel_kill_on_linux_mentions_the_wsl_memory_cap_but_a_cgroup_kill_does_not() -> None:
     system = _corpus_event("killed_bare_and_kernel.txt")
     assert "wsl-memory-cap" in [a.key for a in advise(system)]

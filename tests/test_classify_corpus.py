@@ -133,6 +133,23 @@ def test_corpus_has_150_real_excerpts_each_citing_its_source() -> None:
     assert len(set(texts)) == len(texts)
 
 
+#: what a label may say beyond the event's own fields (``_expected``)
+_LABEL_ONLY_KEYS = frozenset({"line", "count", "extra"})
+_CASE_KEYS = frozenset(
+    {"file", "source", "kind", "split", "round", "note", "derived_from", "event"}
+)
+
+
+def test_every_label_key_is_one_the_comparison_reads() -> None:
+    """A key the comparison does not read is a label that checks nothing: a pack name written
+    beside the fields instead of in ``extra`` once passed whatever the classifier said."""
+    known = _LABEL_ONLY_KEYS | set(MERGED_FIELDS) | {"pool", "recovered", "other_process_named"}
+    for case in ALL_CASES:
+        assert set(case) <= _CASE_KEYS, (case["file"], sorted(set(case) - _CASE_KEYS))
+        for label in case.get("event", []):
+            assert set(label) <= known, (case["file"], sorted(set(label) - known))
+
+
 def test_derived_variants_name_a_real_excerpt_they_were_made_from() -> None:
     files = {case["file"]: case for case in ALL_CASES}
     for case in ALL_CASES:

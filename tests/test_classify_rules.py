@@ -2020,3 +2020,74 @@ def test_a_whole_message_then_another_is_no_hard_wrap() -> None:
         for f in scan_stream(io.BytesIO("\n".join(lines).encode()))
     ]
     assert by_lines == by_bytes == [(2, round(Decimal("1.63") * GiB)), (3, 190 * MiB)]
+
+
+def test_round_12_tune_shapes() -> None:
+    """Round 12's tune part: a MemoryError glued to the end of a Chinese title, the tail of
+    MPS's watermark hint left after the user cut the message, and a toast retyped as
+    paragraphs whose node line ends in a colon. Each with the near-miss that must stay as it
+    was."""
+    glued = _event("# 一直报错MemoryError: bad allocation")
+    assert (glued.pool, glued.exception_type) == (Pool.RAM, "MemoryError")
+    assert not list(iter_findings(["# MemoryError handling"]))
+    tail = _event(
+        "[generate_music] Generation failed. Music generation failed: .....disable upper limit for memory allocations (may cause system failure)."
+    )
+    assert (tail.pool, tail.backend) == (Pool.UNIFIED_MPS, Backend.MPS)
+    # the phrase inside someone's sentence, with no cut before it, is no failure
+    assert not list(
+        iter_findings(
+            ["the ratio can disable upper limit for memory allocations (may cause system failure)"]
+        )
+    )
+    toast = list(iter_findings(["How do I fix this?", "", "KSampler:", "", "Allocation on device"]))
+    assert [(f.line_no, f.event.node_type) for f in toast] == [(5, "KSampler")]
+    # a heading word with a colon names no node
+    heading = list(iter_findings(["Output:", "", "Allocation on device"]))
+    assert [(f.line_no, f.event.node_type) for f in heading] == [(3, None)]
+
+
+def test_round_12_held_shapes_once_spent() -> None:
+    """Round 12's held misses, fixed once it was spent: Windows' paging-file text with no error
+    number, ComfyUI's 'Allocation on device' before Rich's right-hand source column, a figure
+    whose unit the paste cut ('20.58 Gi'), the old message wrapped between 'already' and
+    'allocated', and ACE-Step's own VRAM pre-flight refusal. Each with its near-miss."""
+    page = _event("The paging file is too small for this operation to complete")
+    assert (page.pool, page.backend) == (Pool.SWAP_PAGEFILE, Backend.CPU)
+    assert not list(iter_findings(["Increase the size of the paging file if ComfyUI crashes."]))
+    rich = _event(
+        "Epoch 1/134 - steps:   0%|      | 0/1600 [00:00<?, ?it/s]2025-07-08 10:39:40 ERROR    !!! Exception during processing !!! Allocation on device                   execution.py:430"
+    )
+    assert rich.pool is Pool.GPU
+    cut = _event(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 108.00 MiB. GPU 0 has a total capacity of 23.51 GiB of which 98.31 MiB is free. Including non-PyTorch memory, this process has 20.99 GiB memory in use. Of the allocated memory 20.58 Gi"
+    )
+    assert cut.allocated_bytes == round(Decimal("20.58") * GiB)
+    wrapped = list(
+        iter_findings(
+            [
+                "OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 6.00 GiB total capacity; 5.24 GiB already",
+                "allocated; 0 bytes free; 5.29 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting",
+                "max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+            ]
+        )
+    )
+    assert len(wrapped) == 1
+    event = wrapped[0].event
+    assert (event.pool, event.allocated_bytes) == (
+        Pool.GPU_FRAGMENTATION,
+        round(Decimal("5.24") * GiB),
+    )
+    lines = [
+        "2026-03-02 18:26:46.698 | WARNING  | acestep.core.generation.handler.generate_music:_vram_preflight_check:78 - [generate_music] VRAM pre-flight failed: Insufficient free VRAM: need ~1.1 GB, only 0.0 GB available. Reduce batch size (currently 1) or audio duration (currently 128s).",
+        "!!! Exception during processing !!! Generation failed: Insufficient free VRAM: need ~1.1 GB, only 0.0 GB available. Reduce batch size (currently 1) or audio duration (currently 128s).",
+    ]
+    found = list(iter_findings(lines))
+    assert [f.line_no for f in found] == [2]  # the warning before the raise is no failure
+    ace = found[0].event
+    assert (ace.pool, ace.requested_bytes, ace.free_bytes) == (
+        Pool.GPU,
+        round(Decimal("1.1") * GiB),
+        0,
+    )
+    assert dict(ace.extra)["node_pack"] == "ACE-Step"

@@ -455,6 +455,20 @@ def _node_pack_advice(event: OomEvent) -> list[Advice]:
                 "SUPIR ran out of memory: enable use_tiled_vae (smaller encoder/decoder tile sizes), use the tiled sampler, fp8 for the UNet, or a smaller image or scale_by; restart ComfyUI afterwards, as SUPIR says its reserved memory may stay taken.",
             )
         ]
+    if pack == "ACE-Step":
+        free = event.free_bytes
+        nearly_none = free is not None and free < 256 * 1024**2
+        return [
+            Advice(
+                "acestep-preflight",
+                "ACE-Step checked free VRAM before generating and refused: lower its batch size or audio duration, as it says"
+                + (
+                    "; almost nothing was free when it checked, so models loaded before it (its language model, another workflow's checkpoint) still hold the card: unload them first (ComfyUI's Unload Models, or --lowvram / --novram so ComfyUI offloads them)."
+                    if nearly_none
+                    else ", or free VRAM by unloading the models loaded before it."
+                ),
+            )
+        ]
     if isinstance(pack, str) and pack:
         # a pack this module has no words for (classify names the pack whose frame raised a
         # worded OOM): what such packs expose, and where the pack itself documents it

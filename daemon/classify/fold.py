@@ -73,6 +73,12 @@ def _is_compile_wrapper(text: str) -> bool:
 _RETRY_LINES = 4
 
 
+def _looks_like_node_class(text: str) -> bool:
+    """A node class name, not a heading word ('Output:', 'Log:'): two capitals or more
+    ('KSampler', 'VAEDecode') or an underscore ('WanVideo_Sampler')."""
+    return "_" in text or sum(c.isupper() for c in text) >= 2
+
+
 class _Folder:
     """Folds consecutive events that are one failure; tracks the previous record for node hints."""
 
@@ -122,6 +128,8 @@ class _Folder:
                 and not text.startswith("```")
             ):
                 first = split_prefix(first_raw).message.strip().strip("*`_")  # Markdown
+                if first.endswith(":"):  # a toast retyped as paragraphs: 'KSampler:', ''
+                    first = first[:-1] if _looks_like_node_class(first[:-1]) else ""
                 if " " not in first and self._is_single_line(record) and _is_node_ident(first):
                     hint = first
             self._quiet.append((record.line_no + record.line_count - 1, text))

@@ -50,6 +50,8 @@ NEEDLES: tuple[str, ...] = (
     "killed  ",  # zsh's job reports, padded: 'zsh: killed     python', '[1]    9301 killed     python'
     "reason=oom",  # Electron (ComfyUI Desktop's log): 'render-process-gone reason=oom'
     "已杀死",  # bash's 'Killed' in a zh_CN locale (glibc's strsignal(SIGKILL) there)
+    "paging file",  # Windows' 'The paging file is too small ...' without its error number
+    "sufficient free VRAM",  # ACE-Step's pre-flight: 'Insufficient free VRAM: need ~1.1 GB'
 )
 
 _K = KIB
@@ -86,6 +88,8 @@ def has_needle(text: str) -> bool:
         or "killed  " in text
         or "reason=oom" in text
         or "已杀死" in text
+        or "paging file" in text
+        or "sufficient free VRAM" in text
     )
 
 
@@ -133,14 +137,19 @@ _RX_BARE_KILLED = re.compile(
 _RX_MPS = re.compile(  # (or a title in the user's capitals: 'MPS Backend out of Memory problem')
     r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)|(?i:\bMPS backend out of memory\b)", _M
 )
+#: CJK letters and full-width punctuation: a message glued into a Chinese, Japanese or Korean
+#: sentence (no space, no word boundary between them)
+_CJK = "\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef"
+_CJK_OR_PUNCT = "\u3000-\u303f" + _CJK
+
 _RX_TORCH_DEVICE = re.compile(
     r"(CUDA|HIP|XPU) out of memory(?:[.,]?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
     # inside a CJK sentence ('一直显示CUDA out of memory，'), hyphenated or not: what the
     # user saw, named in the sentence; the full-width punctuation or CJK after it says so.
     # (Not in an English sentence: 'If you get CUDA out of memory errors, try --lowvram' is
     # a tip a node pack may print at start-up.)
-    r"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[\u3000-\u303f\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])"
-    r"|(?<=[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef])(CUDA|HIP|XPU) out[ -]of[ -]memory\b"
+    rf"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[{_CJK_OR_PUNCT}])"
+    rf"|(?<=[{_CJK}])(CUDA|HIP|XPU) out[ -]of[ -]memory\b"
     # quoted, as the error's own words ('throwing exception: "CUDA out of memory" even ...')
     r"|(?<=[\"'`*\u201c])(CUDA|HIP|XPU) out of memory\.?(?=[\"'`*\u201d])"
     # right after its exception type, wherever that is ('... 一直报torch.cuda.OutOfMemoryError: CUDA out of memory')
@@ -202,7 +211,9 @@ _RX_EXCEED_FRAGMENT = re.compile(
     + r"|\bexceed allowed memory\.? \(out of memory\)"  # a title keeping the message's tail
 )
 _RX_ALLOC_ON_DEVICE = re.compile(
-    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) |(?<=\w:))Allocation on device(?:\s*$|(?=\s*[-\u2013\u2014]))|OutOfMemoryError:? Allocation on device\b"
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) |(?<=\w:))Allocation on device"
+    # (at the line's end, before a dash, or before Rich's right-hand 'execution.py:430' column)
+    r"(?:\s*$|(?=\s*[-\u2013\u2014])|(?=\s{2,}[\w.-]+\.py:\d+\s*$))|OutOfMemoryError:? Allocation on device\b"
     r"|(?<=[\"'`\u201c])Allocation on device(?=[\"'`\u201d])",  # quoted as the error's words
     _M,
 )
@@ -289,7 +300,12 @@ _RX_DIRECTML = re.compile(
 #: a bare 'Error 1455' (a title, a sentence): Windows' ERROR_COMMITMENT_LIMIT, the paging file
 _RX_ERROR_1455 = re.compile(r"\bError 1455\b")
 _RX_PAGEFILE_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[WinError 1455\]")
-_RX_PAGEFILE = re.compile(r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b")  # ('OS Error 1455' in a title)
+_RX_PAGEFILE = re.compile(
+    r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b"  # ('OS Error 1455' in a title)
+    # or Windows' text for it alone, as a line or an exception's message (a title)
+    r"|(?:^|(?<=Error: ))The paging file is too small for this operation to complete\b",
+    _M,
+)
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
 #: ``$ Torch: not enough memory: you tried to (re)allocate 11GB. Buy new RAM!``, GB = 2^30)
 _RX_CPU_ALLOC = re.compile(
@@ -369,10 +385,19 @@ _RX_LIB_RAM_GUARD = re.compile(
     _M,
 )
 _RX_SUPIR_HINT = re.compile(r"too large of an image or batch_size for SUPIR was used")
+#: ACE-Step 1.5's own VRAM pre-flight refusal, raised (ComfyUI's exception header, or an
+#: exception line): 'Generation failed: Insufficient free VRAM: need ~1.1 GB, only 0.0 GB
+#: available.' Its WARNING line printed before the raise is the same refusal, not a failure.
+_RX_ACESTEP_PREFLIGHT = re.compile(
+    r"(?:!!! Exception during processing !!! |^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error: )"
+    r"(?:[^\n]*?: )?Insufficient free VRAM: need ~?" + _SIZE + r", only " + _SIZE + r" available",
+    _M,
+)
 #: rule → the pack that printed it
 _NODE_PACK_RULES = {
     "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
     "supir-oom-hint": "ComfyUI-SUPIR",
+    "acestep-vram-preflight": "ACE-Step",
 }
 #: an exception whose own message says memory ran out, whatever its type (a custom node's
 #: ``RuntimeError: Out of memory, try a smaller tile size``, ``ValueError: not enough GPU
@@ -434,7 +459,9 @@ _RX_EXC_LINE = re.compile(
 )
 #: the same, after an issue form's bracketed prefix ('[Bug]: MemoryError: ...'): OOM types only
 _RX_OOM_EXC_LINE = re.compile(
-    r"^(?:\[\w+\]: ?)?((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?MemoryError)(?::[ \t]?(.*))?$", _M
+    # (or glued to the end of a CJK sentence, in a title: '# 一直报错MemoryError: bad allocation')
+    rf"^(?:\[\w+\]: ?|#{{1,6}} [{_CJK}]*?(?<=[{_CJK}]))?((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?MemoryError)(?::[ \t]?(.*))?$",
+    _M,
 )
 #: a field of ComfyUI's Error Report in any language: ``- **<label>:** <value>``, one per line
 #: or, in a paste that lost its newlines, one after another on a line
@@ -467,12 +494,17 @@ _RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" ?t
 _RX_FREE = re.compile(r"of which " + _SIZE + r" is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
 _RX_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
 _RX_THIS_PROCESS = re.compile(r"this\s+process has " + _SIZE + r" memory in use")
+#: a figure whose unit the paste cut after its first letters, at the end of a line
+#: ('Of the allocated memory 20.58 Gi')
+_SIZE_CUT = r"(\d+(?:\.\d*)?) ?([KMGT]i)(?=\n|$)"
 _RX_ALLOCATED = re.compile(
-    r"Of the allocated memory "
+    r"Of the allocated memory (?:"
     + _SIZE
     + r"|"
+    + _SIZE_CUT
+    + r")|"
     + _SIZE
-    + r" already allocated|"
+    + r"\s+already\s+allocated|"  # (or wrapped by the console between its words)
     + _SIZE
     + r"\s+is allocated by PyTorch"
 )
@@ -481,8 +513,11 @@ _ALLOCATED_BRANCHES = (
     # ('Of the allocated memory' only ever introduces it: a message cut after the figure,
     # 'Of the allocated memory 37.21 GiB is allo', still gives it; and a line whose head was
     # cut, '49.39 GiB is allocated by PyTorch, and ...', too)
-    (re.compile(r"Of the allocated memory " + _SIZE), "Of the allocated memory"),
-    (re.compile(_SIZE + r" already allocated"), "already allocated"),
+    (
+        re.compile(r"Of the allocated memory (?:" + _SIZE + r"|" + _SIZE_CUT + r")"),
+        "Of the allocated memory",
+    ),
+    (re.compile(_SIZE + r"\s+already\s+allocated"), "already"),
     (re.compile(_SIZE + r"\s+is allocated by PyTorch"), "is allocated by PyTorch"),
 )
 _RX_PRIVATE = re.compile(r"with " + _SIZE + r" allocated in private pools")
@@ -505,7 +540,13 @@ _RX_MPS_ALLOCATED = re.compile(r"MPS allocated: " + _SIZE)
 _RX_MPS_OTHER = re.compile(r"other allocations: " + _SIZE)
 _RX_MPS_MAX = re.compile(r"max allowed: " + _SIZE)
 #: the MPS message's middle sentence alone (an issue title): only MPS says "on private pool"
-_RX_MPS_FRAGMENT = re.compile(r"^Tried to allocate " + _SIZE + r" on (?:private|shared) pool\b", _M)
+_RX_MPS_FRAGMENT = re.compile(
+    r"^Tried to allocate " + _SIZE + r" on (?:private|shared) pool\b"
+    # or only the tail of its watermark hint, the rest cut by the user ('Music generation
+    # failed: .....disable upper limit for memory allocations (may cause system failure).')
+    r"|(?:^|(?<=\.\.)\s*)disable upper limit for memory allocations \(may cause system failure\)",
+    _M,
+)
 _RX_MPS_TRIED = re.compile(r"Tried to allocate " + _SIZE + r" on (?:private|shared) pool")
 
 #: another process holds at least this much GPU memory → "other processes named" (see events)
@@ -950,7 +991,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     if m:
         return "systemd-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
     m = _find(_RX_MPS, body, "MPS backend out of memory", "MPS Backend", "mps backend") or _find(
-        _RX_MPS_FRAGMENT, body, "Tried to allocate"
+        _RX_MPS_FRAGMENT, body, "Tried to allocate", "upper limit for memory"
     )
     if m:
         return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
@@ -1051,7 +1092,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     )
     if m:
         return "directml-oom", Pool.GPU, Backend.DIRECTML, m.start(), False
-    m = _find(_RX_PAGEFILE, body, "rror 1455")
+    m = _find(_RX_PAGEFILE, body, "rror 1455", "paging file")
     if m is None and "rror 1455" in body:
         m = _RX_ERROR_1455.search(body)
     if m:
@@ -1158,6 +1199,9 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     m = _find(_RX_SUPIR_HINT, body, "for SUPIR was used")
     if m:
         return "supir-oom-hint", Pool.GPU, Backend.UNKNOWN, m.start(), False
+    m = _find(_RX_ACESTEP_PREFLIGHT, body, "sufficient free VRAM")
+    if m:
+        return "acestep-vram-preflight", Pool.GPU, Backend.UNKNOWN, m.start(), False
     m = _find(_RX_WORKER_KILLED, body, "is killed by signal: Killed")
     if m:  # torch's DataLoader: a worker process the OS killed (RAM ran out)
         return "dataloader-worker-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
@@ -1217,6 +1261,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         rule == "cuda-alloc-on-device" and "OutOfMemoryError -" in body
     ):
         m = _RX_OOM_TYPE_NAMED.search(body)
+        return m.group(1) if m else None
+    if rule == "memory-error":  # (glued to a CJK title: '# 一直报错MemoryError: bad allocation')
+        m = _RX_OOM_EXC_LINE.search(body)
         return m.group(1) if m else None
     if rule == "mps-invalid-buffer":
         m = _RX_MPS_BUFFER.search(body)
@@ -1377,6 +1424,11 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         elif m:
             extra.append(("frames_per_batch", int(m.group(2))))
             extra.append(("frames_that_fit", int(m.group(3))))
+    elif rule == "acestep-vram-preflight":
+        m = _RX_ACESTEP_PREFLIGHT.search(body)
+        if m:
+            fields["requested_bytes"] = _size(m)
+            fields["free_bytes"] = _size(m, 3)
     elif rule == "mps-invalid-buffer":
         m = _RX_MPS_BUFFER.search(body)
         if m and m.group(2):
