@@ -971,76 +971,90 @@ def _find_first(
     return rx.match(body, start) if start >= 0 else None
 
 
-def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backend, int, bool]:
-    """(rule, pool, backend, match position, recovered) of the strongest rule, or rule None.
+#: 'OOMKilled' (Kubernetes' reason for a container the kernel's OOM killer ended), 'OOM killed'
+_RX_OOM_KILLED = re.compile(
+    r"\bOOM[- ]?[Kk]illed\b(?![\"']?\s*[:=]\s*false)"
+)  # (not docker's '"OOMKilled": false')
+#: the kernel's killer named as the one that killed: 'oom-killer kills the comfyui process'
+_RX_OOM_KILLER_SAID = re.compile(r"(?i)\boom[- ]killer (?:kills|killed|has killed)\b")
+#: what ``_detect`` answers: (rule, pool, backend, match position, recovered)
+_Detected = tuple[str, Pool, Backend, int, bool]
+_Check = Callable[[str, "_Report | None"], "_Detected | None"]
 
-    ``report`` is ``_report(body)``: the fields of a pasted Error Report, if ``body`` is one."""
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """A rule that is only its patterns: the first pattern that matches (each run only when
+    one of its literal gates is in the body, ``_find``) places the event; pool, backend and
+    recovered are the rule's own."""
+
+    name: str
+    pool: Pool
+    backend: Backend
+    patterns: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...]
+    recovered: bool = False
+
+    def __call__(self, body: str, report: _Report | None) -> _Detected | None:
+        for rx, gates in self.patterns:
+            m = _find(rx, body, *gates)
+            if m:
+                return self.name, self.pool, self.backend, m.start(), self.recovered
+        return None
+
+
+def _rule(
+    name: str,
+    pool: Pool,
+    backend: Backend,
+    *patterns: tuple[re.Pattern[str], tuple[str, ...]],
+    recovered: bool = False,
+) -> _Rule:
+    return _Rule(name, pool, backend, patterns, recovered)
+
+
+_KILLED, _GPU, _RAM, _MPS = Pool.KILLED_BY_OS, Pool.GPU, Pool.RAM, Pool.UNIFIED_MPS
+_CPU, _UNKNOWN = Backend.CPU, Backend.UNKNOWN
+
+
+def _kernel_kill(body: str, report: _Report | None) -> _Detected | None:
     if "Kill" in body or "oom-kill" in body:
         at = _kernel_evidence(body)
         if at is not None:
-            return "kernel-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, at, False
-    m = _find(_RX_EARLYOOM, body, "sending SIG")
-    if m:
-        return "earlyoom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_OOMD, body, "Killed /") or _find(
-        _RX_OOMD_ATTEMPT, body, "oomd attempting to kill"
-    )
-    if m:
-        return "systemd-oomd-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_SYSTEMD_UNIT, body, "OOM killer")
-    if m:
-        return "systemd-oom-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_MPS, body, "MPS backend out of memory", "MPS Backend", "mps backend") or _find(
-        _RX_MPS_FRAGMENT, body, "Tried to allocate", "upper limit for memory"
-    )
-    if m:
-        return "mps-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
-    m = _find(_RX_PADDLE_OOM, body, "Out of memory error on GPU")
-    if m:
-        return "paddle-gpu-oom", Pool.GPU, Backend.CUDA, m.start(), False
-    m = _find(_RX_TT_DRAM, body, "DRAM buffer")
-    if m:
-        return "tt-dram-oom", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_FAIRSEQ_RECOVER, body, "attempting to recover from OOM")
-    if m:
-        return "fairseq-oom-recover", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_MEMORYSTATUS, body, "memorystatus: killing")
-    if m:
-        return "macos-memorystatus-kill", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_CONTAINER_LIMIT, body, "Memory limit exceeded")
-    if m:
-        return "container-memory-limit", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_GGML_METAL, body, "failed to allocate buffer")
-    if m:
-        return "ggml-metal-alloc", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
-    m = _find(_RX_METAL_OOM, body, "ErrorOutOfMemory", "Insufficient Memory", "metal::malloc")
-    if m:
-        return "metal-command-buffer-oom", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
-    m = _find(_RX_MPS_BUFFER, body, "nvalid buffer")
-    if m:
-        return "mps-invalid-buffer", Pool.UNIFIED_MPS, Backend.MPS, m.start(), False
+            return "kernel-oom-kill", _KILLED, _CPU, at, False
+    return None
+
+
+def _torch_device(body: str, report: _Report | None) -> _Detected | None:
+    """torch's ``CUDA/HIP/XPU out of memory``: the device word names the backend."""
     m = _find(_RX_TORCH_DEVICE, body, " out of memory", " out-of-memory") or _find(
         _RX_TORCH_DEVICE_LINE, body, " out of memory"
     )
-    if m:
-        group = next(g for g in (1, 2, 3, 4, 5) if m.group(g))
-        dev = m.group(group)
-        backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
-        return f"{dev.lower()}-oom", Pool.GPU, backend, m.start(group), False
+    if not m:
+        return None
+    group = next(g for g in (1, 2, 3, 4, 5) if m.group(g))
+    dev = m.group(group)
+    backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
+    return f"{dev.lower()}-oom", _GPU, backend, m.start(group), False
+
+
+def _torch_body(body: str, report: _Report | None) -> _Detected | None:
     m = _find(_RX_TORCH_BODY, body, "Tried to allocate")
     if m and not _find(_RX_XPU_4GB, body, "NOT allocate memory block"):
         # (IPEX's single-allocation limit prints torch's figures after its own sentence: a
         # refused block over 4 GB, not memory running out)
-        return "cuda-oom-cut", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_EXCEED, body, "would exceed allowed memory") or _find(
-        _RX_EXCEED_FRAGMENT, body, "Device limit", "exceed allowed memory"
-    )
-    if m:
-        return "cuda-exceed-allowed", Pool.GPU, Backend.CUDA, m.start(), False
+        return "cuda-oom-cut", _GPU, _UNKNOWN, m.start(), False
+    return None
+
+
+def _alloc_on_device(body: str, report: _Report | None) -> _Detected | None:
     m = _find(_RX_ALLOC_ON_DEVICE, body, "Allocation on device")
-    if m:
-        pos = body.find("Allocation on device", m.start())
-        return "cuda-alloc-on-device", Pool.GPU, Backend.CUDA, pos, False
+    if not m:
+        return None
+    pos = body.find("Allocation on device", m.start())
+    return "cuda-alloc-on-device", _GPU, Backend.CUDA, pos, False
+
+
+def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
     m = _find(
         _RX_CUDA_ERROR_OOM,
         body,
@@ -1055,175 +1069,292 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
     if m:
         rocm = (m.group(1) or m.group(2) or m.group(3) or "hip").lower() == "hip"
         rocm = rocm or "`hipError" in body  # ROCm's torch keeps CUDA's words, its hint says HIP
-        return "cuda-error-oom", Pool.GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
+        return "cuda-error-oom", _GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
     m = _find(
         _RX_CUDA_LEGACY_OOM, body, "out of memory", "Out of memory in cu", "UDA: ", "uda: "
     ) or _find(_RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA :")
     if m:
-        return "cuda-error-oom", Pool.GPU, Backend.CUDA, m.start(), False
-    m = _find(_RX_XPU_DEVICE_OOM, body, "_ERROR_OUT_OF_DEVICE_MEMORY")
-    if m:
-        return "xpu-device-oom", Pool.GPU, Backend.XPU, m.start(), False
-    m = _find(_RX_AMDGPU_CS_NOMEM, body, "Not enough memory for command")
-    if m:
-        return "amdgpu-cs-nomem", Pool.GPU, Backend.ROCM, m.start(), False
-    m = _find(_RX_XPU_HOST_OOM, body, "_ERROR_OUT_OF_HOST_MEMORY")
-    if m:
-        return "xpu-host-oom", Pool.RAM, Backend.CPU, m.start(), False
-    m = _find(_RX_GGML_PINNED, body, "ggml_cuda_host_malloc")
-    if m:
-        return "ggml-pinned-host", Pool.RAM, Backend.CUDA, m.start(), True
-    m = _find(_RX_PIN_THREAD, body, "pin memory thread")
-    if m:
-        return "pin-memory-thread", Pool.RAM, Backend.CUDA, m.start(), False
+        return "cuda-error-oom", _GPU, Backend.CUDA, m.start(), False
+    return None
+
+
+def _library_alloc(body: str, report: _Report | None) -> _Detected | None:
+    """cuBLAS/cuDNN/hipBLAS/MIOpen ``*_STATUS_ALLOC_FAILED``: the library names the rule."""
     m = _find(_RX_LIB_ALLOC, body, "_STATUS_", "_status_", "_Status_")
-    if m:
-        lib = m.group(1).upper()
-        backend = Backend.ROCM if lib.startswith(("HIP", "ROC", "MIOPEN")) else Backend.CUDA
-        return f"{lib.lower()}-alloc-failed", Pool.GPU, backend, m.start(), False
-    m = _find(
-        _RX_DIRECTML,
-        body,
-        "not enough GPU video memory",
-        "allocate tensor with",
-        "DML allocator",
-        "DirectML",
-        "directml",
-    )
-    if m:
-        return "directml-oom", Pool.GPU, Backend.DIRECTML, m.start(), False
+    if not m:
+        return None
+    lib = m.group(1).upper()
+    backend = Backend.ROCM if lib.startswith(("HIP", "ROC", "MIOPEN")) else Backend.CUDA
+    return f"{lib.lower()}-alloc-failed", _GPU, backend, m.start(), False
+
+
+def _pagefile(body: str, report: _Report | None) -> _Detected | None:
     m = _find(_RX_PAGEFILE, body, "rror 1455", "paging file")
     if m is None and "rror 1455" in body:
         m = _RX_ERROR_1455.search(body)
-    if m:
-        return "windows-pagefile", Pool.SWAP_PAGEFILE, Backend.CPU, m.start(), False
+    return ("windows-pagefile", Pool.SWAP_PAGEFILE, _CPU, m.start(), False) if m else None
+
+
+def _cpu_allocator(body: str, report: _Report | None) -> _Detected | None:
     m = (
         _find(_RX_CPU_ALLOC, body, "CPUAllocator", "$ Torch")
         or _find(_RX_CPU_ALLOC_TAIL, body, "not enough memory: you tried")
         or _find(_RX_CPU_ALLOC_TRANSLATED, body, "CPUAllocator")
     )
-    if m:
-        # (c10's enforce line wrapped by a console: the failure starts at '[enforce fail at')
-        enforce = body.rfind("[enforce fail at", max(0, m.start() - 400), m.start())
-        start = m.start() if enforce < 0 else enforce
-        return "cpu-allocator", Pool.RAM, Backend.CPU, start, False
-    m = _find(_RX_HOST_LIB_ALLOC, body, "Insufficient memory", "mkl_malloc")
-    if m:
-        return "host-library-alloc", Pool.RAM, Backend.CPU, m.start(), False
-    m = _find(_RX_RENDERER_OOM, body, "reason=oom")
-    if m:
-        return "renderer-oom", Pool.RAM, Backend.CPU, m.start(), False
+    if not m:
+        return None
+    # (c10's enforce line wrapped by a console: the failure starts at '[enforce fail at')
+    enforce = body.rfind("[enforce fail at", max(0, m.start() - 400), m.start())
+    return "cpu-allocator", _RAM, _CPU, m.start() if enforce < 0 else enforce, False
+
+
+def _windows_outofmemory(body: str, report: _Report | None) -> _Detected | None:
+    """Windows' E_OUTOFMEMORY text: DirectML's when the text names it, else the host's."""
     m = _find(_RX_WIN_OUTOFMEMORY, body, "Not enough memory resources")
-    if m:  # Windows' E_OUTOFMEMORY text: DirectML's when the text names it, else the host's
-        dml = "DirectML" in body or "DML" in body or "Direct ML" in body
-        pool, backend = (Pool.GPU, Backend.DIRECTML) if dml else (Pool.RAM, Backend.CPU)
-        return "windows-outofmemory", pool, backend, m.start(), False
+    if not m:
+        return None
+    dml = "DirectML" in body or "DML" in body or "Direct ML" in body
+    pool, backend = (_GPU, Backend.DIRECTML) if dml else (_RAM, _CPU)
+    return "windows-outofmemory", pool, backend, m.start(), False
+
+
+def _tf_exhausted(body: str, report: _Report | None) -> _Detected | None:
+    """TensorFlow's allocator; tensorflow-directml's kernels are named dml_*."""
     m = _find(_RX_TF_EXHAUSTED, body, "Resource exhausted: OOM")
-    if m:  # TensorFlow's allocator; tensorflow-directml's kernels are named dml_*
-        dml = "dml_" in body or "DmlAllocator" in body or "device:DML:" in body
-        backend = Backend.DIRECTML if dml else Backend.UNKNOWN
-        return "tf-resource-exhausted", Pool.GPU, backend, m.start(), False
+    if not m:
+        return None
+    dml = "dml_" in body or "DmlAllocator" in body or "device:DML:" in body
+    return "tf-resource-exhausted", _GPU, Backend.DIRECTML if dml else _UNKNOWN, m.start(), False
+
+
+def _onnx_arena(body: str, report: _Report | None) -> _Detected | None:
     m = _find(_RX_ONNX_ARENA, body, "requested buffer of size")
-    if m:
-        # the CPU provider named, or its NCHWc layout's node names ('347_nchwc')
-        cpu = "CPUExecutionProvider" in body or "CpuExecutionProvider" in body or "_nchwc'" in body
-        pool, backend = (Pool.RAM, Backend.CPU) if cpu else (Pool.GPU, Backend.UNKNOWN)
-        return "onnx-arena-oom", pool, backend, m.start(), False
-    m = _find(_RX_EMSCRIPTEN_OOM, body, "Cannot enlarge memory")
-    if m:
-        return "emscripten-oom", Pool.RAM, Backend.CPU, m.start(), False
-    m = _find(_RX_MMAP, body, "unable to mmap", "Memory mapping file failed")
-    if m:
-        return "mmap-enomem", Pool.RAM, Backend.CPU, m.start(), False
-    m = _find(_RX_LIB_RAM_GUARD, body, "memory problems", "system memory (", "sufficient RAM")
-    if m:
-        return "library-ram-guard", Pool.RAM, Backend.CPU, m.start(), False
-    m = _find(_RX_VHS_LIMIT, body, "Memory limit hit", "can fit in memory")
-    if m:
-        return "vhs-memory-limit", Pool.RAM, Backend.CPU, m.start(), False
-    m = (
-        None
-        if "MemoryError" in body
-        else (
-            _find(_RX_NUMPY, body, "for an array", "for array")
-            or _find(_RX_NUMPY_ARRAY_MEMORY, body, "array memory")
-        )
+    if not m:
+        return None
+    # the CPU provider named, or its NCHWc layout's node names ('347_nchwc')
+    cpu = "CPUExecutionProvider" in body or "CpuExecutionProvider" in body or "_nchwc'" in body
+    pool, backend = (_RAM, _CPU) if cpu else (_GPU, _UNKNOWN)
+    return "onnx-arena-oom", pool, backend, m.start(), False
+
+
+def _numpy_untyped(body: str, report: _Report | None) -> _Detected | None:
+    """numpy's message without its type (ComfyUI's exception header prints str(e))."""
+    if "MemoryError" in body:
+        return None
+    m = _find(_RX_NUMPY, body, "for an array", "for array") or _find(
+        _RX_NUMPY_ARRAY_MEMORY, body, "array memory"
     )
-    if m:  # numpy's message without its type (ComfyUI's exception header prints str(e))
-        return "numpy-alloc", Pool.RAM, Backend.CPU, m.start(), False
+    return ("numpy-alloc", _RAM, _CPU, m.start(), False) if m else None
+
+
+def _oom_exception(body: str, report: _Report | None) -> _Detected | None:
+    """An exception line (or an Error Report's type field) of an OOM type."""
     exc = _oom_exception_line(body) if "MemoryError" in body else None
     if exc is not None:
         type_name, start = exc
         if type_name.lower().endswith("outofmemoryerror"):  # (a user's 'OutofMemoryError')
-            return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
+            return "oom-exception", _GPU, _UNKNOWN, start, False
         if _find(_RX_NUMPY, body, "Unable to allocate"):
-            return "numpy-alloc", Pool.RAM, Backend.CPU, start, False
-        return "memory-error", Pool.RAM, Backend.CPU, start, False
+            return "numpy-alloc", _RAM, _CPU, start, False
+        return "memory-error", _RAM, _CPU, start, False
     if report is not None and report.exception_type.endswith(("OutOfMemoryError", "MemoryError")):
         type_name, start = report.exception_type, report.position
         if type_name.endswith("OutOfMemoryError"):
-            return "oom-exception", Pool.GPU, Backend.UNKNOWN, start, False
-        return "memory-error", Pool.RAM, Backend.CPU, start, False
+            return "oom-exception", _GPU, _UNKNOWN, start, False
+        return "memory-error", _RAM, _CPU, start, False
+    return None
+
+
+def _oom_type_named(body: str, report: _Report | None) -> _Detected | None:
+    """The type named in a title or a sentence ('torch.OutOfMemoryError in KSampler')."""
     m = _find(_RX_OOM_TYPE_NAMED, body, "OutOfMemoryError")
-    if m and _RX_IPYTHON_HEADER.match(body, m.start()):
-        m = None  # IPython's 'OutOfMemoryError    Traceback (most recent call last)' header
-    if m:  # the type named in a title or a sentence ('torch.OutOfMemoryError in KSampler')
-        return "oom-type-named", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_OOM_KILLED, body, "OOM")
-    if m:  # Kubernetes' OOMKilled, a user's 'OOM killed by Ubuntu'
-        return "oom-killed-said", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(
-        _RX_OOM_KILLER_SAID,
-        body,
-        "oom-killer",
-        "OOM killer",
-        "oom killer",
-        "OOM-killer",
-        "OOM Killer",
-    )
-    if m:  # the user's words: 'oom-killer kills the comfyui process'
-        return "oom-killer-said", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    if m is None or _RX_IPYTHON_HEADER.match(body, m.start()):
+        return None  # (IPython's 'OutOfMemoryError    Traceback (most recent call last)' header)
+    return "oom-type-named", _GPU, _UNKNOWN, m.start(), False
+
+
+def _exception_oom_words(body: str, report: _Report | None) -> _Detected | None:
     m = _find(_RX_EXC_OOM_WORDS, body, "emory", "OOM", "oom", "RAM", "ram")
-    if m and body[m.end() : m.end() + 1] == "?":
-        m = None  # a guess ('It might have run out of memory? (exitcode 2)'), not the failure
-    if m:
-        ram = _RX_RAM_WORDS.search(body, m.start(), m.end() + 200) is not None
-        pool, backend = (Pool.RAM, Backend.CPU) if ram else (Pool.GPU, Backend.UNKNOWN)
-        return "exception-oom-words", pool, backend, m.start(), False
-    m = _find(_RX_GOT_OOM, body, "Got an OOM")
-    if m:
-        return "comfy-got-oom", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_TIPS, body, "ran out of memory on your GPU")
-    if m:
-        return "comfy-oom-tips", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_SUPIR_HINT, body, "for SUPIR was used")
-    if m:
-        return "supir-oom-hint", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_ACESTEP_PREFLIGHT, body, "sufficient free VRAM")
-    if m:
-        return "acestep-vram-preflight", Pool.GPU, Backend.UNKNOWN, m.start(), False
-    m = _find(_RX_WORKER_KILLED, body, "is killed by signal: Killed")
-    if m:  # torch's DataLoader: a worker process the OS killed (RAM ran out)
-        return "dataloader-worker-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_SLURM_OOM, body, "oom-kill event")
-    if m:
-        return "slurm-cgroup-oom", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = _find(_RX_SRUN_OOM, body, "Out Of Memory")
-    if m:
-        return "slurm-task-oom", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
-    m = (
-        _find(_RX_BASH_KILLED, body, "Killed")
-        or _find(_RX_BARE_KILLED, body, "Killed")
-        or _find(_RX_ZSH_KILLED, body, "killed  ")
-        or _find(_RX_ZH_KILLED, body, "已杀死")
-    )
-    if m:
-        return "shell-killed", Pool.KILLED_BY_OS, Backend.CPU, m.start(), False
+    if m is None or body[m.end() : m.end() + 1] == "?":
+        return None  # (a guess, 'It might have run out of memory? (exitcode 2)', is no failure)
+    ram = _RX_RAM_WORDS.search(body, m.start(), m.end() + 200) is not None
+    pool, backend = (_RAM, _CPU) if ram else (_GPU, _UNKNOWN)
+    return "exception-oom-words", pool, backend, m.start(), False
+
+
+def _soft_oom(body: str, report: _Report | None) -> _Detected | None:
+    """ComfyUI's and its packs' recovered OOMs (tiled-VAE retry, split attention, ...)."""
     if "out of memory" in body or "OOMed" in body:
         for name, rx in _RX_SOFT:
             m = rx.search(body)
             if m:
-                return name, Pool.GPU, Backend.UNKNOWN, m.start(), True
+                return name, _GPU, _UNKNOWN, m.start(), True
+    return None
+
+
+#: Every rule, strongest first: the first that matches a record decides it. The order is the
+#: design: a kernel kill line before the words in it, a device's own message before the
+#: generic patterns that also match it, the exception line before a type merely named, the
+#: user-worded and soft forms last.
+_CHECKS: tuple[_Check, ...] = (
+    _kernel_kill,
+    _rule("earlyoom-kill", _KILLED, _CPU, (_RX_EARLYOOM, ("sending SIG",))),
+    _rule(
+        "systemd-oomd-kill",
+        _KILLED,
+        _CPU,
+        (_RX_OOMD, ("Killed /",)),
+        (_RX_OOMD_ATTEMPT, ("oomd attempting to kill",)),
+    ),
+    _rule("systemd-oom-kill", _KILLED, _CPU, (_RX_SYSTEMD_UNIT, ("OOM killer",))),
+    _rule(
+        "mps-oom",
+        _MPS,
+        Backend.MPS,
+        (_RX_MPS, ("MPS backend out of memory", "MPS Backend", "mps backend")),
+        (_RX_MPS_FRAGMENT, ("Tried to allocate", "upper limit for memory")),
+    ),
+    _rule("paddle-gpu-oom", _GPU, Backend.CUDA, (_RX_PADDLE_OOM, ("Out of memory error on GPU",))),
+    _rule("tt-dram-oom", _GPU, _UNKNOWN, (_RX_TT_DRAM, ("DRAM buffer",))),
+    _rule(
+        "fairseq-oom-recover",
+        _GPU,
+        _UNKNOWN,
+        (_RX_FAIRSEQ_RECOVER, ("attempting to recover from OOM",)),
+    ),
+    _rule("macos-memorystatus-kill", _KILLED, _CPU, (_RX_MEMORYSTATUS, ("memorystatus: killing",))),
+    _rule(
+        "container-memory-limit", _KILLED, _CPU, (_RX_CONTAINER_LIMIT, ("Memory limit exceeded",))
+    ),
+    _rule("ggml-metal-alloc", _MPS, Backend.MPS, (_RX_GGML_METAL, ("failed to allocate buffer",))),
+    _rule(
+        "metal-command-buffer-oom",
+        _MPS,
+        Backend.MPS,
+        (_RX_METAL_OOM, ("ErrorOutOfMemory", "Insufficient Memory", "metal::malloc")),
+    ),
+    _rule("mps-invalid-buffer", _MPS, Backend.MPS, (_RX_MPS_BUFFER, ("nvalid buffer",))),
+    _torch_device,
+    _torch_body,
+    _rule(
+        "cuda-exceed-allowed",
+        _GPU,
+        Backend.CUDA,
+        (_RX_EXCEED, ("would exceed allowed memory",)),
+        (_RX_EXCEED_FRAGMENT, ("Device limit", "exceed allowed memory")),
+    ),
+    _alloc_on_device,
+    _cuda_error,
+    _rule(
+        "xpu-device-oom", _GPU, Backend.XPU, (_RX_XPU_DEVICE_OOM, ("_ERROR_OUT_OF_DEVICE_MEMORY",))
+    ),
+    _rule(
+        "amdgpu-cs-nomem",
+        _GPU,
+        Backend.ROCM,
+        (_RX_AMDGPU_CS_NOMEM, ("Not enough memory for command",)),
+    ),
+    _rule("xpu-host-oom", _RAM, _CPU, (_RX_XPU_HOST_OOM, ("_ERROR_OUT_OF_HOST_MEMORY",))),
+    _rule(
+        "ggml-pinned-host",
+        _RAM,
+        Backend.CUDA,
+        (_RX_GGML_PINNED, ("ggml_cuda_host_malloc",)),
+        recovered=True,
+    ),
+    _rule("pin-memory-thread", _RAM, Backend.CUDA, (_RX_PIN_THREAD, ("pin memory thread",))),
+    _library_alloc,
+    _rule(
+        "directml-oom",
+        _GPU,
+        Backend.DIRECTML,
+        (
+            _RX_DIRECTML,
+            (
+                "not enough GPU video memory",
+                "allocate tensor with",
+                "DML allocator",
+                "DirectML",
+                "directml",
+            ),
+        ),
+    ),
+    _pagefile,
+    _cpu_allocator,
+    _rule(
+        "host-library-alloc",
+        _RAM,
+        _CPU,
+        (_RX_HOST_LIB_ALLOC, ("Insufficient memory", "mkl_malloc")),
+    ),
+    _rule("renderer-oom", _RAM, _CPU, (_RX_RENDERER_OOM, ("reason=oom",))),
+    _windows_outofmemory,
+    _tf_exhausted,
+    _onnx_arena,
+    _rule("emscripten-oom", _RAM, _CPU, (_RX_EMSCRIPTEN_OOM, ("Cannot enlarge memory",))),
+    _rule("mmap-enomem", _RAM, _CPU, (_RX_MMAP, ("unable to mmap", "Memory mapping file failed"))),
+    _rule(
+        "library-ram-guard",
+        _RAM,
+        _CPU,
+        (_RX_LIB_RAM_GUARD, ("memory problems", "system memory (", "sufficient RAM")),
+    ),
+    _rule(
+        "vhs-memory-limit", _RAM, _CPU, (_RX_VHS_LIMIT, ("Memory limit hit", "can fit in memory"))
+    ),
+    _numpy_untyped,
+    _oom_exception,
+    _oom_type_named,
+    # Kubernetes' OOMKilled, a user's 'OOM killed by Ubuntu'
+    _rule("oom-killed-said", _KILLED, _CPU, (_RX_OOM_KILLED, ("OOM",))),
+    # the user's words: 'oom-killer kills the comfyui process'
+    _rule(
+        "oom-killer-said",
+        _KILLED,
+        _CPU,
+        (
+            _RX_OOM_KILLER_SAID,
+            ("oom-killer", "OOM killer", "oom killer", "OOM-killer", "OOM Killer"),
+        ),
+    ),
+    _exception_oom_words,
+    _rule("comfy-got-oom", _GPU, _UNKNOWN, (_RX_GOT_OOM, ("Got an OOM",))),
+    _rule("comfy-oom-tips", _GPU, _UNKNOWN, (_RX_TIPS, ("ran out of memory on your GPU",))),
+    _rule("supir-oom-hint", _GPU, _UNKNOWN, (_RX_SUPIR_HINT, ("for SUPIR was used",))),
+    _rule(
+        "acestep-vram-preflight", _GPU, _UNKNOWN, (_RX_ACESTEP_PREFLIGHT, ("sufficient free VRAM",))
+    ),
+    # torch's DataLoader: a worker process the OS killed (RAM ran out)
+    _rule(
+        "dataloader-worker-killed",
+        _KILLED,
+        _CPU,
+        (_RX_WORKER_KILLED, ("is killed by signal: Killed",)),
+    ),
+    _rule("slurm-cgroup-oom", _KILLED, _CPU, (_RX_SLURM_OOM, ("oom-kill event",))),
+    _rule("slurm-task-oom", _KILLED, _CPU, (_RX_SRUN_OOM, ("Out Of Memory",))),
+    _rule(
+        "shell-killed",
+        _KILLED,
+        _CPU,
+        (_RX_BASH_KILLED, ("Killed",)),
+        (_RX_BARE_KILLED, ("Killed",)),
+        (_RX_ZSH_KILLED, ("killed  ",)),
+        (_RX_ZH_KILLED, ("已杀死",)),
+    ),
+    _soft_oom,
+)
+
+
+def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backend, int, bool]:
+    """(rule, pool, backend, match position, recovered) of the strongest rule (``_CHECKS``),
+    or rule None.
+
+    ``report`` is ``_report(body)``: the fields of a pasted Error Report, if ``body`` is one."""
+    for check in _CHECKS:
+        found = check(body, report)
+        if found is not None:
+            return found
     return None, Pool.GPU, Backend.UNKNOWN, 0, False
 
 
@@ -1560,12 +1691,6 @@ _RX_FELL_BACK = re.compile(r"\); falling back to |\bfalling back to (?:CPU|tiled
 #: a pack announcing its own retry of an OOM (SeedVR2: 'OOM during ...' then 'Clearing memory
 #: and retrying'): a soft OOM, as ComfyUI's own 'retrying with tiled VAE decoding' is
 RETRYING = re.compile(r"\bretrying\b", re.IGNORECASE)
-#: 'OOMKilled' (Kubernetes' reason for a container the kernel's OOM killer ended), 'OOM killed'
-_RX_OOM_KILLED = re.compile(
-    r"\bOOM[- ]?[Kk]illed\b(?![\"']?\s*[:=]\s*false)"
-)  # (not docker's '"OOMKilled": false')
-#: the kernel's killer named as the one that killed: 'oom-killer kills the comfyui process'
-_RX_OOM_KILLER_SAID = re.compile(r"(?i)\boom[- ]killer (?:kills|killed|has killed)\b")
 #: a UI's field label before an exception line (Easy Diffusion's ``Extend: RuntimeError: ...``)
 _RX_UI_LABEL = re.compile(  # (or an issue form's '[Bug]: ')
     r"(?:[A-Z][a-z]{2,15}|\[\w+\]): (?=(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error(?:: |\s*$))"
