@@ -42,7 +42,7 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 12
+HELD_ROUND = 13
 
 
 def round_of(case: dict[str, Any]) -> int:
@@ -179,7 +179,6 @@ KNOWN_MISSES = {
     "cuda_mallocmc_simplecudamalloc_error_out_of_memory_v100.txt": "mallocMC's what() names its file, then 'error: out of memory' on the next line: no rule reads the bare 'error: out of memory'",
     "pinned_paddle_cudahostalloc_cannot_allocate_32_bytes_cudapinnedplace_bold.txt": "Paddle's 'cudaHostAlloc failed.' / 'cudaHostAlloc Cannot allocate 32 bytes in CUDAPinnedPlace' (indented, bold) is not read",
     "cuda_old_form_cut_start_tried_to_allocate_then_memory_summary_no_ooms.txt": "the backend is named only by the memory summary table in a record of its own ('PyTorch CUDA memory summary'); the cut message names none",
-    "colab_dialog_session_crashed_all_available_ram_blockquote_pro_link.txt": "Colab's 'Your session crashed after using all available RAM' holds no needle",
     "neg_zh_so_vits_svc_type_name_in_backticks_prose_log_on_pastebin.txt": "the type `torch.cuda.OutOfMemoryError` named in a Chinese sentence is read as a failure, as earlier rounds' labels count the type named in a sentence; round 11 labels it the user's words",
     "cuda_old_form_chatchat_second_question_title_and_body_keyboard_interrupt.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
     "cuda_type_and_head_title_body_cut_memor_llamafactory_long_output_chinese.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
@@ -190,7 +189,6 @@ KNOWN_MISSES = {
     "killed_by_os_zh_cn_shell_yisha_si_internlm_web_demo_loading_shards.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
     "hip_new_form_cosyvoice_amd_6800xt_chinese_three_second_clone.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
     "pinned_wsl2_flexgen_torch_empty_pin_memory_cuda_error_oom.txt": "the pinning evidence is in the body's traceback, far from the title's bare 'CUDA error: out of memory'; the title reads as VRAM and the body as a second, pinned event",
-    "colab_session_crashed_all_available_ram_bold_to_categorical.txt": "Colab's 'Your session crashed after using all available RAM' holds no needle",
     "mps_title_imaginairy_unable_to_make_mb_space_on_mps0.txt": "imaginAIry's 'Unable to make 4067.4 MB space on mps:0.' holds no needle",
     "neg_prose_chinese_title_wan22_4090_oom_expandable_segments_comment.txt": "convention clash: round 12 labels 'CUDA out of memory' glued into a Chinese title sentence as prose; rounds 3 and 6 label the same shape an event (localized_zh_inline_cuda_oom_question, cuda_old_style_no_see_docs_cogvideo_4090_title), and the classifier keeps the earlier reading",
     "cuda_ggml_cudamalloc_journal_then_segv_koboldcpp_service.txt": "ggml's exact 'buffer of "
@@ -199,6 +197,24 @@ KNOWN_MISSES = {
     "pinned_hostbuf_prose_disable_pinned_fixes.txt": "the failure is named only in the user's "
     "prose ('failing with a CUDA out-of-memory error'); English prose is not read as a failure "
     "(the corpus's prose negatives)",
+    "cuda_old_console_wrapped_kohya_1660_super_lora_768_already_allocated_split.txt": "convention clash: the user's sentence '...then crashes with OutOfMemoryError: CUDA out of memory.' is read as a failure, as earlier rounds' labels count the message right after its type wherever it stands; round 12 labels it prose (the wrapped message after it is read in full)",
+    "ram_defaultcpuallocator_framepack_save_mp4_54s_7596711936_bytes.txt": "convention clash: the title's masked 'you tried to allocate X bytes' and the body's figure stay two observations, as the rule test for a 'xxxx BYTES' title keeps them; round 12 labels them one event with count 2",
+    "node_hint_kaola_ace_step_vram_preflight_insufficient_free_vram.txt": "the label's backend (cuda) comes from the system-info block's torch build ('2.7.1+cu128') six lines above; the failure's own record names no device, so it stays unknown",
+    "neg_pr_prose_backticked_cuda_error_oom_despite_sufficient_vram_pin_budget.txt": "convention clash: a pull request's prose quoting `CUDA error: out of memory` in backticks is read as the error, as earlier rounds' labels count a quoted message; round 12 labels it a negative",
+    "lost_shape_ltx23_t2v_exceed_allowed_frontend_text_glued_8gb.txt": "a double-spaced paste: each figure line ('Requested : 1.53 GiB', ...) follows a blank line and is a record of its own, so the figures are not joined; and the title's and body's messages differ ('(out of memory)' moved to the next line), which the classifier folds only when identical",
+    "neg_doc_page_comfyui_cuda_oom_example_messages.txt": "a documentation page's example messages are the messages' own text; nothing on their lines says they are examples (a log never holds such a page)",
+    "ggml_cudamalloc_oom_rocm0_vae_compute_buffer_retry_tiling_sdcpp.txt": "ggml's exact 'buffer of size 13251797248' and the 'ROCm0' that names the backend are on the next record, and sd.cpp's 'retrying with tiling' holds no needle: the request is read from the MiB figure, the backend as CUDA, and the retry is not seen",
+    "neg_devto_mirror_webui_oom_inline_in_prose.txt": "convention clash: 'your terminal vomits RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB.' is the message after its type inside the author's sentence, which earlier rounds' labels count; round 13 labels it prose",
+    "neg_kb_page_bare_killed_signature_oom_killer_doc.txt": "a bare 'Killed' line under a knowledge-base heading is the shell's word exactly; nothing on the line says it is a page's label",
+    "lost_shape_issue_report_page_ollama_gemma4_mmproj_cudamalloc.txt": "ollama's scheduler line ('error=\"llama-server reported out-of-memory during startup:'), flattened into prose, is read by no rule (the block's cudaMalloc line is)",
+    "gpu_vendor_kb_kinetica_vram_tier_oom_gpudb_log.txt": "a GPU database's own allocator words ('[VRAM] allocateInTier OOM', '[Allocate] exceeds capacity, needed: N free: M') are read by no rule",
+    "killed_prose_backticked_died_with_sigkill_mmdetection_3x.txt": "'died with <Signals.SIGKILL: 9>' holds no needle, and a SIGKILL alone does not say memory",
+    "neg_faq_diff_quotes_winerror_1455_zh_mmdeploy_docs.txt": "a docs diff quoting the paging-file OSError in backticks ('similar like this `OSError: [WinError 1455] ...`') is read as the error: the quoted line is the message's own text",
+    "neg_pr_description_quotes_mps_invalid_buffer_size_supir_fix.txt": "convention clash: a pull request quoting '\"Invalid buffer size: 19.38 GiB\" crash' is read as the error, as earlier rounds' labels count a quoted message; round 13 labels it a negative",
+    "killed_fish_job_terminated_by_signal_sigkill_openvino_sd.txt": "fish's 'terminated by signal SIGKILL (Forced quit)' holds no needle, and a SIGKILL alone does not say memory",
+    "neg_pr_prose_metal_kiogpucommandbuffer_out_of_memory_llmman.txt": "convention clash: a pull request's backticked `kIOGPUCommandBufferCallbackErrorOutOfMemory` is read as Metal's error, as earlier rounds' labels count a quoted message; round 13 labels it a negative",
+    "killed_torchrun_elastic_failed_exitcode_minus_9_local_rank_0_mgsv.txt": "convention clash: the title's '(OOMKilled)' is read as the kill, as earlier rounds' labels count a user's 'OOM killed'; the label places the kill on torchrun's 'exitcode: -9' line, which holds no needle (a SIGKILL alone does not say memory)",
+    "neg_docs_diff_troubleshooting_bare_killed_oom_killer_monai.txt": "a docs diff naming ``RuntimeError: CUDA out of memory`` in reStructuredText quotes is read as the error: the quoted text is the message's own",
 }
 
 

@@ -394,6 +394,16 @@ def test_acestep_preflight_refusal_leads_with_its_own_settings_and_what_holds_th
     assert "almost nothing was free" not in advise(roomy)[0].text
 
 
+def test_a_hosted_runtime_kill_names_the_runtime_not_the_machines_swap() -> None:
+    event = classify_record("Your session crashed after using all available RAM.\n")
+    assert event is not None and event.pool is Pool.KILLED_BY_OS
+    keys = [a.key for a in advise(event)]
+    assert keys[0] == "hosted-runtime-ram"
+    assert (
+        "add-swap" not in keys and "wsl-memory-cap" not in keys and "close-other-apps" not in keys
+    )
+
+
 def test_a_kernel_kill_on_linux_mentions_the_wsl_memory_cap_but_a_cgroup_kill_does_not() -> None:
     system = _corpus_event("killed_bare_and_kernel.txt")
     assert "wsl-memory-cap" in [a.key for a in advise(system)]

@@ -2091,3 +2091,66 @@ def test_round_12_held_shapes_once_spent() -> None:
         0,
     )
     assert dict(ace.extra)["node_pack"] == "ACE-Step"
+
+
+def test_round_13_tune_shapes() -> None:
+    """Round 13's tune part: one failure reported again by the layer that caught it, Colab's
+    RAM dialog, Slurm's older step wording, a type glued to the user's words, numpy's message
+    lower-cased, and Vulkan's device OOM. Each with the near-miss that must stay as it was."""
+    layered = list(
+        iter_findings(
+            [
+                "  0%|          | 0/6 [00:00<?, ?it/s]Error during model prediction: Allocation on device",
+                "  0%|          | 0/6 [00:04<?, ?it/s]",
+                "Error during sampling: Allocation on device",
+                "!!! Exception during processing !!! Allocation on device",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count) for f in layered] == [(1, 1)]
+    # the same line again, its timestamp changed, is a repeat: counted
+    storm = list(
+        iter_findings(
+            [
+                "2019-06-14 11:50:14.027064: E tensorflow/stream_executor/cuda/cuda_blas.cc:510] failed to create cublas handle: CUBLAS_STATUS_ALLOC_FAILED",
+                "2019-06-14 11:50:14.028614: E tensorflow/stream_executor/cuda/cuda_blas.cc:510] failed to create cublas handle: CUBLAS_STATUS_ALLOC_FAILED",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count) for f in storm] == [(1, 2)]
+    colab = list(
+        iter_findings(
+            [
+                "[Colab] Your session crashed after using all available RAM",
+                "",
+                'It stopped working, saying "Your session crashed after using all available RAM".',
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.pool, f.event.count) for f in colab] == [(1, Pool.KILLED_BY_OS, 2)]
+    slurm = _event("slurmstepd: error: Detected 2 oom-kill event(s) in step 3756240.batch cgroup.")
+    assert (slurm.pool, slurm.killer) == (Pool.KILLED_BY_OS, "kernel")
+    glued = _event(
+        "A bad error i could not solveMemoryError: Unable to allocate 12.5 GiB for an array with shape (87000, 227, 227, 3) and data type uint8"
+    )
+    assert (glued.pool, glued.exception_type, glued.requested_bytes) == (
+        Pool.RAM,
+        "MemoryError",
+        round(Decimal("12.5") * GiB),
+    )
+    assert (
+        _event(
+            "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 1.00 GiB for an array with shape (1,) and data type uint8"
+        ).exception_type
+        == "numpy.core._exceptions._ArrayMemoryError"
+    )
+    lowered = _event(
+        "# error occurred when executing vhs_videocombine: unable to allocate 10.0 gib for an array with shape (2433, 720, 512, 3) and data type float32"
+    )
+    assert (lowered.pool, lowered.requested_bytes) == (Pool.RAM, 10 * GiB)
+    vulkan = _event(
+        "ggml_vulkan: Requested buffer size exceeds device buffer size limit: ErrorOutOfDeviceMemory"
+    )
+    assert (vulkan.pool, vulkan.backend) == (Pool.GPU, Backend.UNKNOWN)
+    assert _event("vkAllocateMemory failed: VK_ERROR_OUT_OF_DEVICE_MEMORY").pool is Pool.GPU
+    assert not list(iter_findings(["if (result == vk::Result::eErrorOutOfHostMemory) retry();"]))

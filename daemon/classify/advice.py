@@ -556,10 +556,23 @@ def _mps_buffer(event: OomEvent) -> list[Advice]:
 # -- killed by the OS ----------------------------------------------------------------------------
 
 
+#: kills by a hosted runtime's own memory monitor (Colab, Hugging Face Spaces): the machine's
+#: swap, other programs and WSL are not the user's to change there
+_HOSTED_KILLS = frozenset({"colab-ram-crash", "container-memory-limit"})
+
+
 def _killed(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     extra = dict(event.extra)
     rss = extra.get("anon_rss_bytes") or extra.get("vm_rss_bytes")
     held = f" (it held {human_bytes(rss)} when killed)" if isinstance(rss, int) else ""
+    if event.rule in _HOSTED_KILLS:
+        return [
+            Advice(
+                "hosted-runtime-ram",
+                "The hosted runtime restarted the session because it used all the RAM the plan gives it (Colab's dialog, a Space's memory limit): pick a high-RAM runtime or a larger hardware tier, or load less at once.",
+            ),
+            *_ram_workload(),
+        ]
     out: list[Advice] = []
     if extra.get("scope") == "cgroup":
         out.append(

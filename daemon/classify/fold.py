@@ -296,6 +296,10 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
     if a.rule == b.rule == "shell-killed":
         return None  # each 'Killed' is the shell reporting one process's death
     if a.pool is Pool.KILLED_BY_OS and b.pool is Pool.KILLED_BY_OS:
+        if a.killed_pid is None and b.killed_pid is None and _repeated_report(a, b):
+            # the same report of an unnamed victim again (Colab's dialog as a title, then
+            # quoted in the body): a repeat, counted like any other
+            return replace(cand, event=replace(a, count=a.count + b.count), end_line_no=end)
         if a.killed_pid is not None and b.killed_pid is None and dict(b.extra).get("invoked_by"):
             return None  # the kernel's next OOM ('X invoked oom-killer') after a finished kill
         if a.killed_pid is None or b.killed_pid is None or a.killed_pid == b.killed_pid:
@@ -303,9 +307,65 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
             return Finding(cand.record, merged, cand.line_no, end)
         return None
     if _same(a, b):
+        if _layered(cand, new):
+            # one failure reported again by the layer above (a pack's 'Error during sampling:
+            # X', then ComfyUI's '!!! Exception during processing !!! X'): not a repeat
+            return replace(cand, event=_combine(primary=a, secondary=b), end_line_no=end)
         count = a.count + b.count
         return replace(cand, event=replace(a, count=count), end_line_no=end)
     return None
+
+
+#: what a layer that reports an exception it caught writes before the exception's own text:
+#: 'Error during sampling: ', "An error occurred during video loading for '...': ", or
+#: ComfyUI's exception header (a tqdm bar may be glued before either)
+_RX_REPORT_LEAD = re.compile(
+    r"(?:[^\n]*?(?:[Ee]rror|[Ff]ailed)[^\n]*?: |!!! Exception during processing !!! )$"
+)
+_RX_DIGITS = re.compile(r"\d+")
+#: how many lines may separate two layers' reports of one failure (a progress bar between)
+_LAYER_GAP_LINES = 1
+
+
+def _lead(finding: Finding) -> str | None:
+    """The text before the event's message on its evidence line, without a log prefix."""
+    lines = finding.record.text.split("\n")
+    index = finding.line_no - finding.record.line_no
+    if not 0 <= index < len(lines):
+        return None
+    line = split_prefix(lines[index]).message
+    at = line.find(finding.event.message)
+    return line[:at] if at > 0 else None
+
+
+def _layered(cand: Finding, new: Finding) -> bool:
+    """``new`` is the same failure as ``cand`` reported again by the layer that caught it:
+    the two lines lead into the same message with different reporting words, each ending in
+    ': ' or ComfyUI's header. A storm repeats its line whole (the same lead, or none), and a
+    title (a Markdown heading) repeating its body is the user's copy: both stay counted."""
+    if new.line_no - cand.end_line_no - 1 > _LAYER_GAP_LINES:
+        return False
+    a, b = _lead(cand), _lead(new)
+    # (compared without their digits: a line repeated with a new timestamp is a repeat)
+    if a is None or b is None or _RX_DIGITS.sub("", a) == _RX_DIGITS.sub("", b):
+        return False
+    if a.lstrip().startswith("#") or b.lstrip().startswith("#"):
+        return False
+    return bool(_RX_REPORT_LEAD.search(a)) and bool(_RX_REPORT_LEAD.search(b))
+
+
+#: what a quoted or bolded message may end with: its quote, its bold marks, a full stop
+_QUOTE_END = "\"'`*.\u201d "
+
+
+def _repeated_report(a: OomEvent, b: OomEvent) -> bool:
+    """``b`` tells ``a``'s report of a kill with no victim named again: the same rule and
+    facts, and one message the start of the other (a title's dialog text, then the body
+    quoting it, each with its own closing quote or full stop)."""
+    one, two = a.message.rstrip(_QUOTE_END), b.message.rstrip(_QUOTE_END)
+    if a.rule != b.rule or not (one.startswith(two) or two.startswith(one)):
+        return False
+    return replace(a, message="", count=1) == replace(b, message="", count=1)
 
 
 def _same(a: OomEvent, b: OomEvent) -> bool:

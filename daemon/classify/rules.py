@@ -52,6 +52,7 @@ NEEDLES: tuple[str, ...] = (
     "已杀死",  # bash's 'Killed' in a zh_CN locale (glibc's strsignal(SIGKILL) there)
     "paging file",  # Windows' 'The paging file is too small ...' without its error number
     "sufficient free VRAM",  # ACE-Step's pre-flight: 'Insufficient free VRAM: need ~1.1 GB'
+    "all available RAM",  # Colab's 'Your session crashed after using all available RAM'
 )
 
 _K = KIB
@@ -90,6 +91,7 @@ def has_needle(text: str) -> bool:
         or "已杀死" in text
         or "paging file" in text
         or "sufficient free VRAM" in text
+        or "all available RAM" in text
     )
 
 
@@ -120,7 +122,14 @@ _RX_WORKER_KILLED = re.compile(
     r"\bDataLoader worker (?:\(pid (\d+)\) )?is killed by signal: Killed\b"
 )
 #: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
-_RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in \S+ cgroup")
+_RX_SLURM_OOM = (
+    re.compile(  # ('... in StepId=123.batch cgroup', older '... in step 123.batch cgroup')
+        r"\bDetected \d+ oom-kill event\(s\) in (?:step )?\S+ cgroup"
+    )
+)
+#: Google Colab's dialog when the runtime ran out of RAM and was restarted (quoted, bolded or
+#: as a title; the dialog's text is all a user can copy)
+_RX_COLAB_RAM = re.compile(r"\bYour session crashed after using all available RAM\b")
 #: srun's report of a job step's task that ran out of its memory limit (the killer unnamed)
 _RX_SRUN_OOM = re.compile(r"\bsrun: error: \S+: tasks? [\d,\-\[\]]+: Out Of Memory\b")
 #: zsh's job report: ``zsh: killed     python main.py`` (on macOS the usual trace of a run the
@@ -248,6 +257,12 @@ _RX_PIN_THREAD = re.compile(r"\bCaught (\w+Error) in pin memory thread\b")
 #: Intel's Level Zero / Unified Runtime refusing a device allocation (torch XPU, IPEX)
 _RX_XPU_DEVICE_OOM = re.compile(
     r"\b(?:UR_RESULT|ZE_RESULT|PI)_ERROR_OUT_OF_DEVICE_MEMORY(?![A-Za-z0-9_])"
+)
+#: Vulkan's result for device memory running out (ggml_vulkan, stable-diffusion.cpp, ncnn):
+#: the C name, or vulkan.hpp's enumerator as ggml prints it. Vulkan is none of the backends
+#: this watchdog names, so the backend stays unknown.
+_RX_VULKAN_DEVICE_OOM = re.compile(
+    r"\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|(?<![A-Za-z0-9_])e?ErrorOutOfDeviceMemory\b"
 )
 #: the amdgpu kernel driver refusing a command submission for want of VRAM
 _RX_AMDGPU_CS_NOMEM = re.compile(
@@ -642,6 +657,9 @@ def _classify_normalized(key: str) -> _Found | None:
 _RX_IPYTHON_HEADER = re.compile(
     r"(?:[A-Za-z_]\w*\.)*\w*OutOfMemoryError\s{2,}Traceback \(most recent"
 )
+#: an OOM type with a lower-case word glued before it: Python's types are CamelCase, so the
+#: word is the user's prose run into the pasted message
+_RX_PROSE_GLUED_TYPE = re.compile(r"[a-z]+((?:OutOf)?MemoryError)")
 _RX_DUNDER_GLUED = re.compile(r"^__\w+?__(?=[A-Za-z])")
 _DEVICE_OOM_RULES = frozenset({"cuda-oom", "hip-oom", "xpu-oom"})
 
@@ -739,6 +757,10 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         exc_type = _type_before(flines[fidx], pos - starts[fidx])
     if exc_type and exc_type[:1] == "_" and "." not in exc_type and exc_type[1:2].isupper():
         exc_type = exc_type[1:]  # Markdown italics opened on the type: '_RuntimeError: ..._'
+    if exc_type and (glued := _RX_PROSE_GLUED_TYPE.fullmatch(exc_type)):
+        exc_type = glued.group(
+            1
+        )  # the user's words run into the type: 'could not solveMemoryError'
     if exc_type and exc_type.startswith("__"):  # a frame's '__deepcopy__' glued on (no newline)
         exc_type = _RX_DUNDER_GLUED.sub("", exc_type) or exc_type
     node_type = node_id = None
@@ -854,6 +876,7 @@ _LOWER_SIGNS = (
     "memoryerror",
     "defaultcpuallocator",
     "could not allocate tensor",
+    "unable to allocate",  # numpy's 'Unable to allocate 10.0 GiB for an array ...'
 )
 
 
@@ -1139,8 +1162,8 @@ def _onnx_arena(body: str, report: _Report | None) -> _Detected | None:
 
 def _numpy_untyped(body: str, report: _Report | None) -> _Detected | None:
     """numpy's message without its type (ComfyUI's exception header prints str(e))."""
-    if "MemoryError" in body:
-        return None
+    if "MemoryError" in body and _oom_exception_line(body) is not None:
+        return None  # (the exception line places it: _oom_exception)
     m = _find(_RX_NUMPY, body, "for an array", "for array") or _find(
         _RX_NUMPY_ARRAY_MEMORY, body, "array memory"
     )
@@ -1249,6 +1272,12 @@ _CHECKS: tuple[_Check, ...] = (
         "xpu-device-oom", _GPU, Backend.XPU, (_RX_XPU_DEVICE_OOM, ("_ERROR_OUT_OF_DEVICE_MEMORY",))
     ),
     _rule(
+        "vulkan-device-oom",
+        _GPU,
+        _UNKNOWN,
+        (_RX_VULKAN_DEVICE_OOM, ("_OUT_OF_DEVICE_MEMORY", "ErrorOutOfDeviceMemory")),
+    ),
+    _rule(
         "amdgpu-cs-nomem",
         _GPU,
         Backend.ROCM,
@@ -1332,6 +1361,7 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_WORKER_KILLED, ("is killed by signal: Killed",)),
     ),
     _rule("slurm-cgroup-oom", _KILLED, _CPU, (_RX_SLURM_OOM, ("oom-kill event",))),
+    _rule("colab-ram-crash", _KILLED, _CPU, (_RX_COLAB_RAM, ("all available RAM",))),
     _rule("slurm-task-oom", _KILLED, _CPU, (_RX_SRUN_OOM, ("Out Of Memory",))),
     _rule(
         "shell-killed",
