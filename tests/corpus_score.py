@@ -42,7 +42,7 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 13
+HELD_ROUND = 14
 
 
 def round_of(case: dict[str, Any]) -> int:
@@ -132,9 +132,6 @@ KNOWN_MISSES = {
     "ends at the last one, so the retry that makes the OOM recovered is not seen",
     "old_cuda_oom_tail_only_title_reserved_in_total_docs_issue.txt": "a title holding only the "
     "message's tail, '1.17 GiB reserved in total by PyTorch)', holds no needle",
-    "pagefile_zh_title_fragment_and_winerror_1455_detectron_dll_segmentation.txt": "the title "
-    "is Windows' Chinese text of the paging-file error alone, without '1455': no needle, and no "
-    "word list per language (the body's OSError is read)",
     "comfy_pr_quotes_hip_error_out_of_memory_vae_handling_negative.txt": "a pull request quoting "
     "'HIP error: out of memory' as the string its code will catch is read as the error; earlier "
     "rounds' labels count a quoted message as one",
@@ -215,6 +212,18 @@ KNOWN_MISSES = {
     "neg_pr_prose_metal_kiogpucommandbuffer_out_of_memory_llmman.txt": "convention clash: a pull request's backticked `kIOGPUCommandBufferCallbackErrorOutOfMemory` is read as Metal's error, as earlier rounds' labels count a quoted message; round 13 labels it a negative",
     "killed_torchrun_elastic_failed_exitcode_minus_9_local_rank_0_mgsv.txt": "convention clash: the title's '(OOMKilled)' is read as the kill, as earlier rounds' labels count a user's 'OOM killed'; the label places the kill on torchrun's 'exitcode: -9' line, which holds no needle (a SIGKILL alone does not say memory)",
     "neg_docs_diff_troubleshooting_bare_killed_oom_killer_monai.txt": "a docs diff naming ``RuntimeError: CUDA out of memory`` in reStructuredText quotes is read as the error: the quoted text is the message's own",
+    "exceed_allowed_title_zh_prose_diffusers_clip_loader_2070s_8g.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
+    "localized_zh_title_defaultcpuallocator_364742208_bytes.txt": "the title is the CPU allocator's message machine-translated with the English name in brackets ('默认CPU分配器(DefaultCPUAllocator): 内存不足'); reading that shape would also read the gloss that round 11's labels fold into the English line before it (ram_default_cpu_allocator_retyped_from_screenshot_with_chinese_gloss_gpt_sovits), and the body's quoted template is read instead",
+    "localized_zh_blog_bert_seq2seq_870mib_gpu2_template_line.txt": "convention clash: a blog's template line 'RuntimeError: CUDA out of memory. Tried to allocate XXX MiB ...' is read as a failure, as earlier rounds' labels count a message with its figure masked; round 13 labels it prose",
+    "other_pytorch_forum_unilm_98mib_old_torch_fragmentation.txt": "convention clash: the forum title 'CUDA out of memory while running UniLM' is read as a failure, as earlier rounds' labels count a title naming the error; round 13 labels it prose",
+    "localized_yolo_v2_translated_back_200mib_0_bytes_free.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
+    "gpu_tf_blog_cnn3d_resource_exhausted_bfc_count3.txt": "TensorFlow's op_kernel warning and the exception after it differ after their first words ('... task:0' and '... device:GPU:0 by allocator GPU_0_bfc'), so the classifier keeps them apart; and it names no backend for TensorFlow's GPU, where the label reads CUDA from 'cudnn_pooling_gpu.cc'",
+    "localized_zh_blog_old_torch_cached_20mib_wrapped_and_translated.txt": "the author's Chinese translation of the message ('运行时错误:CUDA内存不足 ...') is counted by the label as a second observation; no rule reads a translated torch message (no word list per language)",
+    "killed_docker_auto_cpu_exited_code_137_low_ram_vps.txt": "docker compose's 'exited with code 137' holds no needle, and a SIGKILL's exit status alone does not say memory (docker stop gives it too)",
+    "killed_docker_prose_backticked_exited_code_137_after_upscale_oom.txt": "docker compose's 'exited with code 137' holds no needle, and a SIGKILL's exit status alone does not say memory (docker stop gives it too)",
+    "pinned_host_tf_could_not_allocate_pinned_host_memory_2304_cuda_error_unknown.txt": "TensorFlow's driver line ends in CUDA_ERROR_UNKNOWN, not out of memory, so the pair is not read; and the Markdown link text '[TensorFlow CUDA_ERROR_OUT_OF_MEMORY]' is read as a failure, as earlier rounds' labels count a title naming the error",
+    "pinned_host_qmcpack_cudahostregister_cudaerrormemoryallocation.txt": "cudaHostRegister is named only in the maintainer's sentence after the fenced message; pinning evidence is read in the program's lines (the record and the lines before it), so the pool stays VRAM",
+    "killed_kohya_title_body_died_with_signals_sigkill_9_wsl.txt": "'died with <Signals.SIGKILL: 9>' holds no needle, and a SIGKILL alone does not say memory",
 }
 
 

@@ -2154,3 +2154,40 @@ def test_round_13_tune_shapes() -> None:
     assert (vulkan.pool, vulkan.backend) == (Pool.GPU, Backend.UNKNOWN)
     assert _event("vkAllocateMemory failed: VK_ERROR_OUT_OF_DEVICE_MEMORY").pool is Pool.GPU
     assert not list(iter_findings(["if (result == vk::Result::eErrorOutOfHostMemory) retry();"]))
+
+
+def test_round_13_held_shapes_once_spent() -> None:
+    """Round 13's held misses, fixed once it was spent: the next record's timestamp glued after
+    'Allocation on device', torch 1.x's message wrapped after '(GPU 0;', a C++ abort of a CUDA
+    OOM in a training loop (the device's, not pinning), the kubelet's eviction, and Windows'
+    zh-CN paging-file text without its number. Each with its near-miss."""
+    glued = _event(
+        "2025-03-21T16:15:34.544283 - Error during inference: Allocation on device 2025-03-21T16:15:34.544348 - "
+    )
+    assert glued.pool is Pool.GPU
+    assert not list(iter_findings(["Allocation on device memory is lazy in this mode"]))
+    wrapped = list(
+        iter_findings(
+            [
+                "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0;",
+                "6.00 GiB total capacity; 4.22 GiB already allocated; 4.91 MiB free; 85.24 MiB cached)",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.total_bytes) for f in wrapped] == [(1, 6 * GiB)]
+    abort = [
+        "ep 1 train, step 98, loss 8.459, mem_usage:cuda:2 8.8GB, 0.834 sec/step",
+        "terminate called after throwing an instance of 'c10::Error'",
+        "  what():  CUDA error: out of memory",
+    ]
+    found = list(iter_findings(abort))
+    assert [(f.line_no, f.event.pool) for f in found] == [(2, Pool.GPU)]
+    # the same abort while ComfyUI moves models is the pinning path's (host RAM)
+    moving = ["Requested to load WAN21", "loaded partially; 9000.00 MB usable", *abort[1:]]
+    assert next(iter_findings(moving)).event.pool is Pool.RAM
+    evicted = _event("`The node was low on resource: memory.`")
+    assert evicted.pool is Pool.KILLED_BY_OS
+    page = _event(
+        "我在运行main.py文件时，显示“页面文件太小，无法完成操作”，请问这是我电脑配置的原因吗？"
+    )
+    assert page.pool is Pool.SWAP_PAGEFILE

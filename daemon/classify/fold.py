@@ -216,10 +216,13 @@ class _Folder:
         event = found.event
         if event.rule != "cuda-error-oom" or event.pool is Pool.RAM:
             return found
-        if not any(
-            0 <= record.line_no - end - 1 <= _PINNED_CONTEXT_LINES and pinned_evidence(text)
+        near = [
+            text
             for end, text in self._quiet
-        ):
+            if 0 <= record.line_no - end - 1 <= _PINNED_CONTEXT_LINES
+        ]
+        # (together with the record: an abort in it, the model moves just before it)
+        if not near or not pinned_evidence("\n".join([*near, record.text])):
             return found
         pinned = replace(
             event, pool=Pool.RAM, extra=_add_extra(event.extra, "host_memory", "pinned")

@@ -53,6 +53,7 @@ NEEDLES: tuple[str, ...] = (
     "paging file",  # Windows' 'The paging file is too small ...' without its error number
     "sufficient free VRAM",  # ACE-Step's pre-flight: 'Insufficient free VRAM: need ~1.1 GB'
     "all available RAM",  # Colab's 'Your session crashed after using all available RAM'
+    "页面文件太小",  # Windows' zh-CN text of the paging-file error (1455), quoted without its number
 )
 
 _K = KIB
@@ -92,6 +93,7 @@ def has_needle(text: str) -> bool:
         or "paging file" in text
         or "sufficient free VRAM" in text
         or "all available RAM" in text
+        or "页面文件太小" in text
     )
 
 
@@ -127,6 +129,9 @@ _RX_SLURM_OOM = (
         r"\bDetected \d+ oom-kill event\(s\) in (?:step )?\S+ cgroup"
     )
 )
+#: Kubernetes' kubelet evicting a pod under node memory pressure ('The node was low on
+#: resource: memory.', as `kubectl describe` shows the event)
+_RX_KUBELET_EVICTION = re.compile(r"\bThe node was low on resource: memory\b")
 #: Google Colab's dialog when the runtime ran out of RAM and was restarted (quoted, bolded or
 #: as a title; the dialog's text is all a user can copy)
 _RX_COLAB_RAM = re.compile(r"\bYour session crashed after using all available RAM\b")
@@ -221,8 +226,11 @@ _RX_EXCEED_FRAGMENT = re.compile(
 )
 _RX_ALLOC_ON_DEVICE = re.compile(
     r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) |(?<=\w:))Allocation on device"
-    # (at the line's end, before a dash, or before Rich's right-hand 'execution.py:430' column)
-    r"(?:\s*$|(?=\s*[-\u2013\u2014])|(?=\s{2,}[\w.-]+\.py:\d+\s*$))|OutOfMemoryError:? Allocation on device\b"
+    # (at the line's end, before a dash, before Rich's right-hand 'execution.py:430' column, or
+    # before the next record's timestamp glued on by a print without a newline, as ComfyUI's
+    # /internal/logs form shows it: '... Allocation on device 2025-03-21T16:15:34.544348 - ')
+    r"(?:\s*$|(?=\s*[-\u2013\u2014])|(?=\s{2,}[\w.-]+\.py:\d+\s*$)|(?=\s*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - ))"
+    r"|OutOfMemoryError:? Allocation on device\b"
     r"|(?<=[\"'`\u201c])Allocation on device(?=[\"'`\u201d])",  # quoted as the error's words
     _M,
 )
@@ -318,7 +326,9 @@ _RX_PAGEFILE_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[WinEr
 _RX_PAGEFILE = re.compile(
     r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b"  # ('OS Error 1455' in a title)
     # or Windows' text for it alone, as a line or an exception's message (a title)
-    r"|(?:^|(?<=Error: ))The paging file is too small for this operation to complete\b",
+    r"|(?:^|(?<=Error: ))The paging file is too small for this operation to complete\b"
+    # Windows' own text for it in a zh-CN install, wherever it is quoted (no number with it)
+    r"|页面文件太小，?无法完成操作",
     _M,
 )
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
@@ -1092,13 +1102,23 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
     if m:
         rocm = (m.group(1) or m.group(2) or m.group(3) or "hip").lower() == "hip"
         rocm = rocm or "`hipError" in body  # ROCm's torch keeps CUDA's words, its hint says HIP
-        return "cuda-error-oom", _GPU, Backend.ROCM if rocm else Backend.CUDA, m.start(), False
+        start = m.start()
+        if "terminate called" in body:  # the abort's first line is where the failure shows
+            t = _RX_TERMINATE_WHAT.search(body, max(0, start - 300), start)
+            start = t.start() if t else start
+        return "cuda-error-oom", _GPU, Backend.ROCM if rocm else Backend.CUDA, start, False
     m = _find(
         _RX_CUDA_LEGACY_OOM, body, "out of memory", "Out of memory in cu", "UDA: ", "uda: "
     ) or _find(_RX_CUDA_TRANSLATED_OOM, body, "CUDA:", "CUDA :")
     if m:
         return "cuda-error-oom", _GPU, Backend.CUDA, m.start(), False
     return None
+
+
+#: C++'s abort for an uncaught exception, right before its what() message
+_RX_TERMINATE_WHAT = re.compile(
+    r"terminate called after throwing an instance of '[^'\n]+'\n[ \t]*what\(\):[ \t]*$"
+)
 
 
 def _library_alloc(body: str, report: _Report | None) -> _Detected | None:
@@ -1112,7 +1132,7 @@ def _library_alloc(body: str, report: _Report | None) -> _Detected | None:
 
 
 def _pagefile(body: str, report: _Report | None) -> _Detected | None:
-    m = _find(_RX_PAGEFILE, body, "rror 1455", "paging file")
+    m = _find(_RX_PAGEFILE, body, "rror 1455", "paging file", "页面文件太小")
     if m is None and "rror 1455" in body:
         m = _RX_ERROR_1455.search(body)
     return ("windows-pagefile", Pool.SWAP_PAGEFILE, _CPU, m.start(), False) if m else None
@@ -1362,6 +1382,7 @@ _CHECKS: tuple[_Check, ...] = (
     ),
     _rule("slurm-cgroup-oom", _KILLED, _CPU, (_RX_SLURM_OOM, ("oom-kill event",))),
     _rule("colab-ram-crash", _KILLED, _CPU, (_RX_COLAB_RAM, ("all available RAM",))),
+    _rule("kubelet-eviction", _KILLED, _CPU, (_RX_KUBELET_EVICTION, ("low on resource: memory",))),
     _rule("slurm-task-oom", _KILLED, _CPU, (_RX_SRUN_OOM, ("Out Of Memory",))),
     _rule(
         "shell-killed",
@@ -1390,7 +1411,7 @@ def _detect(body: str, report: _Report | None) -> tuple[str | None, Pool, Backen
 
 #: what in a record, or just before it, shows that CUDA's ``out of memory`` came from pinning
 #: host RAM, not from VRAM: ComfyUI releasing a model's mmap to pin it, pinning APIs, the pinned
-#: staging buffer, the offload stream's async copies, an uncatchable C++ error ending the process
+#: staging buffer, the offload stream's async copies (and ``_TERMINATE`` below)
 _PINNED_MARKS: tuple[str, ...] = (
     "Attempting to release mmap",
     "pin_memory",
@@ -1400,15 +1421,23 @@ _PINNED_MARKS: tuple[str, ...] = (
     "HostBuffer",
     "offload_stream.synchronize",
     "non_blocking=non_blocking)",
-    "terminate called after throwing",
     "bytes on host",  # TensorFlow's cuda_driver: failed to alloc N bytes on host: CUDA_ERROR_...
     "pinned host memory",
 )
 
 
+#: an uncatchable C++ error ending the process ('terminate called after throwing an instance of
+#: c10::AcceleratorError') is the pinning path's only while models are being moved: ComfyUI's
+#: partial loads and unloads around it. In a training loop it is the device's own OOM.
+_TERMINATE = "terminate called after throwing"
+_MODEL_MOVES = ("unload", "loaded partially", "Requested to load", "release mmap")
+
+
 def pinned_evidence(text: str) -> bool:
     """True when ``text`` shows host RAM being pinned (see ``_PINNED_MARKS``)."""
-    return any(mark in text for mark in _PINNED_MARKS)
+    if any(mark in text for mark in _PINNED_MARKS):
+        return True
+    return _TERMINATE in text and any(move in text for move in _MODEL_MOVES)
 
 
 _RX_INLINE_OOM_TYPE = re.compile(  # (ASCII names: '4x3090也报torch.OutOfMemoryError' is torch's type)

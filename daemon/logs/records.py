@@ -75,7 +75,7 @@ _CONTINUATION = re.compile(
 _OOM_SENTENCE = re.compile(
     r"(?:Tried to allocate |tried to allocate \d|(?:\[W\] )?Requested amount of GPU memory \(|Of the allocated memory |Including non-PyTorch memory"
     r"|GPU \d+ has a total capac|Process \d+ has "
-    r"|(?:and )?\d[\d.,]* ?[KMGT]i?B (?:is )?(?:free|reserved|already))"
+    r"|(?:and )?\d[\d.,]* ?[KMGT]i?B (?:is )?(?:free|reserved|already|total capac))"
 )
 #: how a message's hard-wrapped rest begins: a lower-case word or a unit
 _WRAPPED_ON = re.compile(r"(?:[a-z]|[KMGT]i?B\b)")
