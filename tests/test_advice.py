@@ -394,6 +394,19 @@ def test_acestep_preflight_refusal_leads_with_its_own_settings_and_what_holds_th
     assert "almost nothing was free" not in advise(roomy)[0].text
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "c++: internal compiler error: Killed (program cc1plus)\n",
+        "virtual memory exhausted: Cannot allocate memory\n",
+    ],
+)
+def test_a_compiler_out_of_memory_is_advised_as_a_build_not_a_workflow(text: str) -> None:
+    event = classify_record(text)
+    assert event is not None
+    assert [a.key for a in advise(event)] == ["build-fewer-jobs"]
+
+
 def test_a_hosted_runtime_kill_names_the_runtime_not_the_machines_swap() -> None:
     event = classify_record("Your session crashed after using all available RAM.\n")
     assert event is not None and event.pool is Pool.KILLED_BY_OS

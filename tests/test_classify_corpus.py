@@ -198,10 +198,11 @@ def test_no_held_out_negative_is_called_a_failure() -> None:
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 14, tests/corpus_score.py HELD_ROUND) scored at first look
-#: (its tune part not yet tuned on, its misses never looked at; tests/corpus/README.md): a
-#: floor, so a change that loses ground on logs nobody tuned for fails here
-HELD_FLOOR = 0.730  # pool: 38 of 52 events (73.08 %)
+#: what the held-out part (round 14, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look 75.0 / 73.1 / 75.0 %; its misses never looked at;
+#: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
+#: fails here
+HELD_FLOOR = 0.807  # pool: 42 of 52 events (80.77 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -212,8 +213,9 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="issue 12: the untouched held-out part (round 14: 69 excerpts, 52 events) scores "
-    "75.0 / 73.1 / 75.0 % (detection, pool, numbers) at first look, under the 98/97/97 % "
-    "targets; strict, so it turns red once they are met and this marker must go",
+    "75.0 / 73.1 / 75.0 % (detection, pool, numbers) at first look and 82.7 / 80.8 / 82.7 % "
+    "after tuning on its tune part, under the 98/97/97 % targets; strict, so it turns red once "
+    "they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:
     figures = _held_score().figures()

@@ -2191,3 +2191,47 @@ def test_round_13_held_shapes_once_spent() -> None:
         "我在运行main.py文件时，显示“页面文件太小，无法完成操作”，请问这是我电脑配置的原因吗？"
     )
     assert page.pool is Pool.SWAP_PAGEFILE
+
+
+def test_round_14_tune_shapes() -> None:
+    """Round 14's tune part: BuildKit's per-line step prefix, a compiler child killed while
+    building an extension, gcc's own allocation failure, tinygrad's CUDA error, the paging
+    file as an HRESULT, a type glued to CJK text, and TensorFlow's retyped OOM with its
+    device. Each with the near-miss that must stay as it was."""
+    build = list(iter_findings(["#10 4604.5 nvcc -c layernorm_kernels.cu", "#10 4604.5   Killed"]))
+    assert [(f.line_no, f.event.pool) for f in build] == [(2, Pool.KILLED_BY_OS)]
+    assert not list(iter_findings(["# 10 things Killed my build speed"]))
+    for text in (
+        "c++: internal compiler error: Killed (program cc1plus)",
+        "g++: fatal error: Killed signal terminated program cc1plus",
+    ):
+        assert _event(text).pool is Pool.KILLED_BY_OS
+    assert _event("virtual memory exhausted: Cannot allocate memory").pool is Pool.RAM
+    tiny = _event(
+        "Error processing tensor for shard Shard(model_id='m', start_layer=0, end_layer=15, n_layers=32): CUDA Error 2, out of memory"
+    )
+    assert (tiny.pool, tiny.backend) == (Pool.GPU, Backend.CUDA)
+    hresult = _event(
+        "System.Runtime.InteropServices.COMException: Файл подкачки слишком мал для завершения операции. (0x800705AF)"
+    )
+    assert (hresult.pool, hresult.exception_type) == (
+        Pool.SWAP_PAGEFILE,
+        "System.Runtime.InteropServices.COMException",
+    )
+    glued = _event(
+        '读取unlabel数据时出现OSError: [WinError 1455] 页面文件太小，无法完成操作。 Error loading "caffe2_detectron_ops_gpu.dll"'
+    )
+    assert glued.exception_type == "OSError"
+    tf = _event(
+        "`ResourceExhaustedError : OOM when allocating tensor with shape[148, 48, 1024] and type float on/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc`"
+    )
+    assert (tf.pool, tf.backend, tf.exception_type, tf.gpu_index) == (
+        Pool.GPU,
+        Backend.UNKNOWN,  # TensorFlow's GPU device: CUDA's or ROCm's, the text names neither
+        "ResourceExhaustedError",
+        0,
+    )
+    cudnn = _event(
+        "W tensorflow/core/framework/op_kernel.cc:1753] OP_REQUIRES failed at cudnn_pooling_gpu.cc:140 : Resource exhausted: OOM when allocating tensor with shape[1098,16,128,128,3]"
+    )
+    assert cudnn.backend is Backend.CUDA

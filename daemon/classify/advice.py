@@ -481,7 +481,23 @@ def _node_pack_advice(event: OomEvent) -> list[Advice]:
     return []
 
 
+#: a compiler that ran out of RAM while building an extension (a custom node's CUDA kernels,
+#: flash-attn or sageattention from source): the build's parallelism is the lever, not ComfyUI
+_BUILD_RULES = frozenset({"compiler-killed", "gcc-memory-exhausted"})
+
+
+def _build_advice() -> list[Advice]:
+    return [
+        Advice(
+            "build-fewer-jobs",
+            "The compiler ran out of RAM while building an extension, not while ComfyUI ran a workflow: build with fewer parallel jobs (MAX_JOBS=2 for a pip build of CUDA kernels, make -j2, a smaller Docker build), add swap for the build, or install a prebuilt wheel instead.",
+        )
+    ]
+
+
 def _ram(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
+    if event.rule in _BUILD_RULES:
+        return _build_advice()
     if dict(event.extra).get("host_memory") == "pinned":
         return _pinned(event, ctx)
     if event.rule == "renderer-oom":
@@ -565,6 +581,8 @@ def _killed(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     extra = dict(event.extra)
     rss = extra.get("anon_rss_bytes") or extra.get("vm_rss_bytes")
     held = f" (it held {human_bytes(rss)} when killed)" if isinstance(rss, int) else ""
+    if event.rule in _BUILD_RULES:
+        return _build_advice()
     if event.rule in _HOSTED_KILLS:
         return [
             Advice(

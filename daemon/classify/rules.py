@@ -54,6 +54,7 @@ NEEDLES: tuple[str, ...] = (
     "sufficient free VRAM",  # ACE-Step's pre-flight: 'Insufficient free VRAM: need ~1.1 GB'
     "all available RAM",  # Colab's 'Your session crashed after using all available RAM'
     "页面文件太小",  # Windows' zh-CN text of the paging-file error (1455), quoted without its number
+    "0x800705AF",  # the same error as an HRESULT (.NET's COMException), in any language
 )
 
 _K = KIB
@@ -94,6 +95,7 @@ def has_needle(text: str) -> bool:
         or "sufficient free VRAM" in text
         or "all available RAM" in text
         or "页面文件太小" in text
+        or "0x800705AF" in text
     )
 
 
@@ -129,6 +131,13 @@ _RX_SLURM_OOM = (
         r"\bDetected \d+ oom-kill event\(s\) in (?:step )?\S+ cgroup"
     )
 )
+#: the compiler's child killed by the OS while building an extension (a custom node's CUDA
+#: kernels, flash-attn, a wheel from source): the same SIGKILL a shell reports as 'Killed'
+_RX_COMPILER_KILLED = re.compile(
+    r"\binternal compiler error: Killed \(program \w+\)|\bfatal error: Killed signal terminated program \w+"
+)
+#: gcc's (libiberty's xmalloc) own words when an allocation fails while compiling
+_RX_GCC_VM_EXHAUSTED = re.compile(r"\bvirtual memory exhausted: Cannot allocate memory\b")
 #: Kubernetes' kubelet evicting a pod under node memory pressure ('The node was low on
 #: resource: memory.', as `kubectl describe` shows the event)
 _RX_KUBELET_EVICTION = re.compile(r"\bThe node was low on resource: memory\b")
@@ -144,7 +153,8 @@ _RX_ZH_KILLED = re.compile(r"(?:^(?:\[\d+\][+-]?\s+)?|(?<=s\]|\ds)|(?<=\.\.\.))�
 _RX_ZSH_KILLED = re.compile(r"\bzsh: killed\s+\S|^\[\d+\]\s+[+-]?\s*(\d+) killed\s{2,}\S", _M)
 _RX_BARE_KILLED = re.compile(
     # (or glued to the end of a progress bar: '... 3/4 [00:08<00:02,  2.83s/it]Killed')
-    r"^(?:\[\d+\][+-]?\s+)?Killed(?::\s*9)?(?:\s{2,}\S.*)?[`*]{0,2}\s*$|(?:(?<=/it\])|(?<=/s\])|(?<=\.\.\. )|(?<=\.\.\.))Killed\s*$",
+    # (indented too: BuildKit's '#10 4604.5   Killed' once its step prefix is off)
+    r"^[ \t]*(?:\[\d+\][+-]?\s+)?Killed(?::\s*9)?(?:\s{2,}\S.*)?[`*]{0,2}\s*$|(?:(?<=/it\])|(?<=/s\])|(?<=\.\.\. )|(?<=\.\.\.))Killed\s*$",
     _M,
 )
 
@@ -256,6 +266,7 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
     r"|\bcudaMalloc\w* failed: ?out of memory\b"
     r"|\bCUDA error 2 at \S+: out of memory\b"
+    r"|\bCUDA Error 2, out of memory\b"  # tinygrad's CUDA runtime (exo)
     r"|\bOut of memory in cu[A-Z]\w*\("  # a driver API call's failure (Blender Cycles)
     r"|\bCUDA ?: ?out of memory\b",  # ZLUDA's and users' 'CUDA: out of memory'
     re.IGNORECASE,
@@ -322,13 +333,18 @@ _RX_DIRECTML = re.compile(
 )
 #: a bare 'Error 1455' (a title, a sentence): Windows' ERROR_COMMITMENT_LIMIT, the paging file
 _RX_ERROR_1455 = re.compile(r"\bError 1455\b")
-_RX_PAGEFILE_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[WinError 1455\]")
+_RX_PAGEFILE_TYPE = re.compile(
+    r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): \[WinError 1455\]"
+    r"|((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception)): [^\n]*\(0x800705AF\)"
+)
 _RX_PAGEFILE = re.compile(
     r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b"  # ('OS Error 1455' in a title)
     # or Windows' text for it alone, as a line or an exception's message (a title)
     r"|(?:^|(?<=Error: ))The paging file is too small for this operation to complete\b"
     # Windows' own text for it in a zh-CN install, wherever it is quoted (no number with it)
-    r"|页面文件太小，?无法完成操作",
+    r"|页面文件太小，?无法完成操作"
+    # its HRESULT (HRESULT_FROM_WIN32(1455)), the same in every language: .NET's COMException
+    r"|\(0x800705AF\)",
     _M,
 )
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
@@ -357,7 +373,14 @@ _RX_WIN_OUTOFMEMORY = re.compile(  # (ERROR_OUTOFMEMORY's text, and ERROR_NOT_EN
     r"Not enough memory resources are available to (?:complete this operation|process this command)"
 )
 #: TensorFlow's op kernels: 'Resource exhausted: OOM when allocating tensor with shape[...]'
-_RX_TF_EXHAUSTED = re.compile(r"Resource exhausted: OOM when allocating tensor")
+#: the device TensorFlow names in its OOM ('... on /job:localhost/replica:0/task:0/device:GPU:0')
+_RX_TF_DEVICE = re.compile(r"/device:GPU:(\d+)\b")
+_RX_TF_EXHAUSTED_TYPE = re.compile(
+    r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*ResourceExhaustedError) ?: ?OOM when allocating tensor"
+)
+_RX_TF_EXHAUSTED = re.compile(  # (or its exception's name, a space before the colon as retyped)
+    r"Resource exhausted: OOM when allocating tensor|ResourceExhaustedError ?: ?OOM when allocating tensor"
+)
 #: numpy's MemoryError text itself (no type on the line: ComfyUI's exception header)
 _RX_NUMPY_ARRAY_MEMORY = re.compile(r"\bcannot allocate array memory\b")
 #: ONNX Runtime's arena allocator (insightface, ReActor, DWPose and rembg run on it): the arena
@@ -669,6 +692,7 @@ _RX_IPYTHON_HEADER = re.compile(
 )
 #: an OOM type with a lower-case word glued before it: Python's types are CamelCase, so the
 #: word is the user's prose run into the pasted message
+_RX_ASCII_TYPE_TAIL = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*$")
 _RX_PROSE_GLUED_TYPE = re.compile(r"[a-z]+((?:OutOf)?MemoryError)")
 _RX_DUNDER_GLUED = re.compile(r"^__\w+?__(?=[A-Za-z])")
 _DEVICE_OOM_RULES = frozenset({"cuda-oom", "hip-oom", "xpu-oom"})
@@ -767,6 +791,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         exc_type = _type_before(flines[fidx], pos - starts[fidx])
     if exc_type and exc_type[:1] == "_" and "." not in exc_type and exc_type[1:2].isupper():
         exc_type = exc_type[1:]  # Markdown italics opened on the type: '_RuntimeError: ..._'
+    if exc_type and not exc_type.isascii() and (tail := _RX_ASCII_TYPE_TAIL.search(exc_type)):
+        exc_type = tail.group(0)  # glued to CJK text before it: '读取unlabel数据时出现OSError'
     if exc_type and (glued := _RX_PROSE_GLUED_TYPE.fullmatch(exc_type)):
         exc_type = glued.group(
             1
@@ -1132,7 +1158,7 @@ def _library_alloc(body: str, report: _Report | None) -> _Detected | None:
 
 
 def _pagefile(body: str, report: _Report | None) -> _Detected | None:
-    m = _find(_RX_PAGEFILE, body, "rror 1455", "paging file", "页面文件太小")
+    m = _find(_RX_PAGEFILE, body, "rror 1455", "paging file", "页面文件太小", "0x800705AF")
     if m is None and "rror 1455" in body:
         m = _RX_ERROR_1455.search(body)
     return ("windows-pagefile", Pool.SWAP_PAGEFILE, _CPU, m.start(), False) if m else None
@@ -1163,11 +1189,18 @@ def _windows_outofmemory(body: str, report: _Report | None) -> _Detected | None:
 
 def _tf_exhausted(body: str, report: _Report | None) -> _Detected | None:
     """TensorFlow's allocator; tensorflow-directml's kernels are named dml_*."""
-    m = _find(_RX_TF_EXHAUSTED, body, "Resource exhausted: OOM")
+    m = _find(_RX_TF_EXHAUSTED, body, "Resource exhausted: OOM", "OOM when allocating tensor")
     if not m:
         return None
-    dml = "dml_" in body or "DmlAllocator" in body or "device:DML:" in body
-    return "tf-resource-exhausted", _GPU, Backend.DIRECTML if dml else _UNKNOWN, m.start(), False
+    if "dml_" in body or "DmlAllocator" in body or "device:DML:" in body:
+        backend = Backend.DIRECTML
+    elif "cudnn" in body or "/cuda/" in body or "\\cuda\\" in body or "CUDA_ERROR" in body:
+        backend = (
+            Backend.CUDA
+        )  # (TensorFlow's CUDA build named: its cuDNN kernels, stream_executor/cuda)
+    else:
+        backend = _UNKNOWN  # TensorFlow's 'GPU' device is CUDA's or ROCm's: the text names neither
+    return "tf-resource-exhausted", _GPU, backend, m.start(), False
 
 
 def _onnx_arena(body: str, report: _Report | None) -> _Detected | None:
@@ -1382,6 +1415,8 @@ _CHECKS: tuple[_Check, ...] = (
     ),
     _rule("slurm-cgroup-oom", _KILLED, _CPU, (_RX_SLURM_OOM, ("oom-kill event",))),
     _rule("colab-ram-crash", _KILLED, _CPU, (_RX_COLAB_RAM, ("all available RAM",))),
+    _rule("compiler-killed", _KILLED, _CPU, (_RX_COMPILER_KILLED, ("Killed",))),
+    _rule("gcc-memory-exhausted", _RAM, _CPU, (_RX_GCC_VM_EXHAUSTED, ("memory exhausted",))),
     _rule("kubelet-eviction", _KILLED, _CPU, (_RX_KUBELET_EVICTION, ("low on resource: memory",))),
     _rule("slurm-task-oom", _KILLED, _CPU, (_RX_SRUN_OOM, ("Out Of Memory",))),
     _rule(
@@ -1467,6 +1502,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "exception-oom-words" and "`" in body:
         m = _RX_EXC_OOM_WORDS.search(body)  # (an exception quoted as inline code mid-sentence)
         return m.group(1) if m else None
+    if rule == "tf-resource-exhausted" and "ResourceExhaustedError" in body:
+        m = _RX_TF_EXHAUSTED_TYPE.search(body)  # ('ResourceExhaustedError : OOM ...', retyped)
+        return m.group(1) if m else None
     if rule == "host-library-alloc" and "cv2.error: " in body:
         return "cv2.error"  # OpenCV's Python exception type is lower case
     if rule == "metal-command-buffer-oom" and ": Error Domain=MTL" in body:
@@ -1475,9 +1513,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "metal-command-buffer-oom" and "uncaught exception of type" in body:
         m = _RX_LIBCXXABI_TYPE.search(body)
         return m.group(1) if m else None
-    if rule == "windows-pagefile" and "Error: [WinError 1455]" in body:
+    if rule == "windows-pagefile" and ("Error: [WinError 1455]" in body or "0x800705AF" in body):
         m = _RX_PAGEFILE_TYPE.search(body)
-        return m.group(1) if m else None
+        return (m.group(1) or m.group(2)) if m else None
     if rule == "cuda-error-oom" and "instance of '" in body:
         m = _RX_CXX_TERMINATE.search(body)
         return m.group(1) if m else None
@@ -1614,6 +1652,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         elif m:
             extra.append(("frames_per_batch", int(m.group(2))))
             extra.append(("frames_that_fit", int(m.group(3))))
+    elif rule == "tf-resource-exhausted":
+        m = _RX_TF_DEVICE.search(body)
+        if m:
+            fields["gpu_index"] = int(m.group(1))
     elif rule == "acestep-vram-preflight":
         m = _RX_ACESTEP_PREFLIGHT.search(body)
         if m:

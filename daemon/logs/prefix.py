@@ -6,7 +6,8 @@ Core ComfyUI logs with format ``%(message)s``; the prefixes come from whoever wr
 electron-log (``[2025-03-28 01:40:15.296] [info]  ``), launchers that use Python logging
 (``2024-12-16 17:10:56,767 - root - ERROR - ``, ``ERROR:root:``), newer level tags
 (``[INFO] ``), and per-line prefixes that wrap *every* line, continuation lines included
-(journald/syslog ``May 15 23:09:27 host kernel: ``, ``docker compose`` ``comfyui  | ``).
+(journald/syslog ``May 15 23:09:27 host kernel: ``, ``docker compose`` ``comfyui  | ``,
+BuildKit's ``#14 107.3 ``).
 
 The difference matters for record assembly (records.py): a wrapper prefix marks the start of
 a new log record, and the wrapper leaves continuation lines (traceback bodies) bare; a
@@ -38,6 +39,8 @@ _SYSLOG = re.compile(
     r"([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) \S+ [^\s:\[]+(?:\[\d+\])?: (?:\[ *\d+\.\d+\] )?"
 )
 _COMPOSE = re.compile(r"[a-z0-9][a-z0-9_.\-]*\s+\| ")
+#: BuildKit's plain progress output (``docker build``): the step and its seconds, ``#14 107.3 ``
+_BUILDKIT = re.compile(r"#\d+ \d+\.\d+(?: |$)")
 
 
 class Split(NamedTuple):
@@ -83,6 +86,14 @@ def split_prefix(line: str) -> Split:
             per_line = True
             if not line:
                 return _new_split(Split, (line_time, line, False, True))
+            first = line[0]
+    elif first == "#" and line[1:2].isdigit():
+        m = _BUILDKIT.match(line)
+        if m:
+            line = line[m.end() :]
+            per_line = True
+            if not line:
+                return _new_split(Split, (None, line, False, True))
             first = line[0]
     elif "| " in line and (first.islower() or first.isdigit()):
         m = _COMPOSE.match(line)
