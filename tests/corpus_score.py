@@ -42,7 +42,7 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 14
+HELD_ROUND = 15
 
 
 def round_of(case: dict[str, Any]) -> int:
@@ -235,6 +235,10 @@ KNOWN_MISSES = {
     "localized_zh_mineru_loguru_error_parse_doc_cuda_oom_mfr_predict_bilingual.txt": "convention clash: 'CUDA out of memory' in the user's Chinese sentence (or in a title's capitals) is read as a failure, as rounds 3 and 6 label that shape; round 14 labels it prose",
     "localized_zh_mineru_layoutlmv3_traceback_cut_at_gpu_a100_empty_cache.txt": "convention clash: 'CUDA out of memory' in the user's Chinese sentence (or in a title's capitals) is read as a failure, as rounds 3 and 6 label that shape; round 14 labels it prose",
     "neg_zh_mineru_many_formulas_cuda_oom_prose_bilingual_template_screenshot.txt": "convention clash: 'CUDA out of memory' in the user's Chinese sentence (or in a title's capitals) is read as a failure, as rounds 3 and 6 label that shape; round 14 labels it prose",
+    "killed_k8s_get_pods_dn0_oomkilled_flyte_ui_last_error_user.txt": "convention clash: the user's 'When a pod is OOMKilled ...' is read as the kill, as earlier rounds' labels count a user's 'OOM killed', and the get-pods row folds into it (count 2); the label has one kill on kubectl's row",
+    "killed_docker_build_step_pip3_non_zero_code_137_inline_code_no_killed_line.txt": "docker's 'returned a non-zero code: 137' holds no needle, and a SIGKILL's exit status alone does not say memory",
+    "ram_title_body_fork_exec_gcc_cannot_allocate_memory_docker_build_harbor.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
+    "neg_zh_real3dportrait_long_audio_quoted_cuda_oom_in_prose_screenshot.txt": "convention clash: 'CUDA out of memory' quoted in the user's Chinese sentence is read as a failure, as rounds 3 and 6 label that shape; round 14 labels it prose",
 }
 
 

@@ -2235,3 +2235,46 @@ def test_round_14_tune_shapes() -> None:
         "W tensorflow/core/framework/op_kernel.cc:1753] OP_REQUIRES failed at cudnn_pooling_gpu.cc:140 : Resource exhausted: OOM when allocating tensor with shape[1098,16,128,128,3]"
     )
     assert cudnn.backend is Backend.CUDA
+
+
+def test_round_14_held_shapes_once_spent() -> None:
+    """Round 14's held misses, fixed once it was spent: the linker killed in a build, Go's fork
+    ENOMEM, BuildKit's memory-limit report, C++'s uncaught std::bad_alloc, torch's first
+    sentence then Korean, TensorFlow's OOM line alone and BFC's failing allocation (not its
+    'this is not a failure' warning), and a type retyped with a dash."""
+    assert _event("collect2: ld terminated with signal 9 [Killed]").pool is Pool.KILLED_BY_OS
+    assert _event("fork/exec /usr/bin/gcc: cannot allocate memory").pool is Pool.RAM
+    buildkit = _event(
+        'ERROR: failed to solve: ResourceExhausted: process "/bin/sh -c python3 setup.py bdist_wheel" did not complete successfully: cannot allocate memory'
+    )
+    assert buildkit.pool is Pool.KILLED_BY_OS
+    assert not list(
+        iter_findings(
+            [
+                'ERROR: failed to solve: process "/bin/sh -c make" did not complete successfully: exit code: 2'
+            ]
+        )
+    )
+    bad = _event(
+        "[Bug] OOM terminate called after throwing an instance of 'std::bad_alloc' on rtx 5090"
+    )
+    assert (bad.pool, bad.exception_type) == (Pool.RAM, "std::bad_alloc")
+    korean = _event("(에러) CUDA out of memory. 문의 드립니다.")
+    assert (korean.pool, korean.backend) == (Pool.GPU, Backend.CUDA)
+    tf2 = _event(
+        "OOM when allocating tensor with shape[128,16,298,298] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
+    )
+    assert (tf2.pool, tf2.gpu_index) == (Pool.GPU, 0)
+    bfc = list(
+        iter_findings(
+            [
+                "2021-01-11 15:12:37.015043: W bfc_allocator.cc:219] Allocator (GPU_0_bfc) ran out of memory trying to allocate 299.63MiB. The caller indicates that this is not a failure, but may mean that there could be performance gains if more memory were available.",
+                "2021-01-11 15:12:47.727518: W bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out of memory trying to allocate 144.0KiB.  Current allocation summary follows.",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.requested_bytes, f.event.gpu_index) for f in bfc] == [
+        (2, 144 * KiB, 0)
+    ]
+    dash = _event("RuntimeError - CUDA out of memory")
+    assert dash.exception_type == "RuntimeError"

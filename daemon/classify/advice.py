@@ -483,7 +483,7 @@ def _node_pack_advice(event: OomEvent) -> list[Advice]:
 
 #: a compiler that ran out of RAM while building an extension (a custom node's CUDA kernels,
 #: flash-attn or sageattention from source): the build's parallelism is the lever, not ComfyUI
-_BUILD_RULES = frozenset({"compiler-killed", "gcc-memory-exhausted"})
+_BUILD_RULES = frozenset({"compiler-killed", "gcc-memory-exhausted", "buildkit-resource-exhausted"})
 
 
 def _build_advice() -> list[Advice]:

@@ -55,6 +55,7 @@ NEEDLES: tuple[str, ...] = (
     "all available RAM",  # Colab's 'Your session crashed after using all available RAM'
     "页面文件太小",  # Windows' zh-CN text of the paging-file error (1455), quoted without its number
     "0x800705AF",  # the same error as an HRESULT (.NET's COMException), in any language
+    "bad_alloc",  # C++'s failed allocation: std::bad_alloc
 )
 
 _K = KIB
@@ -96,6 +97,7 @@ def has_needle(text: str) -> bool:
         or "all available RAM" in text
         or "页面文件太小" in text
         or "0x800705AF" in text
+        or "bad_alloc" in text
     )
 
 
@@ -135,6 +137,20 @@ _RX_SLURM_OOM = (
 #: kernels, flash-attn, a wheel from source): the same SIGKILL a shell reports as 'Killed'
 _RX_COMPILER_KILLED = re.compile(
     r"\binternal compiler error: Killed \(program \w+\)|\bfatal error: Killed signal terminated program \w+"
+    r"|\bcollect2: (?:fatal error: )?ld terminated with signal 9 \[Killed\]"  # the linker
+)
+#: ENOMEM where the build or the tool tried to start a process or take memory: Go's
+#: 'fork/exec /usr/bin/gcc: cannot allocate memory', and BuildKit's report of a build step that
+#: died of its memory limit ('failed to solve: ResourceExhausted: process "..." did not complete
+#: successfully: cannot allocate memory')
+_RX_FORK_ENOMEM = re.compile(r"\bfork/exec \S+: cannot allocate memory\b")
+_RX_BUILDKIT_EXHAUSTED = re.compile(
+    r"\bResourceExhausted: process \"[^\n]*?\" did not complete successfully: cannot allocate memory"
+)
+#: C++'s failed allocation: an uncaught std::bad_alloc ends the process ('terminate called after
+#: throwing an instance of 'std::bad_alloc'', 'what():  std::bad_alloc')
+_RX_BAD_ALLOC = re.compile(
+    r"terminate called after throwing an instance of 'std::bad_alloc'|\bwhat\(\):\s+std::bad_alloc\b"
 )
 #: gcc's (libiberty's xmalloc) own words when an allocation fails while compiling
 _RX_GCC_VM_EXHAUSTED = re.compile(r"\bvirtual memory exhausted: Cannot allocate memory\b")
@@ -172,7 +188,8 @@ _RX_TORCH_DEVICE = re.compile(
     # user saw, named in the sentence; the full-width punctuation or CJK after it says so.
     # (Not in an English sentence: 'If you get CUDA out of memory errors, try --lowvram' is
     # a tip a node pack may print at start-up.)
-    rf"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[{_CJK_OR_PUNCT}])"
+    # (or its full stop, then the sentence goes on in CJK: '(에러) CUDA out of memory. 문의 드립니다.')
+    rf"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[{_CJK_OR_PUNCT}]|\.\s*[{_CJK}])"
     rf"|(?<=[{_CJK}])(CUDA|HIP|XPU) out[ -]of[ -]memory\b"
     # quoted, as the error's own words ('throwing exception: "CUDA out of memory" even ...')
     r"|(?<=[\"'`*\u201c])(CUDA|HIP|XPU) out of memory\.?(?=[\"'`*\u201d])"
@@ -375,11 +392,20 @@ _RX_WIN_OUTOFMEMORY = re.compile(  # (ERROR_OUTOFMEMORY's text, and ERROR_NOT_EN
 #: TensorFlow's op kernels: 'Resource exhausted: OOM when allocating tensor with shape[...]'
 #: the device TensorFlow names in its OOM ('... on /job:localhost/replica:0/task:0/device:GPU:0')
 _RX_TF_DEVICE = re.compile(r"/device:GPU:(\d+)\b")
+#: ... or its BFC allocator's name for that GPU, and the size BFC failed to find
+_RX_TF_BFC_GPU = re.compile(r"\bAllocator \(GPU_(\d+)_bfc\) ran out of memory")
+_RX_TF_BFC_FAILED = re.compile(
+    r"ran out of memory trying to allocate " + _SIZE + r"\.\s+Current allocation summary follows"
+)
 _RX_TF_EXHAUSTED_TYPE = re.compile(
     r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*ResourceExhaustedError) ?: ?OOM when allocating tensor"
 )
 _RX_TF_EXHAUSTED = re.compile(  # (or its exception's name, a space before the colon as retyped)
     r"Resource exhausted: OOM when allocating tensor|ResourceExhaustedError ?: ?OOM when allocating tensor"
+    r"|^OOM when allocating tensor with shape"  # (the message alone on its line, as TF 2 prints it)
+    # BFC's failing allocation (its warning that says 'this is not a failure' is not one)
+    r"|\bAllocator \(\w+\) ran out of memory trying to allocate [\d.]+\s?[KMGT]i?B\.\s+Current allocation summary follows",
+    _M,
 )
 #: numpy's MemoryError text itself (no type on the line: ComfyUI's exception header)
 _RX_NUMPY_ARRAY_MEMORY = re.compile(r"\bcannot allocate array memory\b")
@@ -1189,7 +1215,13 @@ def _windows_outofmemory(body: str, report: _Report | None) -> _Detected | None:
 
 def _tf_exhausted(body: str, report: _Report | None) -> _Detected | None:
     """TensorFlow's allocator; tensorflow-directml's kernels are named dml_*."""
-    m = _find(_RX_TF_EXHAUSTED, body, "Resource exhausted: OOM", "OOM when allocating tensor")
+    m = _find(
+        _RX_TF_EXHAUSTED,
+        body,
+        "Resource exhausted: OOM",
+        "OOM when allocating tensor",
+        "allocation summary follows",
+    )
     if not m:
         return None
     if "dml_" in body or "DmlAllocator" in body or "device:DML:" in body:
@@ -1417,6 +1449,14 @@ _CHECKS: tuple[_Check, ...] = (
     _rule("colab-ram-crash", _KILLED, _CPU, (_RX_COLAB_RAM, ("all available RAM",))),
     _rule("compiler-killed", _KILLED, _CPU, (_RX_COMPILER_KILLED, ("Killed",))),
     _rule("gcc-memory-exhausted", _RAM, _CPU, (_RX_GCC_VM_EXHAUSTED, ("memory exhausted",))),
+    _rule("fork-enomem", _RAM, _CPU, (_RX_FORK_ENOMEM, ("cannot allocate memory",))),
+    _rule(
+        "buildkit-resource-exhausted",
+        _KILLED,
+        _CPU,
+        (_RX_BUILDKIT_EXHAUSTED, ("ResourceExhausted: process",)),
+    ),
+    _rule("cxx-bad-alloc", _RAM, _CPU, (_RX_BAD_ALLOC, ("bad_alloc",))),
     _rule("kubelet-eviction", _KILLED, _CPU, (_RX_KUBELET_EVICTION, ("low on resource: memory",))),
     _rule("slurm-task-oom", _KILLED, _CPU, (_RX_SRUN_OOM, ("Out Of Memory",))),
     _rule(
@@ -1505,6 +1545,8 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "tf-resource-exhausted" and "ResourceExhaustedError" in body:
         m = _RX_TF_EXHAUSTED_TYPE.search(body)  # ('ResourceExhaustedError : OOM ...', retyped)
         return m.group(1) if m else None
+    if rule == "cxx-bad-alloc":
+        return "std::bad_alloc"
     if rule == "host-library-alloc" and "cv2.error: " in body:
         return "cv2.error"  # OpenCV's Python exception type is lower case
     if rule == "metal-command-buffer-oom" and ": Error Domain=MTL" in body:
@@ -1653,9 +1695,12 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             extra.append(("frames_per_batch", int(m.group(2))))
             extra.append(("frames_that_fit", int(m.group(3))))
     elif rule == "tf-resource-exhausted":
-        m = _RX_TF_DEVICE.search(body)
+        m = _RX_TF_DEVICE.search(body) or _RX_TF_BFC_GPU.search(body)
         if m:
             fields["gpu_index"] = int(m.group(1))
+        m = _RX_TF_BFC_FAILED.search(body)
+        if m:
+            fields["requested_bytes"] = _size(m)
     elif rule == "acestep-vram-preflight":
         m = _RX_ACESTEP_PREFLIGHT.search(body)
         if m:
@@ -1842,7 +1887,8 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
 #: of the output line it was glued to (``number of parameters: 81894144.RuntimeError: ...``; a
 #: dotted module path has a letter before its dots)
 _RX_TYPE_BEFORE = re.compile(  # ASCII word before: a type glued to CJK text still counts
-    r"(?:(?<![A-Za-z0-9_.])|(?<=[0-9)\]]\.))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]?$"
+    # (or retyped with a dash instead of the colon: 'RuntimeError - CUDA out of memory')
+    r"(?:(?<![A-Za-z0-9_.])|(?<=[0-9)\]]\.))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::[ \t]?| - )$"
 )
 
 
