@@ -193,10 +193,11 @@ def test_no_held_out_negative_is_called_a_failure() -> None:
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 15, tests/corpus_score.py HELD_ROUND) scored at first look
-#: (its tune part not yet tuned on, its misses never looked at; tests/corpus/README.md): a
-#: floor, so a change that loses ground on logs nobody tuned for fails here
-HELD_FLOOR = 0.531  # pool: 25 of 47 events (53.19 %)
+#: what the held-out part (round 15, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look 61.7 / 53.2 / 57.4 %; its misses never looked at;
+#: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
+#: fails here
+HELD_FLOOR = 0.574  # pool: 27 of 47 events (57.45 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -207,8 +208,9 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="issue 12: the untouched held-out part (round 15: 62 excerpts, 47 events) scores "
-    "61.7 / 53.2 / 57.4 % (detection, pool, numbers) at first look, under the 98/97/97 % "
-    "targets; strict, so it turns red once they are met and this marker must go",
+    "61.7 / 53.2 / 57.4 % (detection, pool, numbers) at first look and 66.0 / 57.4 / 61.7 % "
+    "after tuning on its tune part, under the 98/97/97 % targets; strict, so it turns red once "
+    "they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:
     figures = _held_score().figures()

@@ -2278,3 +2278,57 @@ def test_round_14_held_shapes_once_spent() -> None:
     ]
     dash = _event("RuntimeError - CUDA out of memory")
     assert dash.exception_type == "RuntimeError"
+
+
+def test_round_15_tune_shapes() -> None:
+    """Round 15's tune part: OpenVINO's GPU plugin, onnxruntime's
+    DirectML provider, ggml_vulkan and C++'s bad_alloc told over two lines, numpy's EiB, and
+    an app's log line relaying the exception it caught. Each with its near-miss."""
+    ov = _event("[GPU] CL_OUT_OF_RESOURCES exception")
+    assert (ov.pool, ov.backend) == (Pool.GPU, Backend.XPU)
+    assert not list(iter_findings(["after several turns it fails with CL_OUT_OF_RESOURCES."]))
+    dml = _event(
+        "onnxruntime\\core\\providers\\dml\\DmlExecutionProvider\\src\\MLOperatorAuthorImpl.cpp(1978)\\onnxruntime_pybind11_state.pyd!00007FFF4B2D3E4D: (caller: 00007FFF4B2D4C4B) Exception(3) tid(1c4c) 8007000E Not enough memory resources are available to complete this operation."
+    )
+    assert (dml.pool, dml.backend) == (Pool.GPU, Backend.DIRECTML)
+    assert (
+        _event(
+            "8007000E Not enough memory resources are available to complete this operation."
+        ).pool
+        is Pool.RAM
+    )
+    vulkan = list(
+        iter_findings(
+            [
+                "ggml_vulkan: Device memory allocation of size 369827840 failed.",
+                "ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.requested_bytes) for f in vulkan] == [(1, 369827840)]
+    bad = list(
+        iter_findings(
+            [
+                "terminate called after throwing an instance of 'std::bad_alloc'",
+                "  what():  std::bad_alloc",
+                "Aborted",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.pool, f.event.count) for f in bad] == [(1, Pool.RAM, 1)]
+    eib = _event(
+        "MemoryError: Unable to allocate 1.17 EiB for an array with shape (480000, 480001, 730434) and data type float64"
+    )
+    assert eib.requested_bytes == round(Decimal("1.17") * 1024**6)
+    mps = "MPS backend out of memory (MPS allocated: 45.18 GiB, other allocations: 719.81 MiB, max allowed: 45.90 GiB). Tried to allocate 23.44 MiB on private pool."
+    relay = list(
+        iter_findings(
+            [
+                f"RuntimeError: {mps}",
+                f"2026-02-07 19:33:57.629 | INFO     | acestep.training:start_training:642 - [16s] Step 0: ❌ Training failed: {mps}",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count, f.event.exception_type) for f in relay] == [
+        (1, 1, "RuntimeError")
+    ]

@@ -296,6 +296,11 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # then the traceback of the exception it raised: one failure, placed where the
         # exception ends it
         return Finding(cand.record, _combine(primary=b, secondary=a), new.line_no, end)
+    if a.rule == b.rule in _TOLD_TWICE and new.line_no - cand.end_line_no <= 1:
+        # one failure told by two lines: ggml_vulkan's 'Device memory allocation of size N
+        # failed.' then the Vulkan result it got; C++'s 'terminate called after throwing an
+        # instance of 'std::bad_alloc'' then its 'what():  std::bad_alloc'
+        return Finding(cand.record, _combine(primary=a, secondary=b), cand.line_no, end)
     if a.rule == b.rule == "shell-killed":
         return None  # each 'Killed' is the shell reporting one process's death
     if a.pool is Pool.KILLED_BY_OS and b.pool is Pool.KILLED_BY_OS:
@@ -309,11 +314,12 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
             merged = _combine(primary=b if b.killer else a, secondary=a if b.killer else b)
             return Finding(cand.record, merged, cand.line_no, end)
         return None
+    if _compatible(a, b) and _layered(cand, new):
+        # one failure reported again by the layer above (a pack's 'Error during sampling: X',
+        # then ComfyUI's '!!! Exception during processing !!! X'; an app's log line relaying
+        # the exception it caught): not a repeat. The relay may lack the type: facts fill in.
+        return replace(cand, event=_combine(primary=a, secondary=b), end_line_no=end)
     if _same(a, b):
-        if _layered(cand, new):
-            # one failure reported again by the layer above (a pack's 'Error during sampling:
-            # X', then ComfyUI's '!!! Exception during processing !!! X'): not a repeat
-            return replace(cand, event=_combine(primary=a, secondary=b), end_line_no=end)
         count = a.count + b.count
         return replace(cand, event=replace(a, count=count), end_line_no=end)
     return None
@@ -369,6 +375,25 @@ def _repeated_report(a: OomEvent, b: OomEvent) -> bool:
     if a.rule != b.rule or not (one.startswith(two) or two.startswith(one)):
         return False
     return replace(a, message="", count=1) == replace(b, message="", count=1)
+
+
+#: rules whose failure is printed over two lines, each of which a rule reads
+_TOLD_TWICE = frozenset({"vulkan-device-oom", "cxx-bad-alloc"})
+
+
+def _compatible(a: OomEvent, b: OomEvent) -> bool:
+    """The same rule, pool and message, and no fact the two both show differs (one may not
+    show a fact the other does: a relay without the exception's type)."""
+    if a.rule != b.rule or a.message != b.message or a.pool is not b.pool:
+        return False
+    if a.recovered != b.recovered:
+        return False
+    return all(
+        unknown(getattr(a, name))
+        or unknown(getattr(b, name))
+        or getattr(a, name) == getattr(b, name)
+        for name in MERGED_FIELDS
+    )
 
 
 def _same(a: OomEvent, b: OomEvent) -> bool:

@@ -59,7 +59,9 @@ NEEDLES: tuple[str, ...] = (
 )
 
 _K = KIB
-_SIZE = r"(\d+(?:,\d{3})*(?:\.\d*)?)\s?(bytes|byte|[KMGTP]i?B|kB|B)\b"
+_SIZE = (
+    r"(\d+(?:,\d{3})*(?:\.\d*)?)\s?(bytes|byte|[KMGTPE]i?B|kB|B)\b"  # (numpy's absurd 'EiB' too)
+)
 
 
 #: Set by the scanner's prefilter once it has built its Aho-Corasick automaton
@@ -299,6 +301,16 @@ _RX_XPU_DEVICE_OOM = re.compile(
 #: this watchdog names, so the backend stays unknown.
 _RX_VULKAN_DEVICE_OOM = re.compile(
     r"\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|(?<![A-Za-z0-9_])e?ErrorOutOfDeviceMemory\b"
+    # ggml_vulkan's own line for it, with the size it asked for
+    r"|\bggml_vulkan: Device memory allocation of size (\d+) failed\b"
+)
+#: OpenVINO's GPU plugin (Intel GPUs) when OpenCL could not get device resources: its
+#: '[GPU] CL_OUT_OF_RESOURCES exception', or its message for the same after a driver error
+#: ('... GPU plugin can't finish correctly. Please try to update the driver or reduce memory
+#: consumption ... to avoid CL_OUT_OF_RESOURCES exception')
+_RX_OPENVINO_GPU_OOM = re.compile(
+    r"\[GPU\] CL_OUT_OF_RESOURCES\b|\bCL_OUT_OF_RESOURCES exception\b"
+    r"|GPU plugin can't finish correctly\. Please try to update the driver or reduce memory consumption"
 )
 #: the amdgpu kernel driver refusing a command submission for want of VRAM
 _RX_AMDGPU_CS_NOMEM = re.compile(
@@ -430,7 +442,7 @@ _RX_MMAP = re.compile(  # (the size and path may be a user's '...')
     r"|\bMemory mapping file failed: Cannot allocate memory"  # numpy's memmap, Arrow's
 )
 _RX_NUMPY = re.compile(
-    r"[Uu]nable to allocate (\d+(?:\.\d*)?) ?([KMGTP]?i?B|bytes) for (?:an )?array"
+    r"[Uu]nable to allocate (\d+(?:\.\d*)?) ?([KMGTPE]?i?B|bytes) for (?:an )?array"
 )
 _RX_GOT_OOM = re.compile(r"Got an OOM, unloading all loaded models")
 _RX_TIPS = re.compile(r"This error means you ran out of memory on your GPU")
@@ -1208,7 +1220,14 @@ def _windows_outofmemory(body: str, report: _Report | None) -> _Detected | None:
     m = _find(_RX_WIN_OUTOFMEMORY, body, "Not enough memory resources")
     if not m:
         return None
-    dml = "DirectML" in body or "DML" in body or "Direct ML" in body
+    # (or onnxruntime's DirectML provider: 'DmlExecutionProvider', its BucketizedBufferAllocator)
+    dml = (
+        "DirectML" in body
+        or "DML" in body
+        or "Direct ML" in body
+        or "DmlExecutionProvider" in body
+        or "BucketizedBufferAllocator" in body
+    )
     pool, backend = (_GPU, Backend.DIRECTML) if dml else (_RAM, _CPU)
     return "windows-outofmemory", pool, backend, m.start(), False
 
@@ -1357,10 +1376,19 @@ _CHECKS: tuple[_Check, ...] = (
         "xpu-device-oom", _GPU, Backend.XPU, (_RX_XPU_DEVICE_OOM, ("_ERROR_OUT_OF_DEVICE_MEMORY",))
     ),
     _rule(
+        "openvino-gpu-oom",
+        _GPU,
+        Backend.XPU,
+        (_RX_OPENVINO_GPU_OOM, ("CL_OUT_OF_RESOURCES", "reduce memory consumption")),
+    ),
+    _rule(
         "vulkan-device-oom",
         _GPU,
         _UNKNOWN,
-        (_RX_VULKAN_DEVICE_OOM, ("_OUT_OF_DEVICE_MEMORY", "ErrorOutOfDeviceMemory")),
+        (
+            _RX_VULKAN_DEVICE_OOM,
+            ("_OUT_OF_DEVICE_MEMORY", "ErrorOutOfDeviceMemory", "Device memory allocation of size"),
+        ),
     ),
     _rule(
         "amdgpu-cs-nomem",
@@ -1619,6 +1647,7 @@ def _report(body: str) -> _Report | None:
 #: rules whose message gives the request as an exact byte count, in group 1 of this regex (an
 #: alternative of it may give none: then the request stays unknown)
 _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
+    "vulkan-device-oom": _RX_VULKAN_DEVICE_OOM,
     "emscripten-oom": _RX_EMSCRIPTEN_OOM,
     "tt-dram-oom": _RX_TT_DRAM,
     "host-library-alloc": _RX_HOST_LIB_ALLOC,

@@ -30,7 +30,7 @@ _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
 #: unit (lower case) -> bytes; binary whichever way it is spelled (see the module docstring)
 _FACTORS: dict[str, int] = {"": 1, "b": 1, "byte": 1, "bytes": 1}
-for _power, _letter in enumerate("kmgtp", start=1):
+for _power, _letter in enumerate("kmgtpe", start=1):
     for _spelling in (_letter, f"{_letter}b", f"{_letter}i", f"{_letter}ib"):  # (Gi: Kubernetes)
         _FACTORS[_spelling] = KIB**_power
 #: beyond any memory a machine has: a "size" this big is a misread, not a size
