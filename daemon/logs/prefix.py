@@ -87,16 +87,14 @@ def split_prefix(line: str) -> Split:
             if not line:
                 return _new_split(Split, (line_time, line, False, True))
             first = line[0]
-    elif first == "#" and line[1:2].isdigit():
-        m = _BUILDKIT.match(line)
-        if m:
-            line = line[m.end() :]
-            per_line = True
-            if not line:
-                return _new_split(Split, (None, line, False, True))
-            first = line[0]
-    elif "| " in line and (first.islower() or first.isdigit()):
-        m = _COMPOSE.match(line)
+    else:
+        # the per-line prefixes without a time: BuildKit's step, docker compose's service
+        if first == "#" and line[1:2].isdigit():
+            m = _BUILDKIT.match(line)
+        elif "| " in line and (first.islower() or first.isdigit()):
+            m = _COMPOSE.match(line)
+        else:
+            m = None
         if m:
             line = line[m.end() :]
             per_line = True
