@@ -137,6 +137,8 @@ def advise(event: OomEvent, context: AdviceContext | None = None) -> list[Advice
     ctx = context or AdviceContext()
     if event.recovered:
         return _recovered(event)
+    if event.rule in _BUILD_RULES:  # killed or out of RAM, a build's lever is the same
+        return _build_advice()
     if event.pool is Pool.KILLED_BY_OS:
         return _killed(event, ctx)
     if event.pool is Pool.RAM:
@@ -457,7 +459,7 @@ def _node_pack_advice(event: OomEvent) -> list[Advice]:
         ]
     if pack == "ACE-Step":
         free = event.free_bytes
-        nearly_none = free is not None and free < 256 * 1024**2
+        nearly_none = free is not None and free < 256 * MIB
         return [
             Advice(
                 "acestep-preflight",
@@ -496,8 +498,6 @@ def _build_advice() -> list[Advice]:
 
 
 def _ram(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
-    if event.rule in _BUILD_RULES:
-        return _build_advice()
     if dict(event.extra).get("host_memory") == "pinned":
         return _pinned(event, ctx)
     if event.rule == "renderer-oom":
@@ -581,8 +581,6 @@ def _killed(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     extra = dict(event.extra)
     rss = extra.get("anon_rss_bytes") or extra.get("vm_rss_bytes")
     held = f" (it held {human_bytes(rss)} when killed)" if isinstance(rss, int) else ""
-    if event.rule in _BUILD_RULES:
-        return _build_advice()
     if event.rule in _HOSTED_KILLS:
         return [
             Advice(

@@ -59,9 +59,8 @@ NEEDLES: tuple[str, ...] = (
 )
 
 _K = KIB
-_SIZE = (
-    r"(\d+(?:,\d{3})*(?:\.\d*)?)\s?(bytes|byte|[KMGTPE]i?B|kB|B)\b"  # (numpy's absurd 'EiB' too)
-)
+#: (up to numpy's absurd 'EiB')
+_SIZE = r"(\d+(?:,\d{3})*(?:\.\d*)?)\s?(bytes|byte|[KMGTPE]i?B|kB|B)\b"
 
 
 #: Set by the scanner's prefilter once it has built its Aho-Corasick automaton
@@ -130,11 +129,8 @@ _RX_WORKER_KILLED = re.compile(
     r"\bDataLoader worker (?:\(pid (\d+)\) )?is killed by signal: Killed\b"
 )
 #: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
-_RX_SLURM_OOM = (
-    re.compile(  # ('... in StepId=123.batch cgroup', older '... in step 123.batch cgroup')
-        r"\bDetected \d+ oom-kill event\(s\) in (?:step )?\S+ cgroup"
-    )
-)
+#: ('... in StepId=123.batch cgroup', older Slurm '... in step 123.batch cgroup')
+_RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in (?:step )?\S+ cgroup")
 #: the compiler's child killed by the OS while building an extension (a custom node's CUDA
 #: kernels, flash-attn, a wheel from source): the same SIGKILL a shell reports as 'Killed'
 _RX_COMPILER_KILLED = re.compile(
@@ -832,9 +828,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     if exc_type and not exc_type.isascii() and (tail := _RX_ASCII_TYPE_TAIL.search(exc_type)):
         exc_type = tail.group(0)  # glued to CJK text before it: '读取unlabel数据时出现OSError'
     if exc_type and (glued := _RX_PROSE_GLUED_TYPE.fullmatch(exc_type)):
-        exc_type = glued.group(
-            1
-        )  # the user's words run into the type: 'could not solveMemoryError'
+        # the user's words run into the type: 'could not solveMemoryError'
+        exc_type = glued.group(1)
     if exc_type and exc_type.startswith("__"):  # a frame's '__deepcopy__' glued on (no newline)
         exc_type = _RX_DUNDER_GLUED.sub("", exc_type) or exc_type
     node_type = node_id = None
@@ -1246,9 +1241,8 @@ def _tf_exhausted(body: str, report: _Report | None) -> _Detected | None:
     if "dml_" in body or "DmlAllocator" in body or "device:DML:" in body:
         backend = Backend.DIRECTML
     elif "cudnn" in body or "/cuda/" in body or "\\cuda\\" in body or "CUDA_ERROR" in body:
-        backend = (
-            Backend.CUDA
-        )  # (TensorFlow's CUDA build named: its cuDNN kernels, stream_executor/cuda)
+        # (TensorFlow's CUDA build named: its cuDNN kernels, stream_executor/cuda)
+        backend = Backend.CUDA
     else:
         backend = _UNKNOWN  # TensorFlow's 'GPU' device is CUDA's or ROCm's: the text names neither
     return "tf-resource-exhausted", _GPU, backend, m.start(), False
@@ -1264,13 +1258,19 @@ def _onnx_arena(body: str, report: _Report | None) -> _Detected | None:
     return "onnx-arena-oom", pool, backend, m.start(), False
 
 
-def _numpy_untyped(body: str, report: _Report | None) -> _Detected | None:
-    """numpy's message without its type (ComfyUI's exception header prints str(e))."""
-    if "MemoryError" in body and _oom_exception_line(body) is not None:
-        return None  # (the exception line places it: _oom_exception)
-    m = _find(_RX_NUMPY, body, "for an array", "for array") or _find(
+def _numpy_message(body: str) -> re.Match[str] | None:
+    """numpy's allocation message, its type aside ('Unable to allocate 1.00 GiB for an array
+    ...', 'cannot allocate array memory')."""
+    return _find(_RX_NUMPY, body, "for an array", "for array") or _find(
         _RX_NUMPY_ARRAY_MEMORY, body, "array memory"
     )
+
+
+def _numpy_untyped(body: str, report: _Report | None) -> _Detected | None:
+    """numpy's message without its type (ComfyUI's exception header prints str(e))."""
+    if "MemoryError" in body:
+        return None  # (an exception line places it, or not: _oom_exception)
+    m = _numpy_message(body)
     return ("numpy-alloc", _RAM, _CPU, m.start(), False) if m else None
 
 
@@ -1284,6 +1284,12 @@ def _oom_exception(body: str, report: _Report | None) -> _Detected | None:
         if _find(_RX_NUMPY, body, "Unable to allocate"):
             return "numpy-alloc", _RAM, _CPU, start, False
         return "memory-error", _RAM, _CPU, start, False
+    if "MemoryError" in body:
+        # no exception line holds the type (a title glued it to the user's words): numpy's
+        # message is read without it
+        m = _numpy_message(body)
+        if m:
+            return "numpy-alloc", _RAM, _CPU, m.start(), False
     if report is not None and report.exception_type.endswith(("OutOfMemoryError", "MemoryError")):
         type_name, start = report.exception_type, report.position
         if type_name.endswith("OutOfMemoryError"):
