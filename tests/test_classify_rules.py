@@ -2332,3 +2332,94 @@ def test_round_15_tune_shapes() -> None:
     assert [(f.line_no, f.event.count, f.event.exception_type) for f in relay] == [
         (1, 1, "RuntimeError")
     ]
+
+
+def test_round_15_held_shapes_once_spent() -> None:
+    """Round 15's held part, read when it was spent: ggml's refused buffers (one failure with
+    the line before them), vLLM's KV-cache refusal (not its raise line's source), oneMKL on
+    the host, OpenVINO's 'out of GPU resources', comfy-aimdo's VBAR OOM, the NVIDIA
+    toolchain's fatal allocation, ACE-Step's warning then raise, old earlyoom and the old
+    kernel's second victim. Each with its near-miss."""
+    chain = list(
+        iter_findings(
+            [
+                "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9866.00 MiB on device 1: cudaMalloc failed: out of memory",
+                "ggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 10345253120",
+                "llama_kv_cache_update_impl: failed to allocate compute buffers",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count, f.event.requested_bytes) for f in chain] == [
+        (1, 1, round(Decimal("9866.00") * 1024**2))
+    ]
+    glued = list(
+        iter_findings(
+            [
+                "- Populated Kokoro IPA: 65123 entriesggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 6058153760",
+                "- ggml_gallocr_reserve_n: failed to allocate CPU buffer of size 6058153760",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.pool, f.event.requested_bytes) for f in glued] == [
+        (1, Pool.RAM, 6058153760)
+    ]
+    rocm = _event("error loading model: unable to allocate ROCm0 buffer")
+    assert (rocm.pool, rocm.backend) == (Pool.GPU, Backend.ROCM)
+    assert _event("GGML_ASSERT(ctx->mem_buffer != NULL) failed").pool is Pool.RAM
+    assert not list(
+        iter_findings(["llama_kv_cache_init:      CUDA0 KV buffer size =   379.23 MiB"])
+    )
+    vllm = list(
+        iter_findings(
+            [
+                '    raise ValueError("No available memory for the cache blocks. "',
+                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.pool, f.event.exception_type) for f in vllm] == [
+        (2, Pool.GPU, "ValueError")
+    ]
+    mkl = _event("oneapi::mkl::oneapi::mkl::blas::gemm: cannot allocate memory on host")
+    assert (mkl.pool, mkl.backend) == (Pool.RAM, Backend.CPU)
+    ov = _event("[GPU] out of GPU resources")
+    assert (ov.pool, ov.backend) == (Pool.GPU, Backend.XPU)
+    vbar = _event("MemoryError: VBAR OOM")
+    assert (vbar.pool, vbar.backend) == (Pool.GPU, Backend.CUDA)
+    assert _event("MemoryError: VBAR allocation failed").pool is Pool.RAM
+    fatal = list(
+        iter_findings(
+            ["# fatal : Memory allocation failure", "", "fatal   : Memory allocation failure"]
+        )
+    )
+    assert [(f.line_no, f.event.pool, f.event.count) for f in fatal] == [(1, Pool.RAM, 2)]
+    assert not list(iter_findings(["the fatal memory allocation failure happens on decode"]))
+    ace = "Insufficient free VRAM: need ~1.1 GB, only 0.0 GB available. Reduce batch size (currently 1)."
+    warned = f"2026-03-02 18:26:46.698 | WARNING  | acestep.core.generation.handler.generate_music:_vram_preflight_check:78 - [generate_music] VRAM pre-flight failed: {ace}"
+    alone = list(iter_findings([warned]))
+    assert [(f.line_no, f.event.pool) for f in alone] == [(1, Pool.GPU)]
+    raised = list(
+        iter_findings([warned, f"!!! Exception during processing !!! Generation failed: {ace}"])
+    )
+    assert [(f.line_no, f.event.count) for f in raised] == [(2, 1)]
+    early = _event('sending SIGTERM to process 12006 "python3": badness 209, VmRSS 2891 MiB')
+    assert (early.killed_pid, early.killer) == (12006, "earlyoom")
+    kernel = list(
+        iter_findings(
+            [
+                "[Thu Mar 14 01:57:54 2019] Out of memory: Kill process 89746 (python) score 1031 or sacrifice child",
+                "[Thu Mar 14 01:57:54 2019] Killed process 89879 (python) total-vm:146328kB, anon-rss:0kB, file-rss:1824kB, shmem-rss:0kB",
+                "[Thu Mar 14 01:57:55 2019] Out of memory: Kill process 89746 (python) score 1031 or sacrifice child",
+                "[Thu Mar 14 01:57:55 2019] Killed process 89746 (python) total-vm:118026216kB, anon-rss:109819332kB, file-rss:3324kB, shmem-rss:0kB",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.killed_pid) for f in kernel] == [(1, 89879), (3, 89746)]
+    oomd = _event(
+        "avril 16 21:08:50 systemd-oomd[93234]: Killed /user.slice/user-1000.slice/app.slice/tmux"
+    )
+    assert (oomd.pool, oomd.killer) == (Pool.KILLED_BY_OS, "systemd-oomd")
+    frag = _event(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 14.74 GiB of which 38.12 MiB is free. Of the allocated memory 14.36 GiB is allocated by PyTorch, and 217.26 MiB is reserve"
+    )
+    assert frag.pool is Pool.GPU_FRAGMENTATION

@@ -296,6 +296,26 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # then the traceback of the exception it raised: one failure, placed where the
         # exception ends it
         return Finding(cand.record, _combine(primary=b, secondary=a), new.line_no, end)
+    if (
+        a.rule == b.rule == "acestep-vram-preflight"
+        and a.message.startswith("VRAM pre-flight failed")
+        and new.line_no - cand.end_line_no <= 1
+    ):
+        # ACE-Step's warning of its refusal, then the refusal raised: one failure, placed where
+        # it was raised
+        return Finding(cand.record, _combine(primary=b, secondary=a), new.line_no, end)
+    if (
+        b.rule == "ggml-buffer-alloc"
+        and a.pool is b.pool
+        and not a.recovered
+        and new.line_no - cand.end_line_no <= 1
+        and not (a.rule == b.rule and a.message == b.message)
+    ):
+        # ggml's allocator, then its loader, reporting the buffer that the line before failed
+        # to get ('cudaMalloc failed: out of memory', then 'ggml_gallocr_reserve_n: failed to
+        # allocate CUDA0 buffer of size N', then 'unable to allocate CUDA0 buffer'): one
+        # failure. The same line again is a repeat (``_same``).
+        return replace(cand, event=_combine(primary=a, secondary=b), end_line_no=end)
     if a.rule == b.rule in _TOLD_TWICE and new.line_no - cand.end_line_no <= 1:
         # one failure told by two lines: ggml_vulkan's 'Device memory allocation of size N
         # failed.' then the Vulkan result it got; C++'s 'terminate called after throwing an
@@ -308,8 +328,15 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
             # the same report of an unnamed victim again (Colab's dialog as a title, then
             # quoted in the body): a repeat, counted like any other
             return replace(cand, event=replace(a, count=a.count + b.count), end_line_no=end)
-        if a.killed_pid is not None and b.killed_pid is None and dict(b.extra).get("invoked_by"):
-            return None  # the kernel's next OOM ('X invoked oom-killer') after a finished kill
+        if (
+            a.killed_pid is not None
+            and b.killed_pid is None
+            and (dict(b.extra).get("invoked_by") or _RX_KILL_CHOICE.match(b.message))
+        ):
+            # the kernel's next OOM after a finished kill: 'X invoked oom-killer', or the old
+            # kernels' choice of the next victim ('Out of memory: Kill process N ... or
+            # sacrifice child')
+            return None
         if a.killed_pid is None or b.killed_pid is None or a.killed_pid == b.killed_pid:
             merged = _combine(primary=b if b.killer else a, secondary=a if b.killer else b)
             return Finding(cand.record, merged, cand.line_no, end)
@@ -325,6 +352,8 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
     return None
 
 
+#: the old kernels' line choosing a victim, before the one that says it was killed
+_RX_KILL_CHOICE = re.compile(r"(?:Memory cgroup )?[Oo]ut of memory: Kill process \d+ ")
 #: what a layer that reports an exception it caught writes before the exception's own text:
 #: 'Error during sampling: ', "An error occurred during video loading for '...': ", or
 #: ComfyUI's exception header (a tqdm bar may be glued before either)

@@ -56,6 +56,8 @@ NEEDLES: tuple[str, ...] = (
     "页面文件太小",  # Windows' zh-CN text of the paging-file error (1455), quoted without its number
     "0x800705AF",  # the same error as an HRESULT (.NET's COMException), in any language
     "bad_alloc",  # C++'s failed allocation: std::bad_alloc
+    "of GPU resources",  # OpenVINO's GPU plugin: '[GPU] out of GPU resources'
+    "mem_buffer != NULL",  # ggml's context allocation: 'GGML_ASSERT(ctx->mem_buffer != NULL) failed'
 )
 
 _K = KIB
@@ -99,6 +101,8 @@ def has_needle(text: str) -> bool:
         or "页面文件太小" in text
         or "0x800705AF" in text
         or "bad_alloc" in text
+        or "of GPU resources" in text
+        or "mem_buffer != NULL" in text
     )
 
 
@@ -108,10 +112,14 @@ def has_needle(text: str) -> bool:
 
 _M = re.MULTILINE
 _RX_EARLYOOM = re.compile(
-    r'sending (SIGTERM|SIGKILL) to process (\d+) uid (\d+) "([^"\n]*)":'
+    r'sending (SIGTERM|SIGKILL) to process (\d+) (?:uid (\d+) )?"([^"\n]*)":'
     r"(?: (?:oom_score|badness) (-?\d+),)? VmRSS (\d+) MiB"
 )
-_RX_OOMD = re.compile(r"\bKilled (/\S+) due to (?:memory|swap)")
+_RX_OOMD = re.compile(
+    r"\bKilled (/\S+) due to (?:memory|swap)"
+    # (its own journal line, whatever follows the unit: a paste cut after it)
+    r"|\bsystemd-oomd\[\d+\]: Killed (/\S+)"
+)
 #: oomd's older wording: its pressure line, then the pid it kills (the event starts at the
 #: pressure line, where oomd's decision starts)
 _RX_OOMD_ATTEMPT = re.compile(
@@ -305,7 +313,7 @@ _RX_VULKAN_DEVICE_OOM = re.compile(
 #: ('... GPU plugin can't finish correctly. Please try to update the driver or reduce memory
 #: consumption ... to avoid CL_OUT_OF_RESOURCES exception')
 _RX_OPENVINO_GPU_OOM = re.compile(
-    r"\[GPU\] CL_OUT_OF_RESOURCES\b|\bCL_OUT_OF_RESOURCES exception\b"
+    r"\[GPU\] CL_OUT_OF_RESOURCES\b|\bCL_OUT_OF_RESOURCES exception\b|\[GPU\] out of GPU resources\b"
     r"|GPU plugin can't finish correctly\. Please try to update the driver or reduce memory consumption"
 )
 #: the amdgpu kernel driver refusing a command submission for want of VRAM
@@ -390,6 +398,7 @@ _RX_GGML_PINNED = re.compile(
 #: alloc.cpp) and Intel MKL's (under numpy and CTranslate2, even when the model runs on CUDA)
 _RX_HOST_LIB_ALLOC = re.compile(
     r"\(-4:Insufficient memory\) Failed to allocate (\d+) bytes|\bmkl_malloc: failed to allocate memory\b"
+    r"|\boneapi::mkl::[\w:]*: cannot allocate memory on host\b"  # oneMKL's (SYCL builds)
 )
 #: Electron's renderer (ComfyUI Desktop's window) killed for running out of memory
 _RX_RENDERER_OOM = re.compile(r"\brender-process-gone\b[^\n]*\breason=oom\b")
@@ -419,7 +428,11 @@ _RX_TF_EXHAUSTED = re.compile(  # (or its exception's name, a space before the c
 _RX_NUMPY_ARRAY_MEMORY = re.compile(r"\bcannot allocate array memory\b")
 #: ONNX Runtime's arena allocator (insightface, ReActor, DWPose and rembg run on it): the arena
 #: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
-_RX_ONNX_ARENA = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
+_RX_ONNX_ARENA = re.compile(
+    r"Failed to allocate memory for requested buffer of size (\d+)"
+    r"|(?<=AllocateRawInternal )Failed to allocate(?: [a-z ]{0,30})?$",  # (a title cut there)
+    _M,
+)
 #: the CPU allocator's message machine-translated, every word but the names (``DefaultCPUAllocator
 #: ：内存不足：您尝试分配 96153108480 字节``): the name, a colon, then text in another script. No
 #: word list: the allocator names itself, and its only figure is the request in bytes
@@ -467,14 +480,48 @@ _RX_LIB_RAM_GUARD = re.compile(
     _M,
 )
 _RX_SUPIR_HINT = re.compile(r"too large of an image or batch_size for SUPIR was used")
-#: ACE-Step 1.5's own VRAM pre-flight refusal, raised (ComfyUI's exception header, or an
-#: exception line): 'Generation failed: Insufficient free VRAM: need ~1.1 GB, only 0.0 GB
-#: available.' Its WARNING line printed before the raise is the same refusal, not a failure.
+#: ACE-Step 1.5's own VRAM pre-flight refusal: its WARNING 'VRAM pre-flight failed:
+#: Insufficient free VRAM: need ~1.1 GB, only 0.0 GB available.', and the same refusal raised
+#: (ComfyUI's exception header, or an exception line) when the caller does not catch it. The
+#: two together are one failure (classify/fold.py places it at the raise).
 _RX_ACESTEP_PREFLIGHT = re.compile(
-    r"(?:!!! Exception during processing !!! |^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error: )"
+    r"(?:!!! Exception during processing !!! |^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error: "
+    r"|\bVRAM pre-flight failed: )"
     r"(?:[^\n]*?: )?Insufficient free VRAM: need ~?" + _SIZE + r", only " + _SIZE + r" available",
     _M,
 )
+#: ggml's allocators refusing a backend buffer (llama.cpp, whisper.cpp, stable-diffusion.cpp,
+#: koboldcpp, ollama): 'ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size N',
+#: 'alloc_tensor_range: ...', the CPU backend's 'ggml_backend_cpu_buffer_type_alloc_buffer:
+#: failed to allocate buffer of size N', the loader's 'unable to allocate ROCm0 buffer', and
+#: ggml's context allocation ('GGML_ASSERT(ctx->mem_buffer != NULL) failed', host RAM). The
+#: buffer's backend names the pool. (A paste may glue the name to the line before: no \b.)
+_RX_GGML_BUFFER = re.compile(
+    r"\bfailed to allocate (CUDA|ROCm|Vulkan|CPU|SYCL|MUSA)\d* buffer of size (\d+)"
+    r"|ggml_backend_(cpu|cuda|vulkan|sycl)_buffer_type_alloc_buffer: failed to allocate buffer of size (\d+)"
+    r"|\bunable to allocate (CUDA|ROCm|Vulkan|CPU|SYCL|MUSA)\d* buffer\b"
+    r"|\bGGML_ASSERT\(ctx->mem_buffer != NULL\) failed"
+)
+_GGML_BUFFER_BACKENDS = {
+    "cuda": Backend.CUDA,
+    "rocm": Backend.ROCM,
+    "sycl": Backend.XPU,
+    "cpu": Backend.CPU,
+}
+#: vLLM's engine finding no GPU memory left for its KV cache after loading the model
+_RX_VLLM_NO_CACHE = re.compile(  # (not its raise line's source: 'raise ValueError("No ...')
+    r"(?<!\(\")\bNo available memory for the cache blocks\b"
+)
+_RX_VLLM_NO_CACHE_TYPE = re.compile(
+    r"\b((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error): No available memory for"
+)
+#: the NVIDIA toolchain's (the driver's JIT, ptxas, nvlink) own failed host allocation:
+#: 'fatal   : Memory allocation failure' (a title collapses its spaces)
+_RX_NV_FATAL_ALLOC = re.compile(r"^(?:#+ )?fatal\s+: (Memory allocation failure)\b", _M)
+#: comfy-aimdo's VRAM allocator (ComfyUI's dynamic VRAM loading) out of its device range: a
+#: MemoryError, but of VRAM ('MemoryError: VBAR OOM'). (Its 'VBAR allocation failed', when
+#: the address space could not be reserved at all, stays a plain MemoryError.)
+_RX_VBAR_OOM = re.compile(r"MemoryError: VBAR OOM\b")
 #: rule → the pack that printed it
 _NODE_PACK_RULES = {
     "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
@@ -604,12 +651,14 @@ _ALLOCATED_BRANCHES = (
 )
 _RX_PRIVATE = re.compile(r"with " + _SIZE + r" allocated in private pools")
 _RX_RESERVED_UNALLOC = re.compile(
-    # torch>=2.1 says "and X is reserved by PyTorch but unallocated"; "is reserved" only ever
-    # introduces that figure, so a message cut right after it still gives it
-    r"and " + _SIZE + r" is reserved\b|" + _SIZE + r" cached\)"
+    # torch>=2.1 says "and X is reserved by PyTorch but unallocated"; "is reserv" only ever
+    # introduces that figure, so a message cut right after it (or inside the word, at the
+    # end of its line) still gives it
+    r"and " + _SIZE + r" is reserv(?:ed\b|e?$)|" + _SIZE + r" cached\)",
+    _M,
 )
 _RESERVED_UNALLOC_BRANCHES = (
-    (re.compile(r"and " + _SIZE + r" is reserved\b"), "is reserved"),
+    (re.compile(r"and " + _SIZE + r" is reserv(?:ed\b|e?$)", _M), "is reserv"),
     (re.compile(_SIZE + r" cached\)"), "cached)"),
 )
 _RX_RESERVED = re.compile(_SIZE + r"\s+reserved in total\b")  # \s+: a message hard-wrapped here
@@ -1190,6 +1239,24 @@ def _library_alloc(body: str, report: _Report | None) -> _Detected | None:
     return f"{lib.lower()}-alloc-failed", _GPU, backend, m.start(), False
 
 
+def _ggml_buffer(body: str, report: _Report | None) -> _Detected | None:
+    """ggml's refused buffer (``_RX_GGML_BUFFER``): device memory unless the CPU's."""
+    m = _find(_RX_GGML_BUFFER, body, "buffer", "mem_buffer")
+    if m is None:
+        return None
+    name = (m.group(1) or m.group(3) or m.group(5) or "cpu").lower()
+    backend = _GGML_BUFFER_BACKENDS.get(name, _UNKNOWN)
+    pool = _RAM if backend is Backend.CPU else _GPU
+    return "ggml-buffer-alloc", pool, backend, m.start(), False
+
+
+def _nv_fatal_alloc(body: str, report: _Report | None) -> _Detected | None:
+    """The NVIDIA toolchain's failed allocation, placed at its message (a title that
+    collapsed the spaces before it is the same message)."""
+    m = _find(_RX_NV_FATAL_ALLOC, body, "Memory allocation failure")
+    return ("nv-fatal-alloc", _RAM, _UNKNOWN, m.start(1), False) if m else None
+
+
 def _pagefile(body: str, report: _Report | None) -> _Detected | None:
     m = _find(_RX_PAGEFILE, body, "rror 1455", "paging file", "页面文件太小", "0x800705AF")
     if m is None and "rror 1455" in body:
@@ -1249,7 +1316,7 @@ def _tf_exhausted(body: str, report: _Report | None) -> _Detected | None:
 
 
 def _onnx_arena(body: str, report: _Report | None) -> _Detected | None:
-    m = _find(_RX_ONNX_ARENA, body, "requested buffer of size")
+    m = _find(_RX_ONNX_ARENA, body, "requested buffer of size", "AllocateRawInternal")
     if not m:
         return None
     # the CPU provider named, or its NCHWc layout's node names ('347_nchwc')
@@ -1281,6 +1348,8 @@ def _oom_exception(body: str, report: _Report | None) -> _Detected | None:
         type_name, start = exc
         if type_name.lower().endswith("outofmemoryerror"):  # (a user's 'OutofMemoryError')
             return "oom-exception", _GPU, _UNKNOWN, start, False
+        if _RX_VBAR_OOM.match(body, start):
+            return "aimdo-vbar-oom", _GPU, Backend.CUDA, start, False
         if _find(_RX_NUMPY, body, "Unable to allocate"):
             return "numpy-alloc", _RAM, _CPU, start, False
         return "memory-error", _RAM, _CPU, start, False
@@ -1385,7 +1454,10 @@ _CHECKS: tuple[_Check, ...] = (
         "openvino-gpu-oom",
         _GPU,
         Backend.XPU,
-        (_RX_OPENVINO_GPU_OOM, ("CL_OUT_OF_RESOURCES", "reduce memory consumption")),
+        (
+            _RX_OPENVINO_GPU_OOM,
+            ("CL_OUT_OF_RESOURCES", "reduce memory consumption", "of GPU resources"),
+        ),
     ),
     _rule(
         "vulkan-device-oom",
@@ -1433,7 +1505,7 @@ _CHECKS: tuple[_Check, ...] = (
         "host-library-alloc",
         _RAM,
         _CPU,
-        (_RX_HOST_LIB_ALLOC, ("Insufficient memory", "mkl_malloc")),
+        (_RX_HOST_LIB_ALLOC, ("Insufficient memory", "mkl_malloc", "memory on host")),
     ),
     _rule("renderer-oom", _RAM, _CPU, (_RX_RENDERER_OOM, ("reason=oom",))),
     _windows_outofmemory,
@@ -1472,6 +1544,9 @@ _CHECKS: tuple[_Check, ...] = (
     _rule(
         "acestep-vram-preflight", _GPU, _UNKNOWN, (_RX_ACESTEP_PREFLIGHT, ("sufficient free VRAM",))
     ),
+    _rule("vllm-no-cache-memory", _GPU, _UNKNOWN, (_RX_VLLM_NO_CACHE, ("for the cache blocks",))),
+    _ggml_buffer,
+    _nv_fatal_alloc,
     # torch's DataLoader: a worker process the OS killed (RAM ran out)
     _rule(
         "dataloader-worker-killed",
@@ -1563,6 +1638,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         return m.group(1) if m else None
     if rule == "memory-error":  # (glued to a CJK title: '# 一直报错MemoryError: bad allocation')
         m = _RX_OOM_EXC_LINE.search(body)
+        return m.group(1) if m else None
+    if rule == "vllm-no-cache-memory":  # (a title: the raise line's tail, then the exception)
+        m = _RX_VLLM_NO_CACHE_TYPE.search(body)
         return m.group(1) if m else None
     if rule == "mps-invalid-buffer":
         m = _RX_MPS_BUFFER.search(body)
@@ -1807,6 +1885,11 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = size_bytes(m.group(1), m.group(2))
     elif rule == "kernel-oom-kill":
         _kernel_facts([k for _, k in _kernel_records(body)], fields, extra)
+    elif rule == "ggml-buffer-alloc":
+        m = _RX_GGML_BUFFER.search(body)
+        size = m and (m.group(2) or m.group(4))
+        if size:
+            fields["requested_bytes"] = int(size)
     elif rule == "earlyoom-kill":
         m = _RX_EARLYOOM.search(body)
         if m:
@@ -1818,7 +1901,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
     elif rule == "systemd-oomd-kill":
         m = _RX_OOMD.search(body)
         if m:
-            extra.append(("unit", m.group(1)))
+            extra.append(("unit", m.group(1) or m.group(2)))
         else:
             m = _RX_OOMD_ATTEMPT.search(body)
             if m:
