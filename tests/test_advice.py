@@ -452,3 +452,38 @@ def test_a_desktop_renderer_oom_says_it_was_the_window_not_the_server() -> None:
     keys = [a.key for a in advise(event)]
     assert keys[0] == "desktop-renderer-oom"
     assert "add-swap" not in keys and "cache-none" not in " ".join(keys)
+
+
+@pytest.mark.parametrize(
+    ("corpus_file", "key", "words"),
+    [
+        (
+            "vllm_v0_docker_compose_no_available_memory_for_cache_blocks_qwen05b.txt",
+            "vllm-cache-memory",
+            "gpu_memory_utilization",
+        ),
+        (
+            "rocm_title_ollama_error_loading_model_unable_to_allocate_rocm0_buffer.txt",
+            "ggml-fewer-layers",
+            "n_gpu_layers",
+        ),
+        (
+            "ggml_docker_compose_prefix_cudamalloc_storm_device_1_kv_cache_update.txt",
+            "ggml-fewer-layers",
+            "n_ctx",
+        ),
+    ],
+)
+def test_a_runtime_that_refused_gpu_memory_in_its_own_words_leads_with_its_own_levers(
+    corpus_file: str, key: str, words: str
+) -> None:
+    advice = advise(_corpus_event(corpus_file))
+    assert advice[0].key == key and words in advice[0].text
+
+
+def test_a_torch_oom_gets_no_runtime_levers() -> None:
+    event = classify_record(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.55 GiB of which 1.20 GiB is free.\n"
+    )
+    assert event is not None
+    assert not {"vllm-cache-memory", "ggml-fewer-layers"} & set(_keys(advise(event)))

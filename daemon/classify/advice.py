@@ -226,6 +226,7 @@ def _gpu(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     if fragmented:
         out.extend(_expandable_segments(event, ctx))
     out.extend(_node_pack_advice(event))
+    out.extend(_runtime_advice(event))
     out.extend(_gpu_workload(event))
     out.extend(_gpu_flags(event, ctx, others_bytes))
     return out
@@ -438,6 +439,28 @@ def _pinned(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
     if _platform(event, ctx) != "win32":
         out.append(_wsl_cap_advice())
     return out + _ram_workload()
+
+
+def _runtime_advice(event: OomEvent) -> list[Advice]:
+    """The levers of the inference runtimes nodes call that refuse GPU memory in their own
+    words: vLLM's KV cache, ggml's (llama.cpp's) offloaded layers and context."""
+    if event.rule == "vllm-no-cache-memory":
+        return [
+            Advice(
+                "vllm-cache-memory",
+                "vLLM had no GPU memory left for its KV cache after loading the model: raise gpu_memory_utilization (if nothing else needs the card), lower max_model_len or max_num_seqs, or use a smaller or quantized model.",
+            )
+        ]
+    if event.rule == "ggml-buffer-alloc" or (
+        event.rule == "cuda-error-oom" and "cudaMalloc" in event.message
+    ):
+        return [
+            Advice(
+                "ggml-fewer-layers",
+                "The GGUF runtime (llama.cpp / ggml) could not get a device buffer: offload fewer layers to the GPU (-ngl / n_gpu_layers), lower the context size (-c / n_ctx) or the batch size, or use a smaller quantization.",
+            )
+        ]
+    return []
 
 
 def _node_pack_advice(event: OomEvent) -> list[Advice]:

@@ -1241,7 +1241,7 @@ def _library_alloc(body: str, report: _Report | None) -> _Detected | None:
 
 def _ggml_buffer(body: str, report: _Report | None) -> _Detected | None:
     """ggml's refused buffer (``_RX_GGML_BUFFER``): device memory unless the CPU's."""
-    m = _find(_RX_GGML_BUFFER, body, "buffer", "mem_buffer")
+    m = _find(_RX_GGML_BUFFER, body, "allocate", "mem_buffer != NULL")
     if m is None:
         return None
     name = (m.group(1) or m.group(3) or m.group(5) or "cpu").lower()
