@@ -2423,3 +2423,85 @@ def test_round_15_held_shapes_once_spent() -> None:
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 14.74 GiB of which 38.12 MiB is free. Of the allocated memory 14.36 GiB is allocated by PyTorch, and 217.26 MiB is reserve"
     )
     assert frag.pool is Pool.GPU_FRAGMENTATION
+
+
+def test_round_16_tune_shapes() -> None:
+    """Round 16's tune part: the toast glued to the user's words (a full-width colon, a comma),
+    ncnn's vkAllocateMemory storm, a title that copies the body's message, Windows' paging-file
+    text after a .NET type or a tool's tag, V8's heap limit, onnxruntime's GPU=N, NCCL's own
+    CUDA check, and a log level on its own line that is no node. Each with its near-miss."""
+    assert _event("# Error message\uff1aAllocation on device").pool is Pool.GPU
+    glued = list(
+        iter_findings(
+            [
+                "# Allocation on device, this issue has not occurred in previous versions.",
+                "",
+                "Allocation on device, this issue has not occurred in previous versions.",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count) for f in glued] == [(1, 2)]
+    assert not list(iter_findings(["the Allocation on device, as I understand it, is slow"]))
+    storm = list(iter_findings(["vkAllocateMemory failed -2"] * 4))
+    assert [(f.line_no, f.event.count, f.event.backend) for f in storm] == [(1, 4, Backend.UNKNOWN)]
+    assert not list(iter_findings(["vkAllocateMemory failed -3"]))
+    titled = list(
+        iter_findings(
+            [
+                "# Allocation on device",
+                "",
+                "I got this error",
+                "",
+                "Error occurred when executing ProPainterInpaint:",
+                "",
+                "Allocation on device",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count, f.event.node_type) for f in titled] == [
+        (1, 2, "ProPainterInpaint")
+    ]
+    # a title without the body's figures shows other facts: two events
+    two = list(
+        iter_findings(
+            [
+                "# RuntimeError: CUDA out of memory",
+                "",
+                "RuntimeError: CUDA out of memory. Tried to allocate 494.00 MiB (GPU 0; 6.00 GiB total capacity; 3.72 GiB already allocated; 24.75 MiB free; 4.15 GiB reserved in total by PyTorch)",
+            ]
+        )
+    )
+    assert [f.line_no for f in two] == [1, 3]
+    paging = "The paging file is too small for this operation to complete."
+    for line in (
+        f"System.ComponentModel.Win32Exception: {paging}",
+        f"System.ComponentModel.Win32Exception (0x80004005): {paging}",
+        f"[NBug] {paging}",
+    ):
+        assert _event(line).pool is Pool.SWAP_PAGEFILE, line
+    assert not list(
+        iter_findings([f"\u3068\u3001\u300cTraceback: {paging}\u300d\u3068\u3044\u3046"])
+    )
+    v8 = _event("FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory")
+    assert (v8.pool, v8.rule) == (Pool.RAM, "v8-heap-oom")
+    ort = _event(
+        "onnxruntime::CudaCall CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED ; GPU=1 ; hostname=X ; file=cuda_execution_provider.cc ; line=168 ; expr=cublasCreate(&cublas_handle_);"
+    )
+    assert ort.gpu_index == 1
+    nccl = _event(
+        "ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'"
+    )
+    assert (nccl.pool, nccl.backend) == (Pool.GPU, Backend.CUDA)
+    assert not list(
+        iter_findings(["ng30903:3063028:3066152 [3] NCCL WARN Cuda failure 'unhandled cuda error'"])
+    )
+    level = list(
+        iter_findings(
+            [
+                "ERROR",
+                "",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 50.00 MiB. GPU 0 has a total capacity of 8.00 GiB of which 0 bytes is free.",
+            ]
+        )
+    )
+    assert [f.event.node_type for f in level] == [None]

@@ -285,3 +285,11 @@ def test_a_line_of_garbage_numbers_or_length_never_raises() -> None:
     # far from the line's start, the name is the last word (no prefix to tell where it began)
     far = parse_kernel_line("x" * 100 + " GC Thread#9 invoked oom-killer: gfp_mask=0x0")
     assert far is not None and far.comm == "Thread#9"
+
+
+def test_rhel6_kill_line_with_its_uid_before_the_name() -> None:
+    line = parse_kernel_line(
+        "Aug 11 16:28:11 kernel: Killed process 3080, UID 0, (forward) total-vm:1429064kB, anon-rss:1130444kB, file-rss:136kB"
+    )
+    assert line is not None and (line.kind, line.pid, line.comm) == ("killed", 3080, "forward")
+    assert line.bytes_of("anon-rss") == 1130444 * 1024

@@ -139,6 +139,13 @@ def advise(event: OomEvent, context: AdviceContext | None = None) -> list[Advice
         return _recovered(event)
     if event.rule in _BUILD_RULES:  # killed or out of RAM, a build's lever is the same
         return _build_advice()
+    if event.rule == "v8-heap-oom":  # Node's own heap cap, not the machine's RAM
+        return [
+            Advice(
+                "node-heap-limit",
+                "Node.js stopped at its own heap limit, not the machine's: raise it with NODE_OPTIONS=--max-old-space-size=4096 (MiB) in the environment that runs the build, or build with fewer pages or workers at once.",
+            )
+        ]
     if event.pool is Pool.KILLED_BY_OS:
         return _killed(event, ctx)
     if event.pool is Pool.RAM:

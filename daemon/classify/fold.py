@@ -316,7 +316,11 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # allocate CUDA0 buffer of size N', then 'unable to allocate CUDA0 buffer'): one
         # failure. The same line again is a repeat (``_same``).
         return replace(cand, event=_combine(primary=a, secondary=b), end_line_no=end)
-    if a.rule == b.rule in _TOLD_TWICE and new.line_no - cand.end_line_no <= 1:
+    if (
+        a.rule == b.rule in _TOLD_TWICE
+        and a.message != b.message  # (the same line again is a repeat: ``_same``)
+        and new.line_no - cand.end_line_no <= 1
+    ):
         # one failure told by two lines: ggml_vulkan's 'Device memory allocation of size N
         # failed.' then the Vulkan result it got; C++'s 'terminate called after throwing an
         # instance of 'std::bad_alloc'' then its 'what():  std::bad_alloc'
@@ -346,6 +350,10 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # then ComfyUI's '!!! Exception during processing !!! X'; an app's log line relaying
         # the exception it caught): not a repeat. The relay may lack the type: facts fill in.
         return replace(cand, event=_combine(primary=a, secondary=b), end_line_no=end)
+    if _title_copy(cand, new):
+        # an issue title that is the message, then the body with it: one failure shown twice,
+        # counted like a repeat (a title without the body's figures shows other facts: two)
+        return replace(cand, event=replace(b, count=a.count + b.count), end_line_no=end)
     if _same(a, b):
         count = a.count + b.count
         return replace(cand, event=replace(a, count=count), end_line_no=end)
@@ -374,6 +382,30 @@ def _lead(finding: Finding) -> str | None:
     line = split_prefix(lines[index]).message
     at = line.find(finding.event.message)
     return line[:at] if at > 0 else None
+
+
+def _is_title(finding: Finding) -> bool:
+    """The event's line is a Markdown heading (an issue's title as the tracker pastes it)."""
+    lines = finding.record.text.split("\n")
+    index = finding.line_no - finding.record.line_no
+    return 0 <= index < len(lines) and lines[index].startswith("# ")
+
+
+def _title_copy(cand: Finding, new: Finding) -> bool:
+    """``cand`` is an issue title that copies ``new``'s failure: the same rule, pool and
+    facts, one message the start of the other (a title flattens the next console line onto
+    the message, or cuts it), and at most the node that raised it missing (the body names it
+    on the line before the message)."""
+    a, b = cand.event, new.event
+    if a.rule != b.rule or a.pool is not b.pool or not _is_title(cand):
+        return False
+    one, two = a.message.rstrip(_QUOTE_END), b.message.rstrip(_QUOTE_END)
+    if not (one.startswith(two) or two.startswith(one)):
+        return False
+    if a.node_type is not None and a.node_type != b.node_type:
+        return False
+    copy = replace(a, message=b.message, node_type=b.node_type, node_id=b.node_id, count=b.count)
+    return copy == b
 
 
 def _layered(cand: Finding, new: Finding) -> bool:

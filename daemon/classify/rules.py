@@ -258,12 +258,14 @@ _RX_EXCEED_FRAGMENT = re.compile(
     + r"|\bexceed allowed memory\.? \(out of memory\)"  # a title keeping the message's tail
 )
 _RX_ALLOC_ON_DEVICE = re.compile(
-    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) |(?<=\w:))Allocation on device"
+    r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) |(?<=\w:)|(?<=\uff1a))Allocation on device"
     # (at the line's end, before a dash, before Rich's right-hand 'execution.py:430' column, or
     # before the next record's timestamp glued on by a print without a newline, as ComfyUI's
     # /internal/logs form shows it: '... Allocation on device 2025-03-21T16:15:34.544348 - ')
     r"(?:\s*$|(?=\s*[-\u2013\u2014])|(?=\s{2,}[\w.-]+\.py:\d+\s*$)|(?=\s*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - ))"
     r"|OutOfMemoryError:? Allocation on device\b"
+    # (a title or a line that starts with the toast, the user's sentence glued on after a comma)
+    r"|^(?:#+ )?Allocation on device(?=, )"
     r"|(?<=[\"'`\u201c])Allocation on device(?=[\"'`\u201d])",  # quoted as the error's words
     _M,
 )
@@ -307,6 +309,8 @@ _RX_VULKAN_DEVICE_OOM = re.compile(
     r"\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|(?<![A-Za-z0-9_])e?ErrorOutOfDeviceMemory\b"
     # ggml_vulkan's own line for it, with the size it asked for
     r"|\bggml_vulkan: Device memory allocation of size (\d+) failed\b"
+    # ncnn's: the result code itself (-2 is VK_ERROR_OUT_OF_DEVICE_MEMORY)
+    r"|\bvkAllocateMemory failed -2\b"
 )
 #: OpenVINO's GPU plugin (Intel GPUs) when OpenCL could not get device resources: its
 #: '[GPU] CL_OUT_OF_RESOURCES exception', or its message for the same after a driver error
@@ -373,7 +377,8 @@ _RX_PAGEFILE_TYPE = re.compile(
 _RX_PAGEFILE = re.compile(
     r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b"  # ('OS Error 1455' in a title)
     # or Windows' text for it alone, as a line or an exception's message (a title)
-    r"|(?:^|(?<=Error: ))The paging file is too small for this operation to complete\b"
+    # (after an exception's type, its HRESULT, or a tool's tag: '[NBug] ')
+    r"|(?:^|(?<=Error: )|(?<=Exception: )|(?<=\): )|(?<=\] ))The paging file is too small for this operation to complete\b"
     # Windows' own text for it in a zh-CN install, wherever it is quoted (no number with it)
     r"|页面文件太小，?无法完成操作"
     # its HRESULT (HRESULT_FROM_WIN32(1455)), the same in every language: .NET's COMException
@@ -522,6 +527,12 @@ _RX_NV_FATAL_ALLOC = re.compile(r"^(?:#+ )?fatal\s+: (Memory allocation failure)
 #: MemoryError, but of VRAM ('MemoryError: VBAR OOM'). (Its 'VBAR allocation failed', when
 #: the address space could not be reserved at all, stays a plain MemoryError.)
 _RX_VBAR_OOM = re.compile(r"MemoryError: VBAR OOM\b")
+#: NCCL's own CUDA check (torch.distributed's collectives): 'include/alloc.h:178 NCCL WARN Cuda
+#: failure 'out of memory''. (Its next line, 'Failed to CUDA calloc N bytes', holds no needle.)
+_RX_NCCL_CUDA_OOM = re.compile(r"\bNCCL WARN Cuda failure '?out of memory'?")
+#: V8 (Node.js: the frontend's builds, Electron) at its heap limit: 'FATAL ERROR: Reached heap
+#: limit Allocation failed - JavaScript heap out of memory' (a limit of its own, not the host's)
+_RX_V8_HEAP = re.compile(r"\bAllocation failed - JavaScript heap out of memory\b")
 #: rule → the pack that printed it
 _NODE_PACK_RULES = {
     "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
@@ -618,6 +629,9 @@ _QUOTES = frozenset("\"'`")
 # numbers in torch's allocator messages (new style since torch 2.1, old style before, XPU both)
 _RX_TRIED = re.compile(r"Tried to allocate " + _SIZE)
 _RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
+#: onnxruntime's CUDA provider's failure line: 'CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED ;
+#: GPU=0 ; hostname=... ; file=... ; expr=cublasCreate(&cublas_handle_);'
+_RX_ORT_GPU = re.compile(r"_STATUS_\w+ ; GPU=(\d+) ;")
 _RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" ?total ?capacity")
 #: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
 _RX_FREE = re.compile(r"of which " + _SIZE + r" is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
@@ -1465,7 +1479,12 @@ _CHECKS: tuple[_Check, ...] = (
         _UNKNOWN,
         (
             _RX_VULKAN_DEVICE_OOM,
-            ("_OUT_OF_DEVICE_MEMORY", "ErrorOutOfDeviceMemory", "Device memory allocation of size"),
+            (
+                "_OUT_OF_DEVICE_MEMORY",
+                "ErrorOutOfDeviceMemory",
+                "Device memory allocation of size",
+                "vkAllocateMemory failed",
+            ),
         ),
     ),
     _rule(
@@ -1547,6 +1566,8 @@ _CHECKS: tuple[_Check, ...] = (
     _rule("vllm-no-cache-memory", _GPU, _UNKNOWN, (_RX_VLLM_NO_CACHE, ("for the cache blocks",))),
     _ggml_buffer,
     _nv_fatal_alloc,
+    _rule("v8-heap-oom", _RAM, _CPU, (_RX_V8_HEAP, ("JavaScript heap",))),
+    _rule("nccl-cuda-oom", _GPU, Backend.CUDA, (_RX_NCCL_CUDA_OOM, ("NCCL WARN",))),
     # torch's DataLoader: a worker process the OS killed (RAM ran out)
     _rule(
         "dataloader-worker-killed",
@@ -1742,6 +1763,10 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
 
 
 def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str, Any]]) -> None:
+    if rule.endswith("-alloc-failed") and "; GPU=" in body:
+        m = _RX_ORT_GPU.search(body)  # onnxruntime's CUDA provider names the device
+        if m:
+            fields["gpu_index"] = int(m.group(1))
     if (exact := _EXACT_REQUEST.get(rule)) is not None:
         m = exact.search(body)
         if m and m.group(1):
@@ -2061,6 +2086,8 @@ def _is_node_ident(text: str) -> bool:
         return False
     if text.endswith(("Error", "Exception", "Warning")):
         return False
+    if text.isalpha() and text.isupper():
+        return False  # a log level or a heading on its own line ('ERROR'), not a node class
     return any(c.isupper() for c in text) or "_" in text
 
 

@@ -61,7 +61,8 @@ _SUMMARY = re.compile(r"oom-kill:constraint=")
 _SUMMARY_TASK = re.compile(r",task=(?P<task>.*?),pid=(?P<pid>\d+)(?:,uid=(?P<uid>\d+))?")
 _KILL = re.compile(
     r"(?:(?P<scope>Out of memory|Memory cgroup out of memory)(?: \([\w ]+\))?: )?"
-    r"(?P<verb>Killed|Kill) process (?P<pid>\d+) \((?P<comm>[^)\n]{0,64})\)"
+    # (RHEL 6's kernels put the uid between: 'Killed process 3080, UID 0, (forward) ...')
+    r"(?P<verb>Killed|Kill) process (?P<pid>\d+)(?:, UID \d+,)? \((?P<comm>[^)\n]{0,64})\)"
 )
 _SCORE = re.compile(r"\s*score (\d+)")
 _REAPED = re.compile(r"oom_reaper: reaped process (?P<pid>\d+) \((?P<comm>[^)\n]{0,64})\)")
