@@ -487,3 +487,13 @@ def test_a_torch_oom_gets_no_runtime_levers() -> None:
     )
     assert event is not None
     assert not {"vllm-cache-memory", "ggml-fewer-layers"} & set(_keys(advise(event)))
+
+
+def test_swarmuis_overload_warning_leads_with_its_own_words_not_a_packs_tile_size() -> None:
+    event = classify_record(
+        "15:56:37.001 [Warning] Your system memory usage exceeded 98.2% just before the backend process failed. This might indicate a memory overload.\n"
+    )
+    assert event is not None
+    first = advise(event)[0]
+    assert first.key == "swarmui-memory-overload" and "paging file" in first.text
+    assert "node-pack-own-oom" not in _keys(advise(event))

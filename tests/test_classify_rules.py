@@ -2505,3 +2505,48 @@ def test_round_16_tune_shapes() -> None:
         )
     )
     assert [f.event.node_type for f in level] == [None]
+
+
+def test_round_16_held_shapes_once_spent() -> None:
+    """Round 16's held part, read when it was spent: cudaMallocAsync's table with its head cut
+    (and then printed whole), NCCL's older CUDA check, onnxruntime's CUDA failure 2, Render's
+    memory limit, SwarmUI's overload warning, and a fence's language tag that is no node."""
+    table = [
+        "```Shell",
+        "Requested               : 187.50 MiB",
+        "Device limit            : 4.00 GiB",
+        "Free (according to CUDA): 0 bytes",
+        "PyTorch limit (set by user-supplied memory fraction)",
+        "                        : 17179869184.00 GiB",
+    ]
+    cut = list(iter_findings(table))
+    assert [(f.line_no, f.event.requested_bytes, f.event.node_type) for f in cut] == [
+        (2, round(Decimal("187.50") * 1024**2), None)
+    ]
+    whole = [
+        "Allocation on device 0 would exceed allowed memory. (out of memory)",
+        "Currently allocated     : 3.16 GiB",
+        *table[1:],
+    ]
+    twice = list(iter_findings([*table, *whole]))
+    assert [(f.line_no, f.event.count, f.event.gpu_index) for f in twice] == [(2, 2, 0)]
+    assert not list(iter_findings(["Requested : 2 GiB of the budget, the device limit is 8 GiB"]))
+    nccl = _event("c460c041:101211:106353 [0] init.cu:218 WARN Cuda failure 'out of memory'")
+    assert (nccl.pool, nccl.backend) == (Pool.GPU, Backend.CUDA)
+    ort = _event(
+        "[ONNXRuntimeError] : 1 : FAIL : onnxruntime::CudaCall CUDA failure 2: out of memory ; GPU=0 ; hostname=X ; expr=cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);"
+    )
+    assert (ort.pool, ort.gpu_index) == (Pool.GPU, 0)
+    render = list(
+        iter_findings(
+            [
+                "Instance failed: c2g7h",
+                "Ran out of memory (used over 512MB) while running your code.",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.pool) for f in render] == [(1, Pool.KILLED_BY_OS)]
+    swarm = _event(
+        "15:56:37.001 [Warning] Your system memory usage exceeded 98.2% just before the backend process failed. This might indicate a memory overload."
+    )
+    assert (swarm.pool, dict(swarm.extra).get("node_pack")) == (Pool.RAM, "SwarmUI")

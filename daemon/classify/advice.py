@@ -501,6 +501,13 @@ def _node_pack_advice(event: OomEvent) -> list[Advice]:
                 ),
             )
         ]
+    if pack == "SwarmUI":
+        return [
+            Advice(
+                "swarmui-memory-overload",
+                "SwarmUI saw the system's memory nearly full when its ComfyUI backend died: close background programs, enlarge the paging file (or swap), or run a smaller or quantized model (GGUF Q4), as it suggests.",
+            )
+        ]
     if isinstance(pack, str) and pack:
         # a pack this module has no words for (classify names the pack whose frame raised a
         # worded OOM): what such packs expose, and where the pack itself documents it
@@ -604,7 +611,7 @@ def _mps_buffer(event: OomEvent) -> list[Advice]:
 
 #: kills by a hosted runtime's own memory monitor (Colab, Hugging Face Spaces): the machine's
 #: swap, other programs and WSL are not the user's to change there
-_HOSTED_KILLS = frozenset({"colab-ram-crash", "container-memory-limit"})
+_HOSTED_KILLS = frozenset({"colab-ram-crash", "container-memory-limit", "hosted-memory-limit"})
 
 
 def _killed(event: OomEvent, ctx: AdviceContext) -> list[Advice]:

@@ -350,6 +350,16 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # then ComfyUI's '!!! Exception during processing !!! X'; an app's log line relaying
         # the exception it caught): not a repeat. The relay may lack the type: facts fill in.
         return replace(cand, event=_combine(primary=a, secondary=b), end_line_no=end)
+    if (
+        a.rule == b.rule == "cuda-exceed-allowed"
+        and a.message.startswith("Requested")
+        and new.line_no - cand.end_line_no <= 1
+        and _compatible(replace(a, message=b.message), b)
+    ):
+        # cudaMallocAsync's table with its head cut by the paste, then the whole message again
+        # (a console prints it twice): one failure, counted twice, its facts from the whole one
+        merged = _combine(primary=b, secondary=a)
+        return replace(cand, event=replace(merged, count=a.count + b.count), end_line_no=end)
     if _title_copy(cand, new):
         # an issue title that is the message, then the body with it: one failure shown twice,
         # counted like a repeat (a title without the body's figures shows other facts: two)

@@ -256,6 +256,13 @@ _RX_EXCEED_FRAGMENT = re.compile(
     + r"\s+Device limit\s*: ?"
     + _SIZE
     + r"|\bexceed allowed memory\.? \(out of memory\)"  # a title keeping the message's tail
+    # the table alone, its head cut by the paste: only this message prints these three rows
+    + r"|^Requested\s*: ?"
+    + _SIZE
+    + r"\s*\n\s*Device limit\s*: ?"
+    + _SIZE
+    + r"\s*\n\s*Free \(according to CUDA\)\s*:",
+    _M,
 )
 _RX_ALLOC_ON_DEVICE = re.compile(
     r"(?:^|OutOfMemoryError: |!!! |\*\* |: |^#+ |(?<=\S) |(?<=\w:)|(?<=\uff1a))Allocation on device"
@@ -288,6 +295,7 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     r"|\bError Code \d+: Cuda Runtime \(out of memory\)"  # TensorRT's allocator
     r"|\bcuda error in func\b[^\n]{0,80}?: ?out of memory\b"
     r"|\bcuda failed with error (?:2\W{0,3})?out of memory\b"  # (CTranslate2: no number)
+    r"|\bCUDA failure 2: ?out of memory\b"  # onnxruntime's CUDA provider (CudaCall)
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
     r"|\bcudaMalloc\w* failed: ?out of memory\b"
     r"|\bCUDA error 2 at \S+: out of memory\b"
@@ -529,7 +537,19 @@ _RX_NV_FATAL_ALLOC = re.compile(r"^(?:#+ )?fatal\s+: (Memory allocation failure)
 _RX_VBAR_OOM = re.compile(r"MemoryError: VBAR OOM\b")
 #: NCCL's own CUDA check (torch.distributed's collectives): 'include/alloc.h:178 NCCL WARN Cuda
 #: failure 'out of memory''. (Its next line, 'Failed to CUDA calloc N bytes', holds no needle.)
-_RX_NCCL_CUDA_OOM = re.compile(r"\bNCCL WARN Cuda failure '?out of memory'?")
+_RX_NCCL_CUDA_OOM = re.compile(  # (NCCL 2.0-2.3 wrote 'init.cu:218 WARN Cuda failure ...')
+    r"\b(?:NCCL WARN|\.cu:\d+ WARN) Cuda failure '?out of memory'?"
+)
+#: a hosting platform's own report of the memory limit it stopped a service at (Render:
+#: 'Ran out of memory (used over 512MB) while running your code.')
+_RX_HOSTED_LIMIT = re.compile(  # (the event starts at its 'Instance failed: <id>' line)
+    r"(?:^Instance failed: \S+\s*\n)?Ran out of memory \(used over \d+ ?[MG]i?B\) while running your code",
+    _M,
+)
+#: SwarmUI's words when its ComfyUI backend died with the host's memory nearly full
+_RX_SWARMUI_OVERLOAD = re.compile(
+    r"\bYour system memory usage exceeded [\d.]+% just before the backend process failed"
+)
 #: V8 (Node.js: the frontend's builds, Electron) at its heap limit: 'FATAL ERROR: Reached heap
 #: limit Allocation failed - JavaScript heap out of memory' (a limit of its own, not the host's)
 _RX_V8_HEAP = re.compile(r"\bAllocation failed - JavaScript heap out of memory\b")
@@ -538,6 +558,7 @@ _NODE_PACK_RULES = {
     "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
     "supir-oom-hint": "ComfyUI-SUPIR",
     "acestep-vram-preflight": "ACE-Step",
+    "swarmui-memory-overload": "SwarmUI",
 }
 #: an exception whose own message says memory ran out, whatever its type (a custom node's
 #: ``RuntimeError: Out of memory, try a smaller tile size``, ``ValueError: not enough GPU
@@ -631,7 +652,7 @@ _RX_TRIED = re.compile(r"Tried to allocate " + _SIZE)
 _RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
 #: onnxruntime's CUDA provider's failure line: 'CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED ;
 #: GPU=0 ; hostname=... ; file=... ; expr=cublasCreate(&cublas_handle_);'
-_RX_ORT_GPU = re.compile(r"_STATUS_\w+ ; GPU=(\d+) ;")
+_RX_ORT_GPU = re.compile(r"\bCU[A-Z]* failure \d+: [^;\n]* ; GPU=(\d+) ;")
 _RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" ?total ?capacity")
 #: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
 _RX_FREE = re.compile(r"of which " + _SIZE + r" is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
@@ -718,6 +739,10 @@ class _Found:
     header_only: bool = False
 
 
+#: a Markdown code fence and its language tag ('```Shell'): not a line of the log
+_RX_FENCE = re.compile(r"```[\w+-]*\s*")
+
+
 def _normalize(text: str) -> list[str]:
     """Lines of a record with wrapper prefixes, ANSI codes and markdown quote marks removed."""
     lines = []
@@ -728,7 +753,7 @@ def _normalize(text: str) -> list[str]:
         msg = split_prefix(raw.rstrip("\r")).message
         if msg.startswith(">"):
             msg = msg[2:] if msg.startswith("> ") else msg[1:]
-        if msg[:1] in _QUOTES:
+        if msg[:1] in _QUOTES and not _RX_FENCE.fullmatch(msg):  # (a fence's tag is no text)
             msg = msg.lstrip("\"'`").lstrip()
         elif msg[:2] == "**" and msg[2:3].isalpha():  # a line in Markdown bold: '**OSError: ...**'
             msg = msg[2:]
@@ -1567,7 +1592,14 @@ _CHECKS: tuple[_Check, ...] = (
     _ggml_buffer,
     _nv_fatal_alloc,
     _rule("v8-heap-oom", _RAM, _CPU, (_RX_V8_HEAP, ("JavaScript heap",))),
-    _rule("nccl-cuda-oom", _GPU, Backend.CUDA, (_RX_NCCL_CUDA_OOM, ("NCCL WARN",))),
+    _rule("nccl-cuda-oom", _GPU, Backend.CUDA, (_RX_NCCL_CUDA_OOM, ("WARN Cuda failure",))),
+    _rule("hosted-memory-limit", _KILLED, _CPU, (_RX_HOSTED_LIMIT, ("while running your code",))),
+    _rule(
+        "swarmui-memory-overload",
+        _RAM,
+        _UNKNOWN,
+        (_RX_SWARMUI_OVERLOAD, ("just before the backend process failed",)),
+    ),
     # torch's DataLoader: a worker process the OS killed (RAM ran out)
     _rule(
         "dataloader-worker-killed",
@@ -1763,7 +1795,7 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
 
 
 def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str, Any]]) -> None:
-    if rule.endswith("-alloc-failed") and "; GPU=" in body:
+    if "; GPU=" in body:
         m = _RX_ORT_GPU.search(body)  # onnxruntime's CUDA provider names the device
         if m:
             fields["gpu_index"] = int(m.group(1))
