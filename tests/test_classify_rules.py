@@ -2550,3 +2550,22 @@ def test_round_16_held_shapes_once_spent() -> None:
         "15:56:37.001 [Warning] Your system memory usage exceeded 98.2% just before the backend process failed. This might indicate a memory overload."
     )
     assert (swarm.pool, dict(swarm.extra).get("node_pack")) == (Pool.RAM, "SwarmUI")
+
+
+def test_round_17_tune_shapes() -> None:
+    """Round 17's tune part: TensorRT's builder skipping a tactic it had no memory for
+    (recovered, with its request), macOS's out-of-application-memory dialog, and the old
+    kernel's two lines flattened onto one (each read). Each with its near-miss."""
+    trt = _event(
+        "[E] [virtualMemoryBuffer.cpp::nvinfer1::StdVirtualMemoryBufferImpl::resizePhysical::154] Error Code 2: OutOfMemory (Requested size was 4194304000 bytes.)"
+    )
+    assert (trt.pool, trt.recovered, trt.requested_bytes) == (Pool.GPU, True, 4194304000)
+    assert not list(
+        iter_findings(["[E] IBuilder::buildSerializedNetwork: Error Code 10: Internal Error"])
+    )
+    mac = _event('"Your system has run out of application memory. FreeShow = 81.89GB')
+    assert (mac.pool, mac.backend) == (Pool.RAM, Backend.CPU)
+    flat = _event(
+        "如下 Out of memory: Kill process 5372 (mongod) score 130 or sacrifice child Killed process 5372 (mongod), UID 0, total-vm:2539052kB, anon-rss:2117096kB, file-rss:0kB"
+    )
+    assert (flat.killed_pid, flat.killer) == (5372, "kernel")

@@ -293,3 +293,15 @@ def test_rhel6_kill_line_with_its_uid_before_the_name() -> None:
     )
     assert line is not None and (line.kind, line.pid, line.comm) == ("killed", 3080, "forward")
     assert line.bytes_of("anon-rss") == 1130444 * 1024
+
+
+def test_two_statements_flattened_onto_one_line_are_both_read() -> None:
+    text = (
+        "logs: Out of memory: Kill process 5372 (mongod) score 130 or sacrifice child "
+        "Killed process 5372 (mongod), UID 0, total-vm:2539052kB, anon-rss:2117096kB, file-rss:0kB\n"
+    )
+    found = [(r.kind, r.pid, r.comm) for _, r in kernel_lines(text)]
+    assert found == [("chosen", 5372, "mongod"), ("killed", 5372, "mongod")]
+    # one statement on its line is read once
+    single = "Out of memory: Killed process 12 (python) total-vm:1kB, anon-rss:1kB\n"
+    assert [(r.kind, r.pid) for _, r in kernel_lines(single)] == [("killed", 12)]

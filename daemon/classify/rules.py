@@ -550,6 +550,14 @@ _RX_HOSTED_LIMIT = re.compile(  # (the event starts at its 'Instance failed: <id
 _RX_SWARMUI_OVERLOAD = re.compile(
     r"\bYour system memory usage exceeded [\d.]+% just before the backend process failed"
 )
+#: TensorRT's builder refusing one tactic's scratch memory: 'resizePhysical::154] Error Code 2:
+#: OutOfMemory (Requested size was N bytes.)'. The builder skips that tactic and goes on, so
+#: it is recovered (a build that then finds no tactic at all says so in an error of its own).
+_RX_TRT_RESIZE = re.compile(
+    r"\bresizePhysical::\d+\] Error Code 2: OutOfMemory\b(?: \(Requested size was (\d+) bytes)?"
+)
+#: macOS's dialog when the system runs out of application memory (RAM and swap both taken)
+_RX_MACOS_APP_MEMORY = re.compile(r"\bYour system has run out of application memory\b")
 #: V8 (Node.js: the frontend's builds, Electron) at its heap limit: 'FATAL ERROR: Reached heap
 #: limit Allocation failed - JavaScript heap out of memory' (a limit of its own, not the host's)
 _RX_V8_HEAP = re.compile(r"\bAllocation failed - JavaScript heap out of memory\b")
@@ -1592,6 +1600,14 @@ _CHECKS: tuple[_Check, ...] = (
     _ggml_buffer,
     _nv_fatal_alloc,
     _rule("v8-heap-oom", _RAM, _CPU, (_RX_V8_HEAP, ("JavaScript heap",))),
+    _rule(
+        "tensorrt-tactic-oom",
+        _GPU,
+        Backend.CUDA,
+        (_RX_TRT_RESIZE, ("resizePhysical",)),
+        recovered=True,
+    ),
+    _rule("macos-app-memory", _RAM, _CPU, (_RX_MACOS_APP_MEMORY, ("application memory",))),
     _rule("nccl-cuda-oom", _GPU, Backend.CUDA, (_RX_NCCL_CUDA_OOM, ("WARN Cuda failure",))),
     _rule("hosted-memory-limit", _KILLED, _CPU, (_RX_HOSTED_LIMIT, ("while running your code",))),
     _rule(
@@ -1942,6 +1958,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = size_bytes(m.group(1), m.group(2))
     elif rule == "kernel-oom-kill":
         _kernel_facts([k for _, k in _kernel_records(body)], fields, extra)
+    elif rule == "tensorrt-tactic-oom":
+        m = _RX_TRT_RESIZE.search(body)
+        if m and m.group(1):
+            fields["requested_bytes"] = int(m.group(1))
     elif rule == "ggml-buffer-alloc":
         m = _RX_GGML_BUFFER.search(body)
         size = m and (m.group(2) or m.group(4))

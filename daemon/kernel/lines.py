@@ -52,6 +52,8 @@ _INVOKED_WINDOW = 64
 _MAX_DIGITS = 19
 
 _INVOKED_AT = " invoked oom-killer:"
+#: how far before a second marker on one line its statement may start ('Out of memory: ')
+_SAME_LINE_BACK = 32
 _LAST_WORD = re.compile(r"\b(\S+)\Z")
 #: what ends a prefix before the invoking task's name: dmesg's ``] ``, syslog's ``kernel: ``,
 #: an ISO time's zone (``2024-04-29T14:55:41,678628+02:00 ``)
@@ -265,14 +267,22 @@ def kernel_lines(text: str) -> Iterator[tuple[int, KernelOomLine]]:
     lines), in order. Only the lines holding a marker are looked at: a 250 KiB traceback
     costs one regex scan."""
     done = -1
+    after = 0  # where the marker before, on the same line, ended
     for m in _MARKERS.finditer(text):
         begin = text.rfind("\n", 0, m.start()) + 1
-        if begin <= done:
-            continue
         end = text.find("\n", m.end())
         if end < 0:
             end = len(text)
-        done = begin
+        if begin <= done:
+            # a second statement on one line (a paste that flattened the kernel's lines): read
+            # from a little before its marker (its scope, its task), not into the one before
+            start = max(after, m.start() - _SAME_LINE_BACK)
+            after = m.end()
+            record = parse_kernel_line(text[start:end])
+            if record is not None and record.pid is not None:
+                yield begin, record
+            continue
+        done, after = begin, m.end()
         record = parse_kernel_line(text[begin:end])
         if record is not None:
             yield begin, record
