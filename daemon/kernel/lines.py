@@ -275,7 +275,8 @@ def kernel_lines(text: str) -> Iterator[tuple[int, KernelOomLine]]:
             end = len(text)
         if begin <= done:
             # a second statement on one line (a paste that flattened the kernel's lines): read
-            # from a little before its marker (its scope, its task), not into the one before
+            # from a little before its marker (its scope, its task), not into the one before;
+            # one that names no process is a fragment of the statement before, and is left out
             start = max(after, m.start() - _SAME_LINE_BACK)
             after = m.end()
             record = parse_kernel_line(text[start:end])
