@@ -407,10 +407,7 @@ def _title_copy(cand: Finding, new: Finding) -> bool:
     the message, or cuts it), and at most the node that raised it missing (the body names it
     on the line before the message)."""
     a, b = cand.event, new.event
-    if a.rule != b.rule or a.pool is not b.pool or not _is_title(cand):
-        return False
-    one, two = a.message.rstrip(_QUOTE_END), b.message.rstrip(_QUOTE_END)
-    if not (one.startswith(two) or two.startswith(one)):
+    if a.pool is not b.pool or not _is_title(cand) or not _one_starts_the_other(a, b):
         return False
     if a.node_type is not None and a.node_type != b.node_type:
         return False
@@ -442,10 +439,16 @@ def _repeated_report(a: OomEvent, b: OomEvent) -> bool:
     """``b`` tells ``a``'s report of a kill with no victim named again: the same rule and
     facts, and one message the start of the other (a title's dialog text, then the body
     quoting it, each with its own closing quote or full stop)."""
-    one, two = a.message.rstrip(_QUOTE_END), b.message.rstrip(_QUOTE_END)
-    if a.rule != b.rule or not (one.startswith(two) or two.startswith(one)):
+    if not _one_starts_the_other(a, b):
         return False
     return replace(a, message="", count=1) == replace(b, message="", count=1)
+
+
+def _one_starts_the_other(a: OomEvent, b: OomEvent) -> bool:
+    """The same rule, and one message the start of the other once each loses its closing
+    quote or full stop (a copy cut short, or with the next line flattened onto it)."""
+    one, two = a.message.rstrip(_QUOTE_END), b.message.rstrip(_QUOTE_END)
+    return a.rule == b.rule and (one.startswith(two) or two.startswith(one))
 
 
 #: rules whose failure is printed over two lines, each of which a rule reads
