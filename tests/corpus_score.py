@@ -93,13 +93,8 @@ KNOWN_MISSES = {
     "directml_olive_sdxl_not_enough_memory_resources_title_and_body.txt": "the title's Windows "
     "E_OUTOFMEMORY text names no device, so its record reads as host RAM; DirectML is named "
     "only in the body",
-    "rocm_hip_bold_feature_request_shared_memory_7900xtx.txt": "the second bold 'HIP out of "
-    "memory' is hypothetical ('instead of throwing a ...'), yet read as a second event",
     "gpu_title_question_out_of_memory_rx580_zluda_screenshots.txt": "the title 'Out of memory? "
     "RX580' is the user's words, not read",
-    "gpu_fragmentation_old_style_ip_adapter_sdxl_t4_notebook.txt": "the lead-in's inline-code "
-    "`CUDA out of memory` is read as an event of its own; the label folds it into the fenced "
-    "message",
     "killed_bare_wan21_i2v_after_sampling.txt": "the title 'Killed when generated video' is the "
     "user's sentence, not the shell's bare 'Killed'",
     "cuda_prose_title_and_message_framepack_8gb_30gib.txt": "the title '... triggers CUDA OOM "
@@ -138,9 +133,6 @@ KNOWN_MISSES = {
     "neg_system_stats_ram_total_cgroup_pr_oom_killed_prose.txt": "'the container gets "
     "OOM-killed' in a pull request's prose is read as a kill, as earlier rounds' labels count a "
     "user's 'OOM killed' (rounds 8-10 label only machine text)",
-    "cuda_old_style_fragmentation_magic_animate_win10_8gb.txt": "the line 'CUDA out of memory "
-    "on win10' (the issue's title repeated) is read as a second failure, as earlier rounds' "
-    "labels count a title naming the error; round 9 labels it the user's words",
     "localized_ru_translated_traceback_flattened_spconv_hi3dgen.txt": "the type stands before "
     "cumm's file path ('RuntimeError: TensorStorage C:/.../tensor.h 168 cuda failed ...'), not "
     "right before the words, so it is not joined",
@@ -149,9 +141,6 @@ KNOWN_MISSES = {
     "killed_pycharm_exit_137_signal_9_title_and_body_selfmask.txt": "PyCharm's 'exit code 137 "
     "(interrupted by signal 9:SIGKILL)' holds no needle, and a SIGKILL alone does not say "
     "memory",
-    "neg_korean_prose_cuda_out_of_memory_screenshot_fastmri.txt": "a TA's 'CUDA out of Memory "
-    "로 에러가 나는 경우' (explaining the error) is read as the error, as earlier rounds' labels "
-    "count a copied name of it in a CJK sentence",
     "ram_numpy_machine_translated_gb_form_title_and_body_rvc.txt": "the body quotes the title's "
     "message mid-sentence ('encountered the error \"numpy...: Unable to allocate ...\"'); the "
     "type is not read there, so the label's second observation is not counted",
@@ -167,10 +156,8 @@ KNOWN_MISSES = {
     "cuda_title_cut_if_re_chatglm_finetuning_old_form_body.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
     "cuda_retyped_runtime_error_cumem_allocator_typo_workspave.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
     "paddle_title_body_oserror_external_cuda_error_2_out_of_memory_empty_cache.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
-    "cuda_cn_title_vllm_kv_cache_jupyter_short_form_642mib_gpu.txt": "the Chinese title's 'CUDA out of memory，但实际cuda内存是足够的' (the error's name copied into the user's question) is read as an event, as earlier rounds' labels count it; round 10 labels it the user's words",
     "directml_lost_shape_retyped_cannot_allocate_tensor_with_size_style_aligned.txt": "the user's retyped fragment 'Cannot allocate tensor with size' (no byte count, no DirectML sentence) is not read",
     "rocm_lost_shape_retyped_clause_comfyui_sharp_9070xt.txt": "torch's clause quoted inside the user's sentence, without its head, is not read",
-    "neg_prose_qwen2_vl_finetune_multiple_images_oom_expected.txt": "the issue title 'Qwen2-VL-Instruct CUDA out of memory' is read as an event, as earlier rounds' labels count a title naming the error; round 10 labels it the user's words",
     "killed_torchrun_childfailederror_exitcode_minus9_sigkill_grpo.txt": "torchrun's 'exitcode: -9' and 'Signal 9 (SIGKILL)' hold no needle, and a SIGKILL alone does not say memory",
     "paddle_cn_report_retyped_cannot_allocate_1_53gb_aistudio.txt": "the free figure is on an indented continuation line with no needle, which the rules' focus leaves out",
     "cuda_mallocmc_simplecudamalloc_error_out_of_memory_v100.txt": "mallocMC's what() names its file, then 'error: out of memory' on the next line: no rule reads the bare 'error: out of memory'",
@@ -186,7 +173,6 @@ KNOWN_MISSES = {
     "hip_new_form_cosyvoice_amd_6800xt_chinese_three_second_clone.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones (earlier rounds' labels keep such pairs apart)",
     "pinned_wsl2_flexgen_torch_empty_pin_memory_cuda_error_oom.txt": "the pinning evidence is in the body's traceback, far from the title's bare 'CUDA error: out of memory'; the title reads as VRAM and the body as a second, pinned event",
     "mps_title_imaginairy_unable_to_make_mb_space_on_mps0.txt": "imaginAIry's 'Unable to make 4067.4 MB space on mps:0.' holds no needle",
-    "neg_prose_chinese_title_wan22_4090_oom_expandable_segments_comment.txt": "convention clash: round 12 labels 'CUDA out of memory' glued into a Chinese title sentence as prose; rounds 3 and 6 label the same shape an event (localized_zh_inline_cuda_oom_question, cuda_old_style_no_see_docs_cogvideo_4090_title), and the classifier keeps the earlier reading",
     "cuda_ggml_cudamalloc_journal_then_segv_koboldcpp_service.txt": "ggml's exact 'buffer of "
     "size 6776811776' is on the journal's next record; the request is read from the line before "
     "it, '6462.87 MiB' (1,403 bytes short)",
@@ -214,7 +200,6 @@ KNOWN_MISSES = {
     "exceed_allowed_title_zh_prose_diffusers_clip_loader_2070s_8g.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
     "localized_zh_title_defaultcpuallocator_364742208_bytes.txt": "the title is the CPU allocator's message machine-translated with the English name in brackets ('默认CPU分配器(DefaultCPUAllocator): 内存不足'); reading that shape would also read the gloss that round 11's labels fold into the English line before it (ram_default_cpu_allocator_retyped_from_screenshot_with_chinese_gloss_gpt_sovits), and the body's quoted template is read instead",
     "localized_zh_blog_bert_seq2seq_870mib_gpu2_template_line.txt": "convention clash: a blog's template line 'RuntimeError: CUDA out of memory. Tried to allocate XXX MiB ...' is read as a failure, as earlier rounds' labels count a message with its figure masked; round 13 labels it prose",
-    "other_pytorch_forum_unilm_98mib_old_torch_fragmentation.txt": "convention clash: the forum title 'CUDA out of memory while running UniLM' is read as a failure, as earlier rounds' labels count a title naming the error; round 13 labels it prose",
     "localized_yolo_v2_translated_back_200mib_0_bytes_free.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
     "gpu_tf_blog_cnn3d_resource_exhausted_bfc_count3.txt": "TensorFlow's op_kernel warning and the exception after it differ after their first words ('... task:0' and '... device:GPU:0 by allocator GPU_0_bfc'), so the classifier keeps them apart; and it names no backend for TensorFlow's GPU, where the label reads CUDA from 'cudnn_pooling_gpu.cc'",
     "localized_zh_blog_old_torch_cached_20mib_wrapped_and_translated.txt": "the author's Chinese translation of the message ('运行时错误:CUDA内存不足 ...') is counted by the label as a second observation; no rule reads a translated torch message (no word list per language)",
@@ -223,7 +208,6 @@ KNOWN_MISSES = {
     "pinned_host_tf_could_not_allocate_pinned_host_memory_2304_cuda_error_unknown.txt": "TensorFlow's driver line ends in CUDA_ERROR_UNKNOWN, not out of memory, so the pair is not read; and the Markdown link text '[TensorFlow CUDA_ERROR_OUT_OF_MEMORY]' is read as a failure, as earlier rounds' labels count a title naming the error",
     "pinned_host_qmcpack_cudahostregister_cudaerrormemoryallocation.txt": "cudaHostRegister is named only in the maintainer's sentence after the fenced message; pinning evidence is read in the program's lines (the record and the lines before it), so the pool stays VRAM",
     "killed_kohya_title_body_died_with_signals_sigkill_9_wsl.txt": "'died with <Signals.SIGKILL: 9>' holds no needle, and a SIGKILL alone does not say memory",
-    "negative_prose_runpod_template_cuda_out_of_memory_title_kohya.txt": "convention clash: the title 'Cuda out of memory with webui v1.6 ...' is read as a failure, as earlier rounds' labels count a title naming the error in the user's capitals; round 14 labels it prose",
     "killed_k8s_get_pods_status_oomkilled_restarts_last_state_reason.txt": "convention clash: the user's 'Seeing OOMKilled' is read as the kill, as earlier rounds' labels count a user's 'OOM killed', and kubectl's STATUS row and describe's Reason fold into it as repeats (count 3); the label has one kill on the STATUS row",
     "negative_feature_request_example_last_state_oomkilled_alert_spec.txt": "a feature request's example of kubectl's 'Reason: OOMKilled' block is Kubernetes' own text; nothing on its lines says it is an example",
     "gpu_tinygrad_cuda_error_2_out_of_memory_exo_shard_cumemalloc.txt": "convention clash: the user's backticked `CUDA Error 2, out of memory` is read as a failure of its own, as earlier rounds' labels count a quoted message; round 14 labels it prose (tinygrad's own line is read)",
@@ -231,12 +215,8 @@ KNOWN_MISSES = {
     "wan2gp_own_error_likely_unsufficient_vram_2060_12gb.txt": "Wan2GP's own wording ('it is likely that you have unsufficient VRAM') holds no needle, and the label's backend comes from the user's prose ('Nvidia RTX 2060')",
     "localized_zh_ncnn_title_gdb_program_terminated_sigkill_hi3559.txt": "gdb's 'Program terminated with signal SIGKILL, Killed' is not a shell's bare 'Killed' line, and a SIGKILL alone does not say memory",
     "localized_zh_captcha_trainer_tf_bfc_warnings_then_cuda_error_out_of_memory.txt": "the paste dropped TensorFlow's timestamps and left every line indented, so the lines join one record and its two identical failures are read once (count 1)",
-    "localized_zh_mineru_loguru_error_parse_doc_cuda_oom_mfr_predict_bilingual.txt": "convention clash: 'CUDA out of memory' in the user's Chinese sentence (or in a title's capitals) is read as a failure, as rounds 3 and 6 label that shape; round 14 labels it prose",
-    "localized_zh_mineru_layoutlmv3_traceback_cut_at_gpu_a100_empty_cache.txt": "convention clash: 'CUDA out of memory' in the user's Chinese sentence (or in a title's capitals) is read as a failure, as rounds 3 and 6 label that shape; round 14 labels it prose",
-    "neg_zh_mineru_many_formulas_cuda_oom_prose_bilingual_template_screenshot.txt": "convention clash: 'CUDA out of memory' in the user's Chinese sentence (or in a title's capitals) is read as a failure, as rounds 3 and 6 label that shape; round 14 labels it prose",
     "killed_k8s_get_pods_dn0_oomkilled_flyte_ui_last_error_user.txt": "convention clash: the user's 'When a pod is OOMKilled ...' is read as the kill, as earlier rounds' labels count a user's 'OOM killed', and the get-pods row folds into it (count 2); the label has one kill on kubectl's row",
     "killed_docker_build_step_pip3_non_zero_code_137_inline_code_no_killed_line.txt": "docker's 'returned a non-zero code: 137' holds no needle, and a SIGKILL's exit status alone does not say memory",
-    "neg_zh_real3dportrait_long_audio_quoted_cuda_oom_in_prose_screenshot.txt": "convention clash: 'CUDA out of memory' quoted in the user's Chinese sentence is read as a failure, as rounds 3 and 6 label that shape; round 14 labels it prose",
     "neg_prose_gguf_intermittent_oom_title_traceback_cut_before_message_flux2.txt": "convention clash: the title's and the sentence's `torch.OutOfMemoryError` are read as failures, as earlier rounds' labels count the type named in a title or a sentence; round 15 labels them prose",
     "neg_zh_toast_error_report_cliptextencode_memoryerror_vbar_allocation_failed_laptop.txt": "ComfyUI's dynamic-VRAM 'MemoryError: VBAR allocation failed' is a MemoryError the program raised and is read as one; the label calls the failed address-space reservation no out-of-memory",
     "ggml_rocm0_cudamalloc_failed_out_of_memory_apertus_70b_fit.txt": "ggml's exact 'buffer of size 14822711296' and the 'ROCm0' that names the backend are on the next record: the request is read from the MiB figure (as the earlier ggml labels have it) and the backend as CUDA",
@@ -254,9 +234,7 @@ KNOWN_MISSES = {
     "other_toast_propainter_sampler_allocation_on_device_zh_title.txt": "the title is the user's Chinese glued to the toast's hint sentence, which is read as its own soft event; the label folds it with the body's toast (count 2) and takes the node from the body",
     "ram_wanvideo_fatal_memory_allocation_failure_prompt_worker_thread.txt": "convention clash: the title's `torch.cuda.OutOfMemoryError` in a question is read as a failure, as earlier rounds' labels count a title that names it; round 16 labels it the user's words",
     "other_wan2gp_gradio_error_wraps_outofmemoryerror_repr_private_pools.txt": "gradio's outer type 'gradio.exceptions.Error' has no word before 'Error', so it is not read as the exception's type (every type the rules read ends in a word plus Error or Exception)",
-    "vulkan_ncnn_vkallocatememory_failed_minus2_repeated_rife_upscale.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; round 16 labels it the user's words",
     "other_deep_live_cam_cublas_alloc_failed_then_bfcarena_failed_to_allocate.txt": "the BFC arena's line names no provider; the CUDA provider is named in the record before it, and the arena's backend is read from its own record only",
-    "negative_ko_hackathon_cuda_oom_title_screenshot_batch_prose.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; round 16 labels it the user's words",
     "lost_shape_django_error_page_memoryerror_139_mib_matchering.txt": "Django's debug page, flattened, puts the type and the message on lines of their own after the title; the label folds title, type and message into one event, the classifier reads three",
     "lost_shape_docker_windows_hcsshim_pagefile_extra_info_hard_wrapped.txt": "the title carries no Markdown heading mark, so it is not known for a title: it and the body's daemon line (with its full stop and prefix) are read as two events, the label folds them (count 2)",
     "swap_pagefile_kenshi_mod_manager_app_center_win32exception_startgame.txt": "the title carries no Markdown heading mark and its message goes on ('... in CommonService.StartGame ()'), so it and the Reason section's message stay two events; the label folds them (count 2)",
@@ -266,21 +244,13 @@ KNOWN_MISSES = {
     "cuda_a1111_4090_old_form_16gib_free_what_happened_and_console_logs_cut.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; round 16 labels it the user's words; and the template's two copies of the message are 31 lines apart with other records between",
     "cuda_nccl_alloc_h_cuda_failure_oom_failed_cuda_calloc_multinode_llm.txt": "NCCL's next line, 'Failed to CUDA calloc 6291456 bytes', holds no needle, so the request it names is not read (the failure is)",
     "cuda_invokeai_5_docker_oom_toast_six_processes_named_flux_4080.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; round 16 labels it the user's words; and InvokeAI's toast heading 'Out of Memory Error' is not read as the event's first line",
-    "negative_invokeai_inpaint_seam_prose_cuda_oom_quoted_memory_settings_yaml.txt": "convention clash: 'CUDA out of memory' quoted in the user's sentence is read as a failure, as rounds 3 and 6 label that shape; round 16 labels it prose",
-    "negative_kohya_ss_multi_gpu_prose_it_said_cuda_out_of_memory_screenshots.txt": "convention clash: 'CUDA out of memory' quoted in the user's sentence is read as a failure, as rounds 3 and 6 label that shape; round 16 labels it prose",
-    "cuda_old_form_ttnet_fenced_upsample_reserved_gap_just_under_request.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; round 16 labels it the user's words",
     "lost_shape_pytorch_title_and_body_only_hint_tail_llocated_memory_max_split_size.txt": "torch's hint tail alone ('llocated memory try setting max_split_size_mb to avoid fragmentation') is not read as a failure: it has no out-of-memory words, and docs quote it",
     "gpu_hpu_rank7_habana_pt_devmem_allocation_failed_gpt_oss.txt": "Habana's 'MODULE:PT_DEVMEM Allocation failed for size::N' is a wording no rule reads (Gaudi is none of the backends this watchdog serves)",
     "gpu_fragmentation_torch_jl_julia_error_old_form_malloc_at_caching_allocator_twice.txt": "the second copy carries the allocator's '(malloc at .../CUDACachingAllocator.cpp:289)' tail, so the two messages differ and are not folded",
-    "gpu_fragmentation_old_form_a1111_tensorrt_4090_indented_gap_equals_16gib_request.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; round 16 labels it the user's words",
     "ram_a1111_tensorrt_onnx_export_could_not_allocate_bytes_object_memoryerror.txt": "Python's 'Could not allocate bytes object!' logged by root is not read; the MemoryError line after it is, and the label places the event on the title (count 2)",
-    "negative_ja_blog_sd_memory_release_prose_quotes_cuda_oom.txt": "convention clash: 'CUDA out of memory' quoted in the user's sentence is read as a failure, as rounds 3 and 6 label that shape; round 16 labels it prose",
-    "negative_invokeai_311_prose_typical_cuda_oom_sdxl_ram_cache_settings.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; round 16 labels it the user's words",
-    "negative_pytorch_fsdp_elastic_failures_summary_exitcode_1_title_prose_oom.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; round 16 labels it the user's words",
     "lost_shape_zh_chatglm_webui_zsh_job_killed_glued_to_shard_bar.txt": "zsh's job line retyped in a title without its '[1]' and its padding ('14875 killed python main.py') holds no needle ('killed  ' is zsh's padded form); the body's padded copy is read, the label folds the two (count 2)",
     "pinned_host_aitoolkit_title_cuda_error_oom_wan21_quantize_block_to_cpu_non_blocking.txt": "the only OOM text is the title; the pinning frame ('block.to(\"cpu\", non_blocking=True)') is in the traceback records after it, and the fold looks for pinning only before and in the event's record",
     "other_framepainter_zh_title_exception_allocation_on_device_after_inference.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; the later round labels it the user's words",
-    "cuda_oldest_cached_san_mpncov_9_80_gib.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; the later round labels it the user's words",
     "cuda_alloc_on_device_seedvr2_pack_retry_on_oom_one_recovered_then_failed.txt": "SeedVR2's nested retries: each OOM is followed by its retry announcement, so all three read as recovered and ComfyUI's final exception as a fourth event; the label reads the later two as the retries failing",
     "ram_av_memoryerror_errno12_error_report_latentsync_windows_portable.txt": "the title 'Cannot allocate memory' alone (errno 12's text) is not read, and the Error Report's event is placed on its type field's line, one before the label's",
     "cuda_alloc_on_device_gguf_dualcliploader_hunyuan_portable_got_an_oom_timestamped.txt": "the title glues the node class to the message in a form the title-node rule does not take; the label reads a second event there",
@@ -294,7 +264,6 @@ KNOWN_MISSES = {
     "killed_torch_spawn_exception_process_1_terminated_with_signal_sigkill_higherhrnet.txt": "a process killed by SIGKILL with no memory words (torch's spawn or exec reporting a signal) is not read as an out-of-memory kill: a SIGKILL may come from a timeout or a user",
     "killed_title_process_exited_exception_process_0_sigkill_acumen_reply_gpu.txt": "a process killed by SIGKILL with no memory words (torch's spawn or exec reporting a signal) is not read as an out-of-memory kill: a SIGKILL may come from a timeout or a user",
     "killed_by_os_go_exec_error_from_ffmpeg_signal_killed_quoted_livepeer.txt": "a process killed by SIGKILL with no memory words (torch's spawn or exec reporting a signal) is not read as an out-of-memory kill: a SIGKILL may come from a timeout or a user",
-    "cuda_3dpack_wonder3d_exceed_allowed_987gib_request_fenced.txt": "convention clash: the title naming the error is read as a failure, as earlier rounds' labels count a title that names it; the later round labels it the user's words",
     "cuda_if_trellis_error_in_image_to_3d_allocation_on_device_4096_input.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
     "cuda_pulid_flux_p40_process_named_144mib_request_fenced.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
     "tensorrt_upscaler_builder_resizephysical_outofmemory_storm_then_internal_error.txt": "the storm's four lines differ (one cut, one with a progress bar glued on), so they are not all folded into one event with a count",

@@ -1048,8 +1048,6 @@ def test_zsh_killing_something_else_by_name_is_still_quiet_without_its_report() 
             Backend.MPS,
             256,
         ),
-        ("您好我这边一直显示CUDA out of memory，请问", "cuda-oom", Pool.GPU, Backend.CUDA, None),
-        ("训练会出现CUDA out-of-memory的情况呢？", "cuda-oom", Pool.GPU, Backend.CUDA, None),
         ("爆出了CUDA_ERROR_OUT_OF_MEMORY的错误", "cuda-error-oom", Pool.GPU, Backend.CUDA, None),
         (
             "RuntimeError: UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
@@ -1224,7 +1222,6 @@ def test_a_ui_label_before_the_exception_line_is_not_the_type() -> None:
             "TangoFluxVAEDecodeAndPlay",
         ),
         ("# Allocation on device", "cuda-alloc-on-device", None, None),
-        ("# ROCM HIP out of memory", "hip-oom", None, None),
     ],
 )
 def test_issue_titles_that_name_the_failure(
@@ -1342,20 +1339,6 @@ def test_an_oom_a_pack_caught_and_went_on_from_is_soft() -> None:
             256 * MiB,
         ),
         (
-            '[Bug]: CUDA out of memory on "odd" resolutions in high res fix',
-            "cuda-oom",
-            Pool.GPU,
-            None,
-            None,
-        ),
-        (
-            "[bug]: AMD HIP out of memory when generating more than one image",
-            "hip-oom",
-            Pool.GPU,
-            None,
-            None,
-        ),
-        (
             "RuntimeError: CPUAllocator: not enough memory: you tried to allocate 6553600 bytes.",
             "cpu-allocator",
             Pool.RAM,
@@ -1416,10 +1399,6 @@ def test_a_start_up_tip_naming_cuda_out_of_memory_stays_quiet() -> None:
 
 
 def test_round_five_spent_shapes() -> None:
-    quoted = _event(
-        '[Bug]: img2img throwing exception: "CUDA out of memory" even with batch count 1'
-    )
-    assert (quoted.rule, quoted.pool) == ("cuda-oom", Pool.GPU)
     job = _event("[1]    9301 killed     python3 scripts/dream.py ")
     assert (job.pool, job.killed_pid) == (Pool.KILLED_BY_OS, 9301)
     cased = _event("torch.cuda.OutofMemoryError")
@@ -1523,9 +1502,6 @@ def test_round_six_spent_shapes() -> None:
     )
     assert _event("DirectML Out Of Memory").backend is Backend.DIRECTML
     assert _event("Error 1455").pool is Pool.SWAP_PAGEFILE
-    assert _event("4090显卡CUDA out of memory").rule == "cuda-oom"
-    assert _event("8-card 4090 24G running open-sora-v2 CUDA out of memory").rule == "cuda-oom"
-    assert _event("there is a **HIP out of memory**, even if").backend is Backend.ROCM
     assert (
         _event("4x3090也报torch.OutOfMemoryError: CUDA out of memory").exception_type
         == "torch.OutOfMemoryError"
@@ -1786,11 +1762,59 @@ def test_a_users_lower_case_words_and_ipythons_header_are_no_failure(text: str) 
 @pytest.mark.parametrize(
     "text",
     [
-        "cuda out of memory. tried to allocate 20.00 mib (gpu 0; 4.00 gib total capacity;",
-        "Cuda Out of Memory 관련 문의",  # a title copying the error's name keeps its capitals
-        "一直显示CUDA out of memory，",
+        "您好我这边一直显示CUDA out of memory，请问",
+        "训练会出现CUDA out-of-memory的情况呢？",
+        "4090显卡CUDA out of memory",
+        "Cuda Out of Memory 관련 문의",
+        "# ROCM HIP out of memory",
+        "# CUDA out of memory",
+        '[Bug]: CUDA out of memory on "odd" resolutions in high res fix',
+        "[bug]: AMD HIP out of memory when generating more than one image",
+        "8-card 4090 24G running open-sora-v2 CUDA out of memory",
+        "CUDA out of memory while allocating 440mb despite having 22gb unutilized capacity",
+        "HIP out of memory: running Pytorch with ROCm on Windows with over ~16GB of shared memory",
+        '[Bug]: img2img throwing exception: "CUDA out of memory" even with batch count 1',
+        'Always says "CUDA Out of Memory"',
+        "there is a **HIP out of memory**, even if",
     ],
-    ids=["lowercased-message", "title-case-title", "cjk-copied-name"],
+)
+def test_the_errors_name_in_the_users_words_is_no_failure(text: str) -> None:
+    """A title or a sentence that names the error (no exception type before it, no full stop
+    or figures after it) summarises a failure; the corpus's rounds 8-17 label it the user's
+    words, and rounds 3-7 were relabelled to the same reading."""
+    assert has_needle(text)
+    assert list(iter_findings([text])) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("# CUDA out of memory.", "cuda-oom"),  # the message's own full stop
+        ("(에러) CUDA out of memory. 문의 드립니다.", "cuda-oom"),
+        ("# Finish task with error: CUDA out of memory", "cuda-oom"),  # Fooocus-API's line
+        ("RuntimeError - CUDA out of memory", "cuda-oom"),  # the type, retyped with a dash
+        (
+            "CUDA out of memory, See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+            "cuda-oom",
+        ),
+        ("[ERROR] CUDA out of memory", "cuda-oom"),  # the words alone on a logged line
+        ("HIP out of memory", "hip-oom"),
+        ("# CUDA out of memory Tried to allocate 20.00 MiB", "cuda-oom"),
+        ("一直报torch.cuda.OutOfMemoryError: CUDA out of memory", "cuda-oom"),
+    ],
+)
+def test_the_errors_printed_words_are_still_read_in_a_title_or_sentence(
+    text: str, rule: str
+) -> None:
+    assert [f.event.rule for f in iter_findings([text])] == [rule]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cuda out of memory. tried to allocate 20.00 mib (gpu 0; 4.00 gib total capacity;",
+    ],
+    ids=["lowercased-message"],
 )
 def test_lower_cased_messages_and_copied_names_are_still_read(text: str) -> None:
     assert [f.event.pool for f in iter_findings([text])] == [Pool.GPU]
