@@ -1458,9 +1458,32 @@ def _oom_exception(body: str, report: _Report | None) -> _Detected | None:
 def _oom_type_named(body: str, report: _Report | None) -> _Detected | None:
     """The type named in a title or a sentence ('torch.OutOfMemoryError in KSampler')."""
     m = _find(_RX_OOM_TYPE_NAMED, body, "OutOfMemoryError")
-    if m is None or _RX_IPYTHON_HEADER.match(body, m.start()):
-        return None  # (IPython's 'OutOfMemoryError    Traceback (most recent call last)' header)
-    return "oom-type-named", _GPU, _UNKNOWN, m.start(), False
+    while m is not None:
+        if not _RX_IPYTHON_HEADER.match(body, m.start()) and _type_printed(body, m):
+            return "oom-type-named", _GPU, _UNKNOWN, m.start(), False
+        # (IPython's 'OutOfMemoryError    Traceback (most recent call last)' header)
+        m = _RX_OOM_TYPE_NAMED.search(body, m.end())
+    return None
+
+
+#: what before a type that ends its line says a program printed the line: a task's name and a
+#: colon (A1111's ``errors.display``: 'generating image for xyz plot: OutOfMemoryError'), a
+#: toast's parts joined by a bar ('Allocation on device | torch.OutOfMemoryError')
+_RX_TYPE_PRINTED_BEFORE = re.compile(r"(?:^(?:#+ )?|: | \| )$")
+
+
+def _type_printed(body: str, m: re.Match[str]) -> bool:
+    """True when the type ``m`` names is a printed line's, not the user's words: it ends its line
+    (a colon after it at most) after nothing, a task's colon or a bar. In a sentence or a title
+    that goes on ('torch.OutOfMemoryError in KSampler Node During Sampling', 'always
+    OutOfMemoryError:', '... step。torch.OutOfMemoryError') it names the failure the way rounds
+    8-17 of the corpus label the user's words (rounds 3-7 relabelled to the same reading)."""
+    line_end = body.find("\n", m.end())
+    tail = body[m.end() : len(body) if line_end < 0 else line_end].strip()
+    if tail not in ("", ":"):
+        return False
+    line_start = body.rfind("\n", 0, m.start()) + 1
+    return _RX_TYPE_PRINTED_BEFORE.search(body[line_start : m.start()]) is not None
 
 
 def _exception_oom_words(body: str, report: _Report | None) -> _Detected | None:
