@@ -128,9 +128,6 @@ KNOWN_MISSES = {
     "comfy_pr_quotes_hip_error_out_of_memory_vae_handling_negative.txt": "a pull request quoting "
     "'HIP error: out of memory' as the string its code will catch is read as the error; earlier "
     "rounds' labels count a quoted message as one",
-    "neg_system_stats_ram_total_cgroup_pr_oom_killed_prose.txt": "'the container gets "
-    "OOM-killed' in a pull request's prose is read as a kill, as earlier rounds' labels count a "
-    "user's 'OOM killed' (rounds 8-10 label only machine text)",
     "localized_ru_translated_traceback_flattened_spconv_hi3dgen.txt": "the type stands before "
     "cumm's file path ('RuntimeError: TensorStorage C:/.../tensor.h 168 cuda failed ...'), not "
     "right before the words, so it is not joined",
@@ -190,7 +187,7 @@ KNOWN_MISSES = {
     "neg_pr_description_quotes_mps_invalid_buffer_size_supir_fix.txt": "convention clash: a pull request quoting '\"Invalid buffer size: 19.38 GiB\" crash' is read as the error, as earlier rounds' labels count a quoted message; round 13 labels it a negative",
     "killed_fish_job_terminated_by_signal_sigkill_openvino_sd.txt": "fish's 'terminated by signal SIGKILL (Forced quit)' holds no needle, and a SIGKILL alone does not say memory",
     "neg_pr_prose_metal_kiogpucommandbuffer_out_of_memory_llmman.txt": "convention clash: a pull request's backticked `kIOGPUCommandBufferCallbackErrorOutOfMemory` is read as Metal's error, as earlier rounds' labels count a quoted message; round 13 labels it a negative",
-    "killed_torchrun_elastic_failed_exitcode_minus_9_local_rank_0_mgsv.txt": "convention clash: the title's '(OOMKilled)' is read as the kill, as earlier rounds' labels count a user's 'OOM killed'; the label places the kill on torchrun's 'exitcode: -9' line, which holds no needle (a SIGKILL alone does not say memory)",
+    "killed_torchrun_elastic_failed_exitcode_minus_9_local_rank_0_mgsv.txt": "the label places the kill on torchrun's 'exitcode: -9' line, which holds no needle (a SIGKILL alone does not say memory); the title's '(OOMKilled)' is the user's words",
     "neg_docs_diff_troubleshooting_bare_killed_oom_killer_monai.txt": "a docs diff naming ``RuntimeError: CUDA out of memory`` in reStructuredText quotes is read as the error: the quoted text is the message's own",
     "exceed_allowed_title_zh_prose_diffusers_clip_loader_2070s_8g.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
     "localized_zh_title_defaultcpuallocator_364742208_bytes.txt": "the title is the CPU allocator's message machine-translated with the English name in brackets ('默认CPU分配器(DefaultCPUAllocator): 内存不足'); reading that shape would also read the gloss that round 11's labels fold into the English line before it (ram_default_cpu_allocator_retyped_from_screenshot_with_chinese_gloss_gpt_sovits), and the body's quoted template is read instead",
@@ -203,14 +200,13 @@ KNOWN_MISSES = {
     "pinned_host_tf_could_not_allocate_pinned_host_memory_2304_cuda_error_unknown.txt": "TensorFlow's driver line ends in CUDA_ERROR_UNKNOWN, not out of memory, so the pair is not read; and the Markdown link text '[TensorFlow CUDA_ERROR_OUT_OF_MEMORY]' is read as a failure, as earlier rounds' labels count a title naming the error",
     "pinned_host_qmcpack_cudahostregister_cudaerrormemoryallocation.txt": "cudaHostRegister is named only in the maintainer's sentence after the fenced message; pinning evidence is read in the program's lines (the record and the lines before it), so the pool stays VRAM",
     "killed_kohya_title_body_died_with_signals_sigkill_9_wsl.txt": "'died with <Signals.SIGKILL: 9>' holds no needle, and a SIGKILL alone does not say memory",
-    "killed_k8s_get_pods_status_oomkilled_restarts_last_state_reason.txt": "convention clash: the user's 'Seeing OOMKilled' is read as the kill, as earlier rounds' labels count a user's 'OOM killed', and kubectl's STATUS row and describe's Reason fold into it as repeats (count 3); the label has one kill on the STATUS row",
+    "killed_k8s_get_pods_status_oomkilled_restarts_last_state_reason.txt": "kubectl's STATUS row and describe's Reason fold into one kill seen twice (count 2); the label counts the kill once, on the STATUS row",
     "negative_feature_request_example_last_state_oomkilled_alert_spec.txt": "a feature request's example of kubectl's 'Reason: OOMKilled' block is Kubernetes' own text; nothing on its lines says it is an example",
     "gpu_tinygrad_cuda_error_2_out_of_memory_exo_shard_cumemalloc.txt": "convention clash: the user's backticked `CUDA Error 2, out of memory` is read as a failure of its own, as earlier rounds' labels count a quoted message; round 14 labels it prose (tinygrad's own line is read)",
     "killed_bun_build_sigkill_forced_quit_buildkit_resourceexhausted_m1_docker.txt": "bun's 'terminated by signal SIGKILL (Forced quit)' holds no needle and a SIGKILL alone does not say memory; BuildKit's 'ResourceExhausted: ... cannot allocate memory' after it is read by no rule",
     "wan2gp_own_error_likely_unsufficient_vram_2060_12gb.txt": "Wan2GP's own wording ('it is likely that you have unsufficient VRAM') holds no needle, and the label's backend comes from the user's prose ('Nvidia RTX 2060')",
     "localized_zh_ncnn_title_gdb_program_terminated_sigkill_hi3559.txt": "gdb's 'Program terminated with signal SIGKILL, Killed' is not a shell's bare 'Killed' line, and a SIGKILL alone does not say memory",
     "localized_zh_captcha_trainer_tf_bfc_warnings_then_cuda_error_out_of_memory.txt": "the paste dropped TensorFlow's timestamps and left every line indented, so the lines join one record and its two identical failures are read once (count 1)",
-    "killed_k8s_get_pods_dn0_oomkilled_flyte_ui_last_error_user.txt": "convention clash: the user's 'When a pod is OOMKilled ...' is read as the kill, as earlier rounds' labels count a user's 'OOM killed', and the get-pods row folds into it (count 2); the label has one kill on kubectl's row",
     "killed_docker_build_step_pip3_non_zero_code_137_inline_code_no_killed_line.txt": "docker's 'returned a non-zero code: 137' holds no needle, and a SIGKILL's exit status alone does not say memory",
     "neg_zh_toast_error_report_cliptextencode_memoryerror_vbar_allocation_failed_laptop.txt": "ComfyUI's dynamic-VRAM 'MemoryError: VBAR allocation failed' is a MemoryError the program raised and is read as one; the label calls the failed address-space reservation no out-of-memory",
     "ggml_rocm0_cudamalloc_failed_out_of_memory_apertus_70b_fit.txt": "ggml's exact 'buffer of size 14822711296' and the 'ROCm0' that names the backend are on the next record: the request is read from the MiB figure (as the earlier ggml labels have it) and the backend as CUDA",

@@ -1204,6 +1204,25 @@ _KILLED, _GPU, _RAM, _MPS = Pool.KILLED_BY_OS, Pool.GPU, Pool.RAM, Pool.UNIFIED_
 _CPU, _UNKNOWN = Backend.CPU, Backend.UNKNOWN
 
 
+#: what before 'OOMKilled' on its line says a program printed it: a field's colon or equals
+#: sign ('Reason: OOMKilled', 'reason=OOMKilled'), a quote ('"OOMKilled": true'), or a table's
+#: column gap (kubectl's STATUS column)
+_RX_OOM_KILLED_FIELD = re.compile(r"(?:[:=\"'`]|\s{2}|\t|^)\s*$")
+
+
+def _oom_killed_said(body: str, report: _Report | None) -> _Detected | None:
+    """'OOMKilled' as a program printed it (Kubernetes' reason, a table's column, a field), not a
+    user's sentence ('Seeing OOMKilled', 'the container gets OOM-killed', a title's
+    '(OOMKilled)'): rounds 8-17 of the corpus label those the user's words."""
+    if "OOM" not in body:
+        return None
+    for m in _RX_OOM_KILLED.finditer(body):
+        line_start = body.rfind("\n", 0, m.start()) + 1
+        if _RX_OOM_KILLED_FIELD.search(body[line_start : m.start()]):
+            return "oom-killed-said", _KILLED, _CPU, m.start(), False
+    return None
+
+
 def _kernel_kill(body: str, report: _Report | None) -> _Detected | None:
     if "Kill" in body or "oom-kill" in body:
         at = _kernel_evidence(body)
@@ -1642,7 +1661,7 @@ _CHECKS: tuple[_Check, ...] = (
     _oom_exception,
     _oom_type_named,
     # Kubernetes' OOMKilled, a user's 'OOM killed by Ubuntu'
-    _rule("oom-killed-said", _KILLED, _CPU, (_RX_OOM_KILLED, ("OOM",))),
+    _oom_killed_said,
     # the user's words: 'oom-killer kills the comfyui process'
     _rule(
         "oom-killer-said",
