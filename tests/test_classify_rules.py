@@ -1274,6 +1274,8 @@ def test_oomkilled_as_a_program_printed_it_is_a_kill(text: str) -> None:
         "Seeing OOMKilled on my pods",
         "When a pod is OOMKilled all I see in the UI is:",
         "the container gets OOM-killed",
+        "Signal 9 (SIGKILL) (OOMKilled) during Training",
+        "{'OOMKilled': False}",
     ],
 )
 def test_a_users_oom_killed_in_a_sentence_is_no_failure(text: str) -> None:
@@ -1798,6 +1800,9 @@ def test_a_users_lower_case_words_and_ipythons_header_are_no_failure(text: str) 
         "The last days Forge on Runpod always OutOfMemoryError:",
         "torch.cuda.OutOfMemoryError happened in the mirror of opensora 1.1",
         "the new version crashes during the Load FramePackModel step。torch.OutOfMemoryError",
+        'it says "CUDA out of memory."',  # (the full stop inside the user's quotes)
+        "[Bug]: CUDA out of memory",
+        "**CUDA out of memory**",
     ],
 )
 def test_the_errors_name_in_the_users_words_is_no_failure(text: str) -> None:
@@ -1829,6 +1834,13 @@ def test_the_errors_name_in_the_users_words_is_no_failure(text: str) -> None:
             "oom-type-named",
         ),  # A1111's errors.display
         ("# torch.OutOfMemoryError", "oom-type-named"),
+        # the words ending a logged line, after its lead: a timestamp, a level, a rank, a field
+        ("2024-01-01 12:00:00 [ERROR] CUDA out of memory", "cuda-oom"),
+        ("2024-01-01 12:00:00.123 | ERROR    | app:run:42 - CUDA out of memory", "cuda-oom"),
+        ("E0102 10:00:00.123 1234 foo.cc:12] CUDA out of memory", "cuda-oom"),
+        ("[rank0]: CUDA out of memory", "cuda-oom"),
+        ("Error:CUDA out of memory", "cuda-oom"),
+        ("- **Exception Message:** CUDA out of memory", "cuda-oom"),
     ],
 )
 def test_the_errors_printed_words_are_still_read_in_a_title_or_sentence(

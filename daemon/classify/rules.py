@@ -1161,8 +1161,8 @@ def _find_first(
 
 #: 'OOMKilled' (Kubernetes' reason for a container the kernel's OOM killer ended), 'OOM killed'
 _RX_OOM_KILLED = re.compile(
-    r"\bOOM[- ]?[Kk]illed\b(?![\"']?\s*[:=]\s*false)"
-)  # (not docker's '"OOMKilled": false')
+    r"\bOOM[- ]?[Kk]illed\b(?![\"']?\s*[:=]\s*(?i:false))"
+)  # (not docker's '"OOMKilled": false', nor Python's "'OOMKilled': False")
 #: the kernel's killer named as the one that killed: 'oom-killer kills the comfyui process'
 _RX_OOM_KILLER_SAID = re.compile(r"(?i)\boom[- ]killer (?:kills|killed|has killed)\b")
 #: what ``_detect`` answers: (rule, pool, backend, match position, recovered)
@@ -1204,22 +1204,22 @@ _KILLED, _GPU, _RAM, _MPS = Pool.KILLED_BY_OS, Pool.GPU, Pool.RAM, Pool.UNIFIED_
 _CPU, _UNKNOWN = Backend.CPU, Backend.UNKNOWN
 
 
-#: what before 'OOMKilled' on its line says a program printed it: a field's colon or equals
-#: sign ('Reason: OOMKilled', 'reason=OOMKilled'), a quote ('"OOMKilled": true'), or a table's
-#: column gap (kubectl's STATUS column)
-_RX_OOM_KILLED_FIELD = re.compile(r"(?:[:=\"'`]|\s{2}|\t|^)\s*$")
-
-
 def _oom_killed_said(body: str, report: _Report | None) -> _Detected | None:
-    """'OOMKilled' as a program printed it (Kubernetes' reason, a table's column, a field), not a
+    """'OOMKilled' as a program printed it: Kubernetes' reason after a field's colon or equals
+    sign ('Reason: OOMKilled', 'reason=OOMKilled'), in a quote ('"OOMKilled": true'), in a
+    table's column (kubectl's STATUS, two spaces or a tab before it) or first on its line. A
     user's sentence ('Seeing OOMKilled', 'the container gets OOM-killed', a title's
-    '(OOMKilled)'): rounds 8-17 of the corpus label those the user's words."""
+    '(OOMKilled)') is the user's words, as rounds 8-17 of the corpus label it."""
     if "OOM" not in body:
         return None
     for m in _RX_OOM_KILLED.finditer(body):
-        line_start = body.rfind("\n", 0, m.start()) + 1
-        if _RX_OOM_KILLED_FIELD.search(body[line_start : m.start()]):
-            return "oom-killed-said", _KILLED, _CPU, m.start(), False
+        at = m.start()
+        lead = body[max(0, at - 2) : at]
+        if at == 0 or lead[-1:] in ("\n", "\t", '"', "'", "`") or lead == "  ":
+            return "oom-killed-said", _KILLED, _CPU, at, False
+        gap = body[max(0, at - 8) : at].rstrip(" ")
+        if gap[-1:] in (":", "=") or gap[-1:] == "\n":
+            return "oom-killed-said", _KILLED, _CPU, at, False
     return None
 
 
@@ -1242,34 +1242,57 @@ def _torch_device(body: str, report: _Report | None) -> _Detected | None:
     return f"{dev.lower()}-oom", _GPU, backend, m.start(group), False
 
 
-#: what before the words on their line says a program printed them: an exception type, a
-#: logger's 'error:' (or a retyped 'Error - '), ComfyUI's exception banner
-_RX_PRINTED_BEFORE = re.compile(r"(?i:error)(?::| -) |!!! Exception")
-#: what after them says so: the message's own full stop, its figures, its hint's sentence
-_RX_PRINTED_AFTER = re.compile(r"\.|,? ?(?:Tried to allocate|See documentation for Memory)\b")
-#: what may stand before the words when they are alone on their line, a logged message
-_ALONE_AFTER = ("", "[ERROR]", "ERROR")
+#: what right before the words says a program printed them: an exception type, a logger's
+#: 'error:' (or a retyped 'Error - '), ComfyUI's exception banner
+_RX_PRINTED_BEFORE = re.compile(r"(?i:error)(?::| -) ?|!!! Exception")
+#: what after them says so: the message's own full stop (not one inside the user's quotes), its
+#: figures, its hint's sentence
+_RX_PRINTED_AFTER = re.compile(
+    r"\.(?![\"'`\u201d])|,? ?(?:Tried to allocate|See documentation for Memory)\b"
+)
+#: the words end their line (trailing blanks at most)
+_RX_ENDS_LINE = re.compile(r"[ \t\r]*(?:\n|$)")
+#: a title's tag before them ('[Bug]: ', '[Feature Request] '): an issue's, not a logger's
+_RX_TITLE_TAG = re.compile(r"\[(?i:bug|feature[\w ]*|question|issue|help)\]:?$")
+#: how far back on their line the words' lead is read (a type, a banner, a log prefix)
+_LEAD_CHARS = 160
 
 
 def _named_only(body: str, m: re.Match[str], dev: int) -> bool:
     """True when the device OOM ``m`` (its device word in group ``dev``) is the error's name in
     the user's words, not a message a program printed.
 
-    Printed: its exception type, a logger's 'error:' or ComfyUI's banner before it on its line,
-    or its full stop or figures after it, or the words alone on their line. Anything else is
-    a title or a sentence naming the error: 'CUDA out of memory error with 3.1.1', 'it says
-    "CUDA out of memory"', '一直显示CUDA out of memory，', a Markdown heading. Rounds 8-17 of the
-    corpus label those the user's words (rounds 3-7 were relabelled to the same reading), and a
-    sentence summarising a failure is not a second failure.
+    Printed: its exception type, a logger's 'error:' or ComfyUI's banner right before it, its
+    full stop or figures after it, or the words ending a line that holds nothing before them
+    but a log line's lead (a timestamp, a level, '[rank0]: ', an Error Report's field: whatever
+    ends in ':', ']', '|', '>' or '-'). Anything else is a title or a sentence naming the
+    error: 'CUDA out of memory error with 3.1.1', 'it says "CUDA out of memory"',
+    '一直显示CUDA out of memory，', a Markdown heading. Rounds 8-17 of the corpus label those the
+    user's words (rounds 3-7 were relabelled to the same reading): a sentence summarising a
+    failure is not a second failure.
+
+    Only ``_LEAD_CHARS`` before the words are read, so a long line with many mentions costs
+    linear time.
     """
     start = m.start(dev)
-    line_start = body.rfind("\n", 0, start) + 1
     after = start + len(m.group(dev)) + len(" out of memory")
-    if _RX_PRINTED_AFTER.match(body, after) or _RX_PRINTED_BEFORE.search(body, line_start, start):
+    if _RX_PRINTED_AFTER.match(body, after):
         return False
-    line_end = body.find("\n", after)
-    tail = body[after : len(body) if line_end < 0 else line_end]
-    return bool(tail.strip()) or body[line_start:start].strip() not in _ALONE_AFTER
+    low = max(0, start - _LEAD_CHARS)
+    nl = body.rfind("\n", low, start)
+    before = body[nl + 1 if nl >= 0 else low : start]
+    if _RX_PRINTED_BEFORE.search(before):
+        return False
+    if not _RX_ENDS_LINE.match(body, after):
+        return True  # the sentence goes on after the words
+    if nl < 0 and low > 0:
+        return True  # more than a log line's lead before them
+    lead = before.rstrip().rstrip("*`").rstrip()
+    if not lead:
+        return before.strip() != ""  # (a line in bold: the user's emphasis)
+    if lead.startswith("#") or _RX_TITLE_TAG.search(lead):
+        return True  # a Markdown heading, an issue's tag
+    return lead[-1] not in ":]|>-"
 
 
 def _printed_device_oom(body: str) -> tuple[re.Match[str], int] | None:
@@ -1279,7 +1302,7 @@ def _printed_device_oom(body: str) -> tuple[re.Match[str], int] | None:
         return None
     for rx in (_RX_TORCH_DEVICE, _RX_TORCH_DEVICE_LINE):
         for m in rx.finditer(body):
-            dev = next(g for g in range(1, (rx.groups or 1) + 1) if m.group(g))
+            dev = next(g for g in range(1, rx.groups + 1) if m.group(g))
             if not _named_only(body, m, dev):
                 return m, dev
     return None
@@ -1660,7 +1683,7 @@ _CHECKS: tuple[_Check, ...] = (
     _numpy_untyped,
     _oom_exception,
     _oom_type_named,
-    # Kubernetes' OOMKilled, a user's 'OOM killed by Ubuntu'
+    # Kubernetes' OOMKilled (not a user's 'OOM killed by Ubuntu': _oom_killed_said)
     _oom_killed_said,
     # the user's words: 'oom-killer kills the comfyui process'
     _rule(
