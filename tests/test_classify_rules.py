@@ -1803,6 +1803,10 @@ def test_a_users_lower_case_words_and_ipythons_header_are_no_failure(text: str) 
         'it says "CUDA out of memory."',  # (the full stop inside the user's quotes)
         "[Bug]: CUDA out of memory",
         "**CUDA out of memory**",
+        # a sentence longer than the lead read back, ending in the type
+        "after the update every workflow I run with the big checkpoint fails the same way "
+        "and I have tried lowering the resolution, the batch size and the steps, and still "
+        "torch.OutOfMemoryError",
     ],
 )
 def test_the_errors_name_in_the_users_words_is_no_failure(text: str) -> None:
@@ -1834,6 +1838,11 @@ def test_the_errors_name_in_the_users_words_is_no_failure(text: str) -> None:
             "oom-type-named",
         ),  # A1111's errors.display
         ("# torch.OutOfMemoryError", "oom-type-named"),
+        # a task's colon after a lead longer than the span read back
+        (
+            "generating image " + "for a very long prompt " * 9 + "on xyz plot: OutOfMemoryError",
+            "oom-type-named",
+        ),
         # the words ending a logged line, after its lead: a timestamp, a level, a rank, a field
         ("2024-01-01 12:00:00 [ERROR] CUDA out of memory", "cuda-oom"),
         ("2024-01-01 12:00:00.123 | ERROR    | app:run:42 - CUDA out of memory", "cuda-oom"),

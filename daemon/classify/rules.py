@@ -1512,6 +1512,8 @@ def _oom_type_named(body: str, report: _Report | None) -> _Detected | None:
 #: colon (A1111's ``errors.display``: 'generating image for xyz plot: OutOfMemoryError'), a
 #: toast's parts joined by a bar ('Allocation on device | torch.OutOfMemoryError')
 _RX_TYPE_PRINTED_BEFORE = re.compile(r"(?:^(?:#+ )?|: | \| )$")
+#: a type ends its line: a colon after it at most, and blanks
+_RX_TYPE_ENDS_LINE = re.compile(r"[^\S\n]*:?[^\S\n]*(?:\n|$)")
 
 
 def _type_printed(body: str, m: re.Match[str]) -> bool:
@@ -1519,13 +1521,19 @@ def _type_printed(body: str, m: re.Match[str]) -> bool:
     (a colon after it at most) after nothing, a task's colon or a bar. In a sentence or a title
     that goes on ('torch.OutOfMemoryError in KSampler Node During Sampling', 'always
     OutOfMemoryError:', '... step。torch.OutOfMemoryError') it names the failure the way rounds
-    8-17 of the corpus label the user's words (rounds 3-7 relabelled to the same reading)."""
-    line_end = body.find("\n", m.end())
-    tail = body[m.end() : len(body) if line_end < 0 else line_end].strip()
-    if tail not in ("", ":"):
+    8-17 of the corpus label the user's words (rounds 3-7 relabelled to the same reading).
+
+    Both sides are read in bounded spans (``_LEAD_CHARS`` back, an anchored match forward), so
+    a long line with many mentions costs linear time."""
+    if not _RX_TYPE_ENDS_LINE.match(body, m.end()):
         return False
-    line_start = body.rfind("\n", 0, m.start()) + 1
-    return _RX_TYPE_PRINTED_BEFORE.search(body[line_start : m.start()]) is not None
+    start = m.start()
+    low = max(0, start - _LEAD_CHARS)
+    nl = body.rfind("\n", low, start)
+    if nl < 0 and low > 0:
+        # more than a lead before it: only a task's colon or a bar can still say printed
+        return body.endswith((": ", " | "), low, start)
+    return _RX_TYPE_PRINTED_BEFORE.search(body[nl + 1 if nl >= 0 else 0 : start]) is not None
 
 
 def _exception_oom_words(body: str, report: _Report | None) -> _Detected | None:
