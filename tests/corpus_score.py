@@ -245,8 +245,7 @@ KNOWN_MISSES = {
     "kernel_old_format_kern_log_two_kills_ytmdl_sacrifice_child_reaper.txt": "the second kill shows only the old kernel's choice ('Kill process N ... or sacrifice child'), which names no victim (a child may die instead); the label takes the chosen pid as killed",
     "killed_glued_to_listing_packages_bar_then_python3_invoked_oom_killer_t3_medium.txt": "the shell's 'Killed' glued to pip's progress bar is not read; the kernel's lines after it are, so the event is placed on them",
     "killed_by_os_ios_jetsam_terminated_exceeding_memory_limits_cr4shed.txt": "iOS's jetsam reason in a crash reporter's wording is read by no rule (iOS is no platform ComfyUI runs on)",
-    "killed_nohang_soft_action_run_command_kill_term_tail_memavailable_0.txt": "nohang's reports are read by no rule yet (a killer the classifier does not know)",
-    "killed_nohang_desktop_send_sigkill_to_victim_python3_6_journal.txt": "nohang's reports are read by no rule yet (a killer the classifier does not know)",
+    "killed_nohang_soft_action_run_command_kill_term_tail_memavailable_0.txt": "nohang's soft action runs the user's own command ('Execute the command(1) in Thread-1: kill -TERM 12297'); only its 'Send SIGTERM/SIGKILL to the victim' is read as a kill, and the victim's name stands in an earlier record",
     "localized_translated_kernel_lines_process_stopped_liquid_uid_python_docker.txt": "the kernel's lines machine-translated ('Process stopped', 'liquid' for uid) no longer hold the kernel's words",
     "killed_torch_spawn_exception_process_1_terminated_with_signal_sigkill_higherhrnet.txt": "a process killed by SIGKILL with no memory words (torch's spawn or exec reporting a signal) is not read as an out-of-memory kill: a SIGKILL may come from a timeout or a user",
     "killed_title_process_exited_exception_process_0_sigkill_acumen_reply_gpu.txt": "a process killed by SIGKILL with no memory words (torch's spawn or exec reporting a signal) is not read as an out-of-memory kill: a SIGKILL may come from a timeout or a user",
@@ -254,9 +253,11 @@ KNOWN_MISSES = {
     "cuda_if_trellis_error_in_image_to_3d_allocation_on_device_4096_input.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
     "cuda_pulid_flux_p40_process_named_144mib_request_fenced.txt": "the label folds a title and a body (or two copies) into one event with a count; their messages differ after the first words, and the classifier folds only identical ones",
     "tensorrt_upscaler_builder_resizephysical_outofmemory_storm_then_internal_error.txt": "the storm's four lines differ (one cut, one with a progress bar glued on), so they are not all folded into one event with a count",
-    "node_hint_mmengine_warning_copy_inputs_loss_mask_by_feat_to_cpu_convert_outputs_to_gpu.txt": "mmdetection's 'Attempting to copy inputs ... to CPU due to CUDA OOM' holds no needle (its 'OOM' is there, but the warning is read by no rule: a recovery of its own that no log of ComfyUI's prints)",
     "cuda_fairseq_three_skipping_batch_warnings_different_facts_third_cached_exceeds.txt": "fairseq's three skipping-batch warnings: the classifier folds them or places them otherwise than the label's three events with their own figures",
     "node_hint_lighteval_title_no_executable_batch_size_rich_box_traceback_wrapped.txt": "accelerate's 'No executable batch size found, reached zero.' holds no memory words and is read by no rule",
+    "killed_by_os_ios_xcode_app_diffusion_killed_using_too_much_memory_coreml.txt": "Xcode's report of iOS's jetsam kill ('has been killed by the operating system because it is using too much memory') is read by no rule (iOS is no platform ComfyUI runs on)",
+    "lost_shape_deepspeed_sigkill_handler_return_code_minus_9_hard_wrapped_anomalygpt.txt": "DeepSpeed's launcher line '... exits with return code = -9' holds no needle, and a SIGKILL alone does not say memory",
+    "node_hint_chatlm_title_no_executable_batch_size_found_reached_zero_4g_chinese.txt": "accelerate's 'No executable batch size found, reached zero' holds no memory words and is read by no rule",
     "pinned_host_amdgpu_jl_hiperror_out_of_memory_hostbuffer_radeon_500.txt": "Julia prints the stacktrace after the error, and its HostBuffer frame (host memory being pinned) is in the records after the event: the fold looks for pinning only before and in the event's record",
 }
 

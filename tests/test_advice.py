@@ -256,6 +256,10 @@ def test_os_kills_name_the_killer_and_the_cgroup_limit() -> None:
     assert advice[0].key == "raise-memory-limit" and "3.00 GiB" in advice[0].text
     early = replace(cgroup, killer="earlyoom", extra=(("vm_rss_bytes", 29 * GiB),))
     assert _keys(advise(early))[:2] == ["earlyoom", "close-other-apps"]
+    nohang = replace(cgroup, killer="nohang", extra=())
+    nohang_advice = advise(nohang)
+    assert _keys(nohang_advice)[:2] == ["nohang", "close-other-apps"]
+    assert "nohang.conf" in nohang_advice[0].text
     bare = OomEvent(pool=Pool.KILLED_BY_OS, backend=Backend.CPU, recovered=False, message="Killed")
     assert _keys(advise(bare))[:2] == ["close-other-apps", "add-swap"]
 

@@ -2642,3 +2642,39 @@ def test_round_17_tune_shapes() -> None:
         "如下 Out of memory: Kill process 5372 (mongod) score 130 or sacrifice child Killed process 5372 (mongod), UID 0, total-vm:2539052kB, anon-rss:2117096kB, file-rss:0kB"
     )
     assert (flat.killed_pid, flat.killer) == (5372, "kernel")
+
+
+def test_round_17_held_shapes_once_spent() -> None:
+    """Round 17's held part, spent: nohang's kill of its victim, detectron2's and mmdetection's
+    retry of a call on the CPU after CUDA's OOM (recovered, the library from its logger), and
+    the tiled-VAE retry warning cited in a sentence about the code. Each with its near-miss."""
+    nohang = _event(
+        "May 26 23:02:22 vm nohang[530]:   Send SIGTERM to the victim; total response time: 13246 ms"
+    )
+    assert (nohang.pool, nohang.killer) == (Pool.KILLED_BY_OS, "nohang")
+    assert not list(iter_findings(["The victim doesn't respond on corrective action in 0.027 sec"]))
+    d2 = _event(
+        "[04/19 09:58:05 d2.utils.memory]: Attempting to copy inputs of <function paste_masks_in_image at 0x7fcfef44fef0> to CPU due to CUDA OOM"
+    )
+    assert (d2.pool, d2.backend, d2.recovered) == (Pool.GPU, Backend.CUDA, True)
+    assert dict(d2.extra).get("node_pack") == "detectron2"
+    mm = _event(
+        "06/15 16:52:23 - mmengine - WARNING - Attempting to copy inputs of <function Head.loss at 0x7f4e> to CPU due to CUDA OOM"
+    )
+    assert dict(mm.extra).get("node_pack") == "mmdetection"
+    bare = _event("Attempting to copy inputs of <function pairwise_iou at > to CPU due to CUDA OOM")
+    assert "node_pack" not in dict(bare.extra)
+    assert not list(iter_findings(["Convert outputs to GPU (device=cuda:0)"]))
+    cited = (
+        'so the "Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding" '
+        "path in comfy/sd.py re-runs the identical decode"
+    )
+    assert not list(iter_findings([cited]))
+    seen = 'it will show "Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding."'
+    assert _event(seen).recovered
+    # a cited copy first does not hide a printed one later in the record
+    both = (
+        cited
+        + "\nWarning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding."
+    )
+    assert [f.line_no for f in iter_findings(both.split("\n"))] == [2]

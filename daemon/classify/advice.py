@@ -641,6 +641,13 @@ def _killed(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
                 f"earlyoom ended ComfyUI at its threshold{held}; it did its job. Free RAM, or loosen earlyoom's -m/-s limits if they are stricter than you want.",
             )
         )
+    elif event.killer == "nohang":
+        out.append(
+            Advice(
+                "nohang",
+                f"nohang ended ComfyUI at its memory threshold{held}; it did its job. Free RAM, or loosen the thresholds in nohang.conf (soft_threshold_min_mem, hard_threshold_min_mem) if they are stricter than you want.",
+            )
+        )
     elif event.killer == "systemd-oomd":
         out.append(
             Advice(

@@ -23,7 +23,9 @@ class Pool(StrEnum):
     RAM = "ram"  # host RAM (DefaultCPUAllocator, MemoryError, numpy)
     SWAP_PAGEFILE = "swap-pagefile"  # Windows commit limit / paging file, os error 1455
     UNIFIED_MPS = "unified-mps"  # Apple unified memory through the MPS backend
-    KILLED_BY_OS = "killed-by-os"  # the kernel OOM killer, systemd-oomd or earlyoom killed ComfyUI
+    KILLED_BY_OS = (
+        "killed-by-os"  # the kernel OOM killer, systemd-oomd, earlyoom or nohang killed ComfyUI
+    )
 
 
 class Backend(StrEnum):
@@ -77,7 +79,7 @@ class OomEvent:
     mps_allocated_bytes: int | None = None
     mps_other_bytes: int | None = None
     mps_max_allowed_bytes: int | None = None
-    #: for killed-by-os: who killed it ("kernel", "systemd-oomd", "earlyoom") and the victim
+    #: for killed-by-os: who killed it ("kernel", "systemd-oomd", "earlyoom", "nohang") and the victim
     killer: str | None = None
     killed_pid: int | None = None
     #: short machine name of the rule that matched, for tests and debugging

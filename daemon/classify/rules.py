@@ -58,6 +58,7 @@ NEEDLES: tuple[str, ...] = (
     "bad_alloc",  # C++'s failed allocation: std::bad_alloc
     "of GPU resources",  # OpenVINO's GPU plugin: '[GPU] out of GPU resources'
     "mem_buffer != NULL",  # ggml's context allocation: 'GGML_ASSERT(ctx->mem_buffer != NULL) failed'
+    "to the victim",  # nohang: 'Send SIGTERM to the victim; total response time: 13246 ms'
 )
 
 _K = KIB
@@ -103,6 +104,7 @@ def has_needle(text: str) -> bool:
         or "bad_alloc" in text
         or "of GPU resources" in text
         or "mem_buffer != NULL" in text
+        or "to the victim" in text
     )
 
 
@@ -115,6 +117,9 @@ _RX_EARLYOOM = re.compile(
     r'sending (SIGTERM|SIGKILL) to process (\d+) (?:uid (\d+) )?"([^"\n]*)":'
     r"(?: (?:oom_score|badness) (-?\d+),)? VmRSS (\d+) MiB"
 )
+#: nohang (an earlyoom-like killer) acting on its victim: 'Implement a corrective action:' then
+#: 'Send SIGTERM to the victim; total response time: 13246 ms' (its journal's wording, 0.1-0.2)
+_RX_NOHANG = re.compile(r"\bSend (SIGTERM|SIGKILL) to the victim\b")
 _RX_OOMD = re.compile(
     r"\bKilled (/\S+) due to (?:memory|swap)"
     # (its own journal line, whatever follows the unit: a paste cut after it)
@@ -595,6 +600,19 @@ def _raising_pack(lines: list[str]) -> str | None:
 #: Intel's IPEX refusing one allocation over 4 GB (not an OOM, though torch's figures follow)
 _RX_XPU_4GB = re.compile(r"can NOT allocate memory block with size larger than 4GB")
 
+#: detectron2's and mmdetection's ``retry_if_cuda_oom`` moving a call to the CPU after torch's
+#: OOM: 'Attempting to copy inputs of <function paste_masks_in_image at 0x7f..> to CPU due to
+#: CUDA OOM' (a recovery: the call is retried there)
+_RX_COPY_INPUTS_TO_CPU = re.compile(
+    r"Attempting to copy inputs (?:of [^\n]{0,400}? )?to CPU due to CUDA OOM"
+)
+#: the logger that printed it names the library: detectron2's 'd2.utils.memory', mmdet's
+#: 'mmengine' (its AvoidOOM helper logs through MMEngine's logger)
+_RX_COPY_INPUTS_PACK = (
+    (re.compile(r"\bd2\.utils\.memory\b"), "detectron2"),
+    (re.compile(r"\bmm(?:engine|det)\b"), "mmdetection"),
+)
+
 _RX_SOFT: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "soft-vae-tiled",
@@ -985,6 +1003,11 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         extra.insert(0, ("node_pack", _NODE_PACK_RULES[rule]))
     elif rule == "exception-oom-words" and (pack := _raising_pack(lines)) is not None:
         extra.insert(0, ("node_pack", pack))
+    elif rule == "soft-copy-inputs-to-cpu":
+        for rx, library in _RX_COPY_INPUTS_PACK:
+            if rx.search(body):
+                extra.insert(0, ("node_pack", library))
+                break
     event = OomEvent(
         pool=pool,
         backend=backend,
@@ -1545,13 +1568,31 @@ def _exception_oom_words(body: str, report: _Report | None) -> _Detected | None:
     return "exception-oom-words", pool, backend, m.start(), False
 
 
+#: a quoted warning's closing quote, then the sentence going on with a word: the warning's
+#: words used as a noun ('the "Ran out of memory ... decoding" path in comfy/sd.py')
+_RX_CITED_AFTER = re.compile(r"[.!]?[\"'`\u201d] [a-z]")
+_OPENING_QUOTES = "\"'`\u201c"
+
+
+def _cited(body: str, m: re.Match[str]) -> bool:
+    """The warning ``m`` is named inside the user's sentence, not reported as printed: in
+    quotes that the sentence goes on after ('the "..." path'). A quoted warning the user says
+    they saw ('it will show "Ran out of memory ..."', a line's end after it) stays printed."""
+    start = m.start()
+    return (
+        start > 0
+        and body[start - 1] in _OPENING_QUOTES
+        and _RX_CITED_AFTER.match(body, m.end()) is not None
+    )
+
+
 def _soft_oom(body: str, report: _Report | None) -> _Detected | None:
     """ComfyUI's and its packs' recovered OOMs (tiled-VAE retry, split attention, ...)."""
     if "out of memory" in body or "OOMed" in body:
         for name, rx in _RX_SOFT:
-            m = rx.search(body)
-            if m:
-                return name, _GPU, _UNKNOWN, m.start(), True
+            for m in rx.finditer(body):
+                if not _cited(body, m):
+                    return name, _GPU, _UNKNOWN, m.start(), True
     return None
 
 
@@ -1562,6 +1603,7 @@ def _soft_oom(body: str, report: _Report | None) -> _Detected | None:
 _CHECKS: tuple[_Check, ...] = (
     _kernel_kill,
     _rule("earlyoom-kill", _KILLED, _CPU, (_RX_EARLYOOM, ("sending SIG",))),
+    _rule("nohang-kill", _KILLED, _CPU, (_RX_NOHANG, ("to the victim",))),
     _rule(
         "systemd-oomd-kill",
         _KILLED,
@@ -1759,6 +1801,13 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_BARE_KILLED, ("Killed",)),
         (_RX_ZSH_KILLED, ("killed  ",)),
         (_RX_ZH_KILLED, ("已杀死",)),
+    ),
+    _rule(
+        "soft-copy-inputs-to-cpu",
+        _GPU,
+        Backend.CUDA,
+        (_RX_COPY_INPUTS_TO_CPU, ("to CPU due to CUDA OOM",)),
+        recovered=True,
     ),
     _soft_oom,
 )
@@ -2089,6 +2138,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             extra.append(("process_name", m.group(4)))
             extra.append(("vm_rss_bytes", int(m.group(6)) * _K**2))
         fields["killer"] = "earlyoom"
+    elif rule == "nohang-kill":
+        fields["killer"] = "nohang"
     elif rule == "systemd-oomd-kill":
         m = _RX_OOMD.search(body)
         if m:
