@@ -34,6 +34,7 @@ from oom_sentinel.daemon.kernel.oom import (
     parse_journal_json,
     parse_kmsg,
     parse_memory_events,
+    parse_nohang_line,
     parse_oom_control,
     parse_oomd_line,
     parse_proc_cgroup,
@@ -279,6 +280,34 @@ def test_earlyoom_self_test_and_reports_are_not_kills() -> None:
     assert (
         parse_earlyoom_line("mem avail: 20000 of 31000 MiB (64.00%), swap free: 0 of 0 MiB") is None
     )
+
+
+def test_nohang_victim_block_lines() -> None:
+    """nohang 0.2's and 0.1's wordings (its source, src/nohang; the corpus's journals)."""
+    new = parse_nohang_line(
+        "  PID:       12297, name: python3, state: S, EUID: 1000, SID: 57 (bash)"
+    )
+    assert new is not None and (new.kind, new.pid, new.name) == ("victim", 12297, "python3")
+    old = parse_nohang_line("  PID: 12297, Name: tail, badness: 727")
+    assert old is not None and (old.kind, old.pid, old.name) == ("victim", 12297, "tail")
+    rss = parse_nohang_line("  Vm, MiB:   Size: 9349, RSS: 8939, Swap: 384")
+    assert rss is not None and rss.rss_bytes == 8939 * MiB
+    rss_old = parse_nohang_line(
+        "  VmRSS:     8939 MiB  (Anon: 8934 MiB, File: 6 MiB, Shmem: 0 MiB)"
+    )
+    assert rss_old is not None and rss_old.rss_bytes == 8939 * MiB
+    for action in (
+        "  Sending SIGTERM to the victim",
+        "  Send SIGKILL to the victim; total response time: 609 ms",
+    ):
+        n = parse_nohang_line(action)
+        assert n is not None and n.kind == "action" and n.signal in ("SIGTERM", "SIGKILL")
+    for other in (
+        "The victim doesn't respond on corrective action in 10.034 sec",
+        "  Run the command: kill -TERM 12297",
+        "MemAvailable: 113.6 MiB, SwapFree: 182.7 MiB",
+    ):
+        assert parse_nohang_line(other) is None
 
 
 # -- counters and cgroup files ----------------------------------------------------------------------
@@ -572,6 +601,7 @@ def test_journal_lines_are_read_through_journalctl(
     argv = (tmp_path / "argv.txt").read_text().splitlines()
     assert argv[argv.index("--since") + 1] == "@1000" and argv[argv.index("--until") + 1] == "@2001"
     assert "-o" in argv and "json" in argv and "SYSLOG_IDENTIFIER=earlyoom" in argv
+    assert "SYSLOG_IDENTIFIER=nohang" in argv and "SYSLOG_IDENTIFIER=nohang-desktop" in argv
 
 
 def test_journal_this_user_may_not_read_is_unreadable(
@@ -787,6 +817,42 @@ def test_earlyoom_naming_the_pid() -> None:
     ev = assess_kill(death, readings(), readings(), [log("journal", line)])
     assert (ev.killer, ev.confidence) == ("earlyoom", "certain")
     assert ev.victim_rss_bytes == 20000 * MiB and ev.lines == (line,)
+
+
+def _nohang_block(pid: int) -> tuple[str, ...]:
+    return (
+        "Victim status (found in 3ms):",
+        f"  PID:       {pid}, name: python, state: R, EUID: 1000, SID: 57 (bash), lifetime: 1h",
+        "  badness:   900, oom_score:  900, oom_score_adj:  0",
+        "  Vm, MiB:   Size: 21000, RSS: 20000, Swap: 0",
+        "Implementing a corrective action:",
+        "  Sending SIGTERM to the victim",
+        "OK; total response time: 12ms",
+    )
+
+
+def test_nohang_naming_the_pid() -> None:
+    """nohang names its victim in a block, then acts: the kill is ours when the block names
+    our pid; a block about another process, then ours dying, is no nohang kill of ours."""
+    death = ProcessDeath(PID, 1006.0, signal=15)
+    block = _nohang_block(PID)
+    entries = tuple(LogEntry(x, 1005.0, "nohang") for x in block)
+    ev = assess_kill(death, readings(), readings(), [LogSource("journal", "read", entries=entries)])
+    assert (ev.killer, ev.confidence) == ("nohang", "certain")
+    assert ev.victim_rss_bytes == 20000 * MiB
+    assert ev.lines == (block[1], block[3], block[5])
+    assert "by nohang (certain)" in ev.summary and labels(ev)["journal"] == "saw-kill"
+    other = tuple(LogEntry(x, 1005.0, "nohang-desktop") for x in _nohang_block(PID + 1))
+    ev = assess_kill(death, readings(), readings(), [LogSource("journal", "read", entries=other)])
+    assert ev.killer is None
+    # the block logged as one message (syslog) names the victim and the action at once
+    whole = LogSource("journal", "read", entries=(LogEntry("\n".join(block), 1005.0, "nohang"),))
+    ev = assess_kill(death, readings(), readings(), [whole])
+    assert (ev.killer, ev.victim_rss_bytes) == ("nohang", 20000 * MiB)
+    # a victim block printed by another program is not nohang's
+    foreign = tuple(LogEntry(x, 1005.0, "someapp") for x in block)
+    ev = assess_kill(death, readings(), readings(), [LogSource("journal", "read", entries=foreign)])
+    assert ev.killer is None
 
 
 def test_nothing_readable_is_never_reported_as_no_kill() -> None:

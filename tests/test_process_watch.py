@@ -195,7 +195,9 @@ def test_what_counts_as_a_kill_by_the_os(
 def test_evidence_gaps_name_the_killers_that_could_not_be_ruled_out() -> None:
     assert evidence_gaps(evidence(None)) == ()  # vmstat read; no journal on this machine
     assert evidence_gaps(with_sources(evidence(None), UNREAD)) == ("kernel",)
-    assert evidence_gaps(with_sources(evidence(None), JOURNAL_UNREAD)) == ("systemd-oomd/earlyoom",)
+    assert evidence_gaps(with_sources(evidence(None), JOURNAL_UNREAD)) == (
+        "systemd-oomd/earlyoom/nohang",
+    )
     only_kmsg = (SourceReport("kmsg", "no-kill"), SourceReport("journal", "no-kill"))
     assert evidence_gaps(with_sources(evidence(None), only_kmsg)) == ()
 

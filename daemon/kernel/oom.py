@@ -80,7 +80,7 @@ __all__ = [
     "unit_of",
 ]
 
-Killer = Literal["kernel", "systemd-oomd", "earlyoom"]
+Killer = Literal["kernel", "systemd-oomd", "earlyoom", "nohang"]
 Status = Literal["saw-kill", "no-kill", "unreadable", "unavailable"]
 Confidence = Literal["certain", "probable", "possible"]
 
@@ -388,6 +388,7 @@ def parse_earlyoom_line(text: str) -> EarlyoomKill | None:
         signum = int(m.group("signum"))
         if signum == 0:
             return None
+
         name = {SIGTERM: "SIGTERM", SIGKILL: "SIGKILL"}.get(signum, str(signum))
         return EarlyoomKill(
             pid=int(m.group("pid")),
@@ -396,6 +397,50 @@ def parse_earlyoom_line(text: str) -> EarlyoomKill | None:
             text=line,
             vm_rss_bytes=int(m.group("rss")) * 1024 * 1024,
         )
+    return None
+
+
+#: nohang's victim block, one journal line each (its ``log()`` prints them under one call,
+#: journald splits them): 'Victim status (found in 3ms):' / '  PID:       12297, name: tail,
+#: state: S, ...' (0.2) or 'Process with highest badness ...:' / '  PID: 12297, Name: tail, ...'
+_NOHANG_VICTIM = re.compile(r"^\s*PID:\s+(?P<pid>\d+), [Nn]ame: (?P<name>[^,\n]*)", re.M)
+#: its RSS line in the same block: '  Vm, MiB:   Size: 9349, RSS: 8939, Swap: 384' (0.2) or
+#: '  VmRSS:     8939 MiB  (Anon: ...' (0.1)
+_NOHANG_RSS = re.compile(
+    r"^\s*(?:Vm, MiB:\s+Size: \d+, RSS: (?P<new>\d+)|VmRSS:\s+(?P<old>\d+) MiB)", re.M
+)
+#: its action on the victim: 'Sending SIGTERM to the victim' (0.2), 'Send SIGKILL to the victim;
+#: total response time: 609 ms' (0.1); a soft action running a command is no kill of ours
+_NOHANG_ACTION = re.compile(r"\bSend(?:ing)? (?P<sig>SIG[A-Z]+) to the victim\b")
+
+
+@dataclass(frozen=True, slots=True)
+class NohangLine:
+    """One of nohang's journal lines about a victim: who it is, its RSS, or the signal sent."""
+
+    kind: Literal["victim", "rss", "action"]
+    text: str
+    pid: int | None = None
+    name: str | None = None
+    rss_bytes: int | None = None
+    signal: str | None = None
+
+
+def parse_nohang_line(text: str) -> NohangLine | None:
+    """A line of nohang's (or nohang-desktop's) victim report, or None (pure)."""
+    line = text.rstrip("\n")
+    victim = _NOHANG_VICTIM.search(line)
+    rss = _NOHANG_RSS.search(line)
+    rss_bytes = int(rss.group("new") or rss.group("old")) * 1024 * 1024 if rss else None
+    pid = int(victim.group("pid")) if victim else None
+    name = victim.group("name").strip() if victim else None
+    # (a block logged as one message, through syslog, holds all three)
+    if (m := _NOHANG_ACTION.search(line)) is not None:
+        return NohangLine("action", line, pid, name, rss_bytes, m.group("sig"))
+    if victim is not None:
+        return NohangLine("victim", line, pid, name, rss_bytes)
+    if rss is not None:
+        return NohangLine("rss", line, rss_bytes=rss_bytes)
     return None
 
 
@@ -692,7 +737,7 @@ def read_journal(
     timeout_s: float = JOURNAL_TIMEOUT_S,
     run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
 ) -> LogSource:
-    """Kernel, systemd-oomd, earlyoom and systemd unit lines from the journal in a window.
+    """Kernel, systemd-oomd, earlyoom, nohang and systemd unit lines from the journal in a window.
 
     Runs ``journalctl -o json`` with a timeout. Without membership in ``systemd-journal`` (or
     ``adm``) a user sees only their own journal, and journalctl says so on stderr: that is
@@ -718,6 +763,10 @@ def read_journal(
         "SYSLOG_IDENTIFIER=systemd-oomd",
         "+",
         "SYSLOG_IDENTIFIER=earlyoom",
+        "+",
+        "SYSLOG_IDENTIFIER=nohang",
+        "+",
+        "SYSLOG_IDENTIFIER=nohang-desktop",
         "+",
         "SYSLOG_IDENTIFIER=systemd",
     ]
@@ -833,11 +882,18 @@ def assess_kill(
     # logs
     window_start = death.died_at_s - LOG_WINDOW_BEFORE_S
     window_end = death.died_at_s + LOG_WINDOW_AFTER_S
-    killer_lines: dict[str, list[str]] = {"kernel": [], "systemd-oomd": [], "earlyoom": []}
+    killer_lines: dict[str, list[str]] = {
+        "kernel": [],
+        "systemd-oomd": [],
+        "earlyoom": [],
+        "nohang": [],
+    }
     kernel_kill: KernelOomLine | None = None
     kernel_summary: KernelOomLine | None = None
     kernel_cgroup: KernelOomLine | None = None  # before 4.19: ``Task in <cg> killed as ...``
     earlyoom_kill: EarlyoomKill | None = None
+    nohang_kill: NohangLine | None = None
+    nohang_rss: int | None = None
     oomd_hit: OomdLine | None = None
     unit_kernel_hit = False
     seen: set[str] = set()
@@ -848,6 +904,10 @@ def assess_kill(
         saw = False
         invoked: str | None = None  # the report's first line names the allocating task
         task_in: KernelOomLine | None = None  # the memcg line of the report under way
+        # nohang names its victim a few lines before it acts: the block under way
+        victim: list[str] = []
+        victim_pid: int | None = None
+        victim_rss: int | None = None
         for entry in source.entries:
             if entry.time_s is not None and not (window_start <= entry.time_s <= window_end):
                 continue
@@ -883,6 +943,26 @@ def assess_kill(
                     seen.add(text)
                     killer_lines["earlyoom"].append(text)
                 continue
+            if entry.origin is None or entry.origin.startswith("nohang"):
+                n = parse_nohang_line(text)
+                if n is not None and n.pid is not None:  # a victim line, or a whole block
+                    victim, victim_pid, victim_rss = [text], n.pid, n.rss_bytes
+                    if n.kind == "victim":
+                        continue
+                    victim = []
+                if n is not None and n.kind == "rss" and victim_pid is not None:
+                    victim.append(text)
+                    victim_rss = n.rss_bytes
+                    continue
+                if n is not None and n.kind == "action":
+                    if victim_pid == death.pid and nohang_kill is None:
+                        nohang_kill, nohang_rss, saw = n, victim_rss, True
+                        for line in (*victim, text):
+                            if line not in seen:
+                                seen.add(line)
+                                killer_lines["nohang"].append(line)
+                    victim, victim_pid, victim_rss = [], None, None
+                    continue
             o = parse_oomd_line(text)
             if o is not None and _oomd_matches(
                 o, before.cgroup.v2 if before.cgroup else None, unit
@@ -908,6 +988,8 @@ def assess_kill(
     cgroup_named: str | None = None
     if earlyoom_kill is not None:
         killer, confidence, rss = "earlyoom", "certain", earlyoom_kill.vm_rss_bytes
+    elif nohang_kill is not None:
+        killer, confidence, rss = "nohang", "certain", nohang_rss
     elif oomd_hit is not None and sig in (None, SIGKILL, SIGTERM):
         killer, confidence = "systemd-oomd", "certain"
         cgroup_named = oomd_hit.cgroup or oomd_hit.unit
@@ -949,9 +1031,9 @@ def evidence_gaps(ev: KillEvidence) -> tuple[str, ...]:
 
     The kernel's kills (global or in a memory cgroup) all count in ``/proc/vmstat`` and in the
     process's cgroup, and are logged to ``/dev/kmsg``: one of the three read rules it out.
-    systemd-oomd and earlyoom only tell the journal; a machine without a journal has no
-    systemd-oomd and an earlyoom whose log we could not read anyway, so only a journal that is
-    there and unreadable leaves them open.
+    systemd-oomd, earlyoom and nohang only tell the journal; a machine without a journal has no
+    systemd-oomd and an earlyoom or nohang whose log we could not read anyway, so only a journal
+    that is there and unreadable leaves them open.
     """
     status = {r.source: r.status for r in ev.sources}
     read = ("saw-kill", "no-kill")
@@ -959,7 +1041,7 @@ def evidence_gaps(ev: KillEvidence) -> tuple[str, ...]:
     if not any(status.get(s) in read for s in ("vmstat", "cgroup", "kmsg")):
         gaps.append("kernel")
     if status.get("journal") not in (*read, "unavailable"):
-        gaps.append("systemd-oomd/earlyoom")
+        gaps.append("systemd-oomd/earlyoom/nohang")
     return tuple(gaps)
 
 
@@ -987,6 +1069,7 @@ def _with_summary(ev: KillEvidence, death: ProcessDeath) -> KillEvidence:
             "kernel": "the kernel OOM killer",
             "systemd-oomd": "systemd-oomd",
             "earlyoom": "earlyoom",
+            "nohang": "nohang",
         }[ev.killer]
         text = f"process {ev.pid} was killed{how} by {who} ({ev.confidence})"
         if ev.constraint == "CONSTRAINT_MEMCG" and ev.cgroup:
