@@ -173,12 +173,13 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 17: 2 of 26 at first look, 1 once a title or
+#: held-out negatives called a failure (round 18: 3 of 28 at first look and after tuning;
+#: round 17: 2 of 26 at first look, 1 once a title or
 #: sentence naming the error was read as the user's words; round 16: 3 of 28;
 #: round 15: none of 17;
 #: round 14: 1 of 21; round 13: none of 16; round 12: 1 of 27; round 11: 1 of 26; rounds 9
 #: and 10: 2 each; rounds 7 and 8 none): a ceiling, so a change that flags one more fails here
-HELD_NEGATIVES_FLAGGED = 1
+HELD_NEGATIVES_FLAGGED = 3
 
 
 def test_held_out_negatives_keep_their_measured_figure() -> None:
@@ -189,23 +190,23 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12's hard target is missed on round 17's untouched held part: 2 of its 26 "
-    "negatives are called failures at first look, 1 after tuning (its misses are not looked at until the round "
+    reason="issue 12's hard target is missed on round 18's untouched held part: 3 of its 28 "
+    "negatives are called failures at first look and after tuning (its misses are not looked at until the round "
     "is spent); strict, so it turns red once none is",
 )
 def test_no_held_out_negative_is_called_a_failure() -> None:
     """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on round
-    15's held part (0 of 17), as on rounds 7, 8 and 13; missed on rounds 9-12, 14, 16 and 17."""
+    15's held part (0 of 17), as on rounds 7, 8 and 13; missed on rounds 9-12 and 14-18."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 17, tests/corpus_score.py HELD_ROUND) scores after tuning on
-#: its tune part only (first look 81.8 / 79.5 / 72.7 %; its misses never looked at;
+#: what the held-out part (round 18, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look 87.2 / 87.2 / 83.0 %; its misses never looked at;
 #: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
 #: fails here
-HELD_FLOOR = 0.727  # numbers: 32 of 44 events (72.7 %)
+HELD_FLOOR = 0.851  # numbers: 40 of 47 events (85.1 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -215,10 +216,10 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 17: 67 excerpts, 44 events) scores "
-    "81.8 / 79.5 / 72.7 % (detection, pool, numbers) at first look and the same after tuning "
-    "on its tune part, under the 98/97/97 % targets; strict, so it turns red once they are "
-    "met and this marker must go",
+    reason="issue 12: the untouched held-out part (round 18: 72 excerpts, 47 events) scores "
+    "87.2 / 87.2 / 83.0 % (detection, pool, numbers) at first look and 89.4 / 89.4 / 85.1 % "
+    "after tuning on its tune part, under the 98/97/97 % targets; strict, so it turns red once "
+    "they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:
     figures = _held_score().figures()

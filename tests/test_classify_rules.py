@@ -2678,3 +2678,73 @@ def test_round_17_held_shapes_once_spent() -> None:
         + "\nWarning: Ran out of memory when regular VAE decoding, retrying with tiled VAE decoding."
     )
     assert [f.line_no for f in iter_findings(both.split("\n"))] == [2]
+
+
+def test_round_18_tune_shapes() -> None:
+    """Round 18's tune part: pinning by cudaMallocHost (dlib's CHECK_CUDA, a server's start-up),
+    ggml's pinned buffer refused for a driver reason (no OOM), Metal's command buffer without
+    its code, OpenJ9's paging-file lines, a title's '[Bug]: ' before the exception, and a
+    restart between two identical failures. Each with its near-miss."""
+    dlib = _event(
+        "Error while calling cudaMallocHost(&data, new_size*sizeof(float)) in file C:\\dlib\\dnn\\gpu_data.cpp:181. code: 2, reason: out of memory"
+    )
+    assert (dlib.pool, dlib.backend, dict(dlib.extra).get("host_memory")) == (
+        Pool.RAM,
+        Backend.CUDA,
+        "pinned",
+    )
+    vram = _event(
+        "Error while calling cudaMalloc(&data, new_size*sizeof(float)) in file gpu_data.cpp:181. code: 2, reason: out of memory"
+    )
+    assert vram.pool is Pool.GPU
+    assert not list(
+        iter_findings(
+            [
+                "Error while calling cudaMalloc(&data, n) in file gpu_data.cpp:181. code: 700, reason: an illegal memory access was encountered"
+            ]
+        )
+    )
+    served = _event(
+        "FATAL server failed during startup | cudaMallocHost failed: cudaErrorMemoryAllocation: out of memory"
+    )
+    assert (served.pool, dict(served.extra).get("host_memory")) == (Pool.RAM, "pinned")
+    driver = "ggml_cuda_host_malloc: failed to allocate 2560.00 MiB of pinned memory: system has unsupported display driver / cuda driver combination"
+    assert not list(iter_findings([driver]))
+    pinned = _event(
+        "ggml_cuda_host_malloc: failed to allocate 16607.35 MiB of pinned memory: out of memory"
+    )
+    assert pinned.pool is Pool.RAM
+    metal = _event(
+        "[error] libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command buffer execution failed: Insufficient Memory"
+    )
+    assert (metal.pool, metal.backend) == (Pool.UNIFIED_MPS, Backend.MPS)
+    j9 = [
+        f"09:41:06  JVMJ9VM011W Unable to load {m}: The paging file is too small for this operation to complete. "
+        for m in ("j9jit29", "j9gc29", "j9vrb29")
+    ]
+    found = list(iter_findings(j9))
+    assert [(f.event.pool, f.event.count) for f in found] == [(Pool.SWAP_PAGEFILE, 3)]
+    assert not list(
+        iter_findings(
+            [
+                "プロセス数が4を超えると「Traceback: The paging file is too small for this operation to complete」"
+            ]
+        )
+    )
+    title = _event(
+        "[Bug]: RuntimeError: Not enough memory, use lower resolution (max approx. 448x448). Need: 0.0GB free, Have:0.0GB free"
+    )
+    assert (title.exception_type, title.requested_bytes, title.free_bytes) == ("RuntimeError", 0, 0)
+    assert not list(iter_findings(["[Bug]: the run stops with not enough memory"]))
+    runs = [
+        "Set vram state to: NORMAL_VRAM",
+        "terminate called after throwing an instance of 'std::bad_alloc'",
+        "  what():  std::bad_alloc",
+        "Aborted (core dumped)",
+        "Set vram state to: DISABLED",
+        "terminate called after throwing an instance of 'std::bad_alloc'",
+        "  what():  std::bad_alloc",
+    ]
+    assert [(f.line_no, f.event.count) for f in iter_findings(runs)] == [(2, 1), (6, 1)]
+    repeat = [line for line in runs if not line.startswith("Set vram")]
+    assert [f.event.count for f in iter_findings(repeat)] == [2]

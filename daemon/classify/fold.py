@@ -46,7 +46,16 @@ class Finding:
     end_line_no: int
 
 
-_BOUNDARIES = ("got prompt", "Prompt executed in", "Processing interrupted", "Interrupting prompt")
+#: lines that keep events on either side apart: a prompt's start and end, an interrupt, and
+#: ComfyUI's start-up ('Set vram state to: NORMAL_VRAM', logged once per process: a failure
+#: after it is another run's, however alike)
+_BOUNDARIES = (
+    "got prompt",
+    "Prompt executed in",
+    "Processing interrupted",
+    "Interrupting prompt",
+    "Set vram state to: ",
+)
 
 
 #: how many lines may lie between pinning evidence and a bare CUDA OOM that is still read as
@@ -153,8 +162,14 @@ class _Folder:
 
     def note_boundary(self, text: str) -> None:
         """What a record without an event does to folding: a prompt boundary (``got prompt``,
-        ``Prompt executed in``, an interrupt) keeps events on either side apart."""
-        maybe_boundary = "got prompt" in text or "Prompt executed" in text or "nterrupt" in text
+        ``Prompt executed in``, an interrupt) or ComfyUI's start-up keeps events on either
+        side apart."""
+        maybe_boundary = (
+            "got prompt" in text
+            or "Prompt executed" in text
+            or "nterrupt" in text
+            or "Set vram state" in text
+        )
         if maybe_boundary and split_prefix(text.split("\n", 1)[0]).message.strip().startswith(
             _BOUNDARIES
         ):
@@ -363,7 +378,12 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
     if _title_copy(cand, new):
         # an issue title that is the message, then the body with it: one failure shown twice,
         # counted like a repeat (a title without the body's figures shows other facts: two)
-        return replace(cand, event=replace(b, count=a.count + b.count), end_line_no=end)
+        merged = replace(
+            b,
+            count=a.count + b.count,
+            exception_type=_fuller_type(a.exception_type, b.exception_type),
+        )
+        return replace(cand, event=merged, end_line_no=end)
     if _same(a, b):
         count = a.count + b.count
         return replace(cand, event=replace(a, count=count), end_line_no=end)
@@ -411,8 +431,36 @@ def _title_copy(cand: Finding, new: Finding) -> bool:
         return False
     if a.node_type is not None and a.node_type != b.node_type:
         return False
-    copy = replace(a, message=b.message, node_type=b.node_type, node_id=b.node_id, count=b.count)
+    if not _same_type(a.exception_type, b.exception_type):
+        return False
+    copy = replace(
+        a,
+        message=b.message,
+        node_type=b.node_type,
+        node_id=b.node_id,
+        count=b.count,
+        exception_type=b.exception_type,
+    )
     return copy == b
+
+
+def _same_type(title: str | None, body: str | None) -> bool:
+    """A title's exception type and the body's name the same exception: equal, the body's
+    relay without the type ('!!! Exception during processing !!! Allocation on device'), or
+    one without its module ('torch.OutOfMemoryError' in the title, a pack's 'OutOfMemoryError:'
+    relaying it in the body)."""
+    if title == body or body is None:
+        return True
+    if title is None:
+        return False  # (the body shows a fact the title does not: two observations)
+    return title.endswith("." + body) or body.endswith("." + title)
+
+
+def _fuller_type(a: str | None, b: str | None) -> str | None:
+    """Of two names of one exception type (``_same_type``), the one with its module."""
+    if a is None or b is None:
+        return a or b
+    return a if len(a) >= len(b) else b
 
 
 def _layered(cand: Finding, new: Finding) -> bool:

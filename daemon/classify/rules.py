@@ -248,6 +248,7 @@ _RX_METAL_OOM = re.compile(
     r"\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b"
     r"|\bMTLCommandBufferErrorDomain Code=8 \"Insufficient Memory"  # Swift's MetalExecutionError
     r"|\[metal::malloc\] Attempting to allocate (\d+) bytes"  # MLX, over Metal's buffer limit
+    r"|\[METAL\] Command buffer execution failed: Insufficient Memory\b"  # (its code cut off)
 )
 _RX_SWIFT_ERROR_TYPE = re.compile(r"\b([A-Za-z_]\w*Error): Error Domain=MTL")
 #: libc++abi's last words for an uncaught C++ exception (macOS)
@@ -390,8 +391,10 @@ _RX_PAGEFILE_TYPE = re.compile(
 _RX_PAGEFILE = re.compile(
     r"(?:[Oo][Ss] ?[Ee]rror|WinError) 1455\b"  # ('OS Error 1455' in a title)
     # or Windows' text for it alone, as a line or an exception's message (a title)
-    # (after an exception's type, its HRESULT, or a tool's tag: '[NBug] ')
-    r"|(?:^|(?<=Error: )|(?<=Exception: )|(?<=\): )|(?<=\] ))The paging file is too small for this operation to complete\b"
+    # (after an exception's type, its HRESULT, a tool's lead ending in ': ' such as OpenJ9's
+    # 'JVMJ9VM011W Unable to load j9gc29: ', or a tool's tag: '[NBug] '; not after a
+    # 'Traceback: ', which no program prints: a user's paraphrase in a sentence)
+    r"|(?:^|(?<=: )(?<!Traceback: )|(?<=\] ))The paging file is too small for this operation to complete\b"
     # Windows' own text for it in a zh-CN install, wherever it is quoted (no number with it)
     r"|页面文件太小，?无法完成操作"
     # its HRESULT (HRESULT_FROM_WIN32(1455)), the same in every language: .NET's COMException
@@ -407,10 +410,16 @@ _RX_CPU_ALLOC = re.compile(
 )
 #: A1111's sub-quadratic attention's own check (GB = 2^30, as every figure here)
 _RX_NEED_HAVE = re.compile(r"Need: ?([\d.]+) ?GB free, Have: ?([\d.]+) ?GB free")
+#: dlib's CHECK_CUDA: 'Error while calling cudaMalloc(&data, n) in file .../gpu_data.cpp:181.
+#: code: 2, reason: out of memory' (code 2 is cudaErrorMemoryAllocation)
+_RX_DLIB_CUDA_OOM = re.compile(
+    r"\bError while calling (cuda\w+)\([^\n]{0,300}?\) in file [^\n]{0,300}?\. code: 2, reason: out of memory"
+)
 #: ggml's CUDA backend refused page-locked host RAM (cudaMallocHost); it goes on with an
 #: ordinary host buffer, so the failure is recovered
-_RX_GGML_PINNED = re.compile(
+_RX_GGML_PINNED = re.compile(  # (its reason is CUDA's error string: a driver's is no OOM)
     r"\bggml_cuda_host_malloc: failed to allocate " + _SIZE + r" of pinned memory"
+    r"(?!: (?!out of memory))"
 )
 #: host libraries' own allocators: OpenCV's (cv::OutOfMemoryError, CV_StsNoMem = -4, in
 #: alloc.cpp) and Intel MKL's (under numpy and CTranslate2, even when the model runs on CUDA)
@@ -576,8 +585,9 @@ _NODE_PACK_RULES = {
 #: an exception whose own message says memory ran out, whatever its type (a custom node's
 #: ``RuntimeError: Out of memory, try a smaller tile size``, ``ValueError: not enough GPU
 #: memory for ...``): raised, not prose. Which pool its words name decides (``_RX_RAM_WORDS``).
+#: (the type at a line's start, after a backtick, or after an issue title's tag: '[Bug]: ')
 _RX_EXC_OOM_WORDS = re.compile(  # the type in its printed case: a lower-cased paste is restored
-    r"(?:^|(?<=`))((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*Error|(?:[A-Za-z_]\w*)?Exception)):[ \t]?[^\n]*?"
+    r"(?:^|(?<=`)|(?<=\]: ))((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*Error|(?:[A-Za-z_]\w*)?Exception)):[ \t]?[^\n]*?"
     r"(?i:\b(?:"
     r"(?:out of|not enough|insufficient) (?:gpu |video |cuda |device |system |host )?"
     r"(?:memory|vram|ram)|oom)\b)",
@@ -975,7 +985,7 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         and _RX_FELL_BACK.search(body, pos)
     ):
         recovered = True  # a pack caught it and went on ('...); falling back to plain video')
-    if rule == "cuda-error-oom" and pinned_evidence("\n".join(lines)):
+    if rule in ("cuda-error-oom", "dlib-cuda-oom") and pinned_evidence("\n".join(lines)):
         pool = Pool.RAM
         extra.append(("host_memory", "pinned"))
     elif rule in ("pin-memory-thread", "ggml-pinned-host"):
@@ -1632,6 +1642,7 @@ _CHECKS: tuple[_Check, ...] = (
         "container-memory-limit", _KILLED, _CPU, (_RX_CONTAINER_LIMIT, ("Memory limit exceeded",))
     ),
     _rule("ggml-metal-alloc", _MPS, Backend.MPS, (_RX_GGML_METAL, ("failed to allocate buffer",))),
+    _rule("dlib-cuda-oom", _GPU, Backend.CUDA, (_RX_DLIB_CUDA_OOM, ("reason: out of memory",))),
     _rule(
         "metal-command-buffer-oom",
         _MPS,
@@ -1839,6 +1850,7 @@ _PINNED_MARKS: tuple[str, ...] = (
     "non_blocking=non_blocking)",
     "bytes on host",  # TensorFlow's cuda_driver: failed to alloc N bytes on host: CUDA_ERROR_...
     "pinned host memory",
+    "cudaMallocHost",  # the runtime's page-locked allocator (dlib, ninfer, TensorRT samples)
 )
 
 

@@ -33,7 +33,7 @@ _INDENTED_RUN = re.compile(rb"(?:[ \t][^\n]*\n)+")
 _PLAIN_RUN = re.compile(
     rb"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d(?:\.\d+)?)?\][^\n\r\x1b]{0,4000}\n)+"
 )
-_BOUNDARY_BYTES = (b"got prompt", b"Prompt executed", b"nterrupt")
+_BOUNDARY_BYTES = (b"got prompt", b"Prompt executed", b"nterrupt", b"Set vram state")
 #: lines that probably start a record: the lookbehind stops a little before them
 _RECORD_START = re.compile(
     rb"\[\d{4}-\d\d-\d\d \d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,]\d+ - |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):"
