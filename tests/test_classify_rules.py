@@ -2652,6 +2652,8 @@ def test_round_17_held_shapes_once_spent() -> None:
         "May 26 23:02:22 vm nohang[530]:   Send SIGTERM to the victim; total response time: 13246 ms"
     )
     assert (nohang.pool, nohang.killer) == (Pool.KILLED_BY_OS, "nohang")
+    current = _event("May 26 23:02:22 vm nohang[530]:   Sending SIGKILL to the victim")
+    assert (current.pool, current.killer) == (Pool.KILLED_BY_OS, "nohang")  # nohang 0.2
     assert not list(iter_findings(["The victim doesn't respond on corrective action in 0.027 sec"]))
     d2 = _event(
         "[04/19 09:58:05 d2.utils.memory]: Attempting to copy inputs of <function paste_masks_in_image at 0x7fcfef44fef0> to CPU due to CUDA OOM"

@@ -19,6 +19,7 @@ import pytest
 import oom_sentinel.daemon.kernel.lines as kernel_lines_module
 import oom_sentinel.daemon.kernel.oom as kernel_oom_module
 from oom_sentinel.daemon.kernel.lines import KernelOomLine, parse_kernel_line
+from oom_sentinel.daemon.kernel.nohang import parse_nohang_line
 from oom_sentinel.daemon.kernel.oom import (
     CgroupPaths,
     LiveReadings,
@@ -34,7 +35,6 @@ from oom_sentinel.daemon.kernel.oom import (
     parse_journal_json,
     parse_kmsg,
     parse_memory_events,
-    parse_nohang_line,
     parse_oom_control,
     parse_oomd_line,
     parse_proc_cgroup,

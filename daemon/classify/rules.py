@@ -31,6 +31,7 @@ from typing import Any
 from oom_sentinel.daemon.classify.events import Backend, OomEvent, OtherProcess, Pool
 from oom_sentinel.daemon.core.units import KIB, size_bytes
 from oom_sentinel.daemon.kernel.lines import KernelOomLine, kernel_lines
+from oom_sentinel.daemon.kernel.nohang import NOHANG_ACTION
 from oom_sentinel.daemon.logs.prefix import split_prefix, strip_ansi
 
 #: Substrings at least one of which every detectable OOM text contains (see module docstring).
@@ -117,9 +118,6 @@ _RX_EARLYOOM = re.compile(
     r'sending (SIGTERM|SIGKILL) to process (\d+) (?:uid (\d+) )?"([^"\n]*)":'
     r"(?: (?:oom_score|badness) (-?\d+),)? VmRSS (\d+) MiB"
 )
-#: nohang (an earlyoom-like killer) acting on its victim: 'Implement a corrective action:' then
-#: 'Send SIGTERM to the victim; total response time: 13246 ms' (its journal's wording, 0.1-0.2)
-_RX_NOHANG = re.compile(r"\bSend (SIGTERM|SIGKILL) to the victim\b")
 _RX_OOMD = re.compile(
     r"\bKilled (/\S+) due to (?:memory|swap)"
     # (its own journal line, whatever follows the unit: a paste cut after it)
@@ -1613,7 +1611,7 @@ def _soft_oom(body: str, report: _Report | None) -> _Detected | None:
 _CHECKS: tuple[_Check, ...] = (
     _kernel_kill,
     _rule("earlyoom-kill", _KILLED, _CPU, (_RX_EARLYOOM, ("sending SIG",))),
-    _rule("nohang-kill", _KILLED, _CPU, (_RX_NOHANG, ("to the victim",))),
+    _rule("nohang-kill", _KILLED, _CPU, (NOHANG_ACTION, ("to the victim",))),
     _rule(
         "systemd-oomd-kill",
         _KILLED,
