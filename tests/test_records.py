@@ -277,3 +277,43 @@ def test_a_file_without_newlines_is_scanned_in_bounded_memory() -> None:
         tracemalloc.stop()
     assert peak < 8 * 1024 * 1024
     assert len(findings) == 1
+
+
+def _records_fed(lines: list[str], *, bulk: bool) -> list[tuple[int, int, str]]:
+    """Records of ``lines``, each indented run given to ``extend_indented`` when ``bulk`` (the
+    byte scanner's path) or fed line by line (the line scanner's)."""
+    asm = RecordAssembler()
+    out: list[Record] = []
+    i = 0
+    while i < len(lines):
+        j = i
+        while bulk and j < len(lines) and lines[j][:1] in (" ", "\t"):
+            j += 1
+        if j > i and asm.extend_indented("\n".join(lines[i:j]), 0):
+            i = j
+            continue
+        out += asm.feed_line(lines[i])
+        i += 1
+    out += asm.flush()
+    return [(r.line_no, r.line_count, r.text) for r in out]
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # a console's hard wrap after an indented line that said out of memory (found by the
+        # fuzz test: the bulk path forgot the line had said it, and 'a' began a record)
+        [
+            "",
+            " 2024-05-11 02:24:26,980 - ERROR: CUDA out of memory. Tried to allocate 128.00 GiB. GPU 0 has a total capacty of 23.65 GiB of which 7.95 GiB is free. Process 1957120 has",
+            "a",
+            "",
+            "2024-05-11 02:24:26,980 - ERROR: done",
+        ],
+        # an exception type alone on an indented line, its message on the next
+        ["header", "  numpy.core._exceptions.MemoryError:", "Unable to allocate 2.00 GiB"],
+        ["header", "  MemoryError:", "", "Unable to allocate 2.00 GiB"],
+    ],
+)
+def test_extend_indented_keeps_the_state_feeding_line_by_line_would(lines: list[str]) -> None:
+    assert _records_fed(lines, bulk=True) == _records_fed(lines, bulk=False)

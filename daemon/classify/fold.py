@@ -471,8 +471,9 @@ def _layered(cand: Finding, new: Finding) -> bool:
     if new.line_no - cand.end_line_no - 1 > _LAYER_GAP_LINES:
         return False
     a, b = _lead(cand), _lead(new)
-    # (compared without their digits: a line repeated with a new timestamp is a repeat)
-    if a is None or b is None or _RX_DIGITS.sub("", a) == _RX_DIGITS.sub("", b):
+    # (compared without their digits or the whitespace around them: a line repeated with a new
+    # timestamp, or pasted once with an indent, is a repeat)
+    if a is None or b is None or _RX_DIGITS.sub("", a).strip() == _RX_DIGITS.sub("", b).strip():
         return False
     if a.lstrip().startswith("#") or b.lstrip().startswith("#"):
         return False

@@ -256,6 +256,15 @@ class RecordAssembler:
             or ("|" in block and any(line.lstrip().startswith("|") for line in lines))
         ):
             self._table = True
+        # the rest of the bare-stream state ``_append`` keeps: an indented line never starts
+        # or ends a traceback, but it may say out of memory (a console's hard wrap may follow)
+        # or be an exception type alone on its line
+        if "out of memory" in block or "CPUAllocator" in block or "[enforce fail at" in block:
+            self._oom_said = True
+        for line in reversed(lines):
+            if line.strip():
+                self._bare_type = _BARE_TYPE.fullmatch(line.strip()) is not None
+                break
         if self._dialog_lines:
             self._dialog_lines += sum(1 for line in lines if line.strip())
         self._end = max(self._end, end_offset)
