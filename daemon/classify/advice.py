@@ -146,6 +146,13 @@ def advise(event: OomEvent, context: AdviceContext | None = None) -> list[Advice
                 "Node.js stopped at its own heap limit, not the machine's: raise it with NODE_OPTIONS=--max-old-space-size=4096 (MiB) in the environment that runs the build, or build with fewer pages or workers at once.",
             )
         ]
+    if event.rule == "java-heap-oom":  # the VM's own heap cap, not the machine's RAM
+        return [
+            Advice(
+                "java-heap-limit",
+                "The Java VM stopped at its own heap limit, not the machine's: raise it with -Xmx (e.g. -Xmx8g) where the program is started (on Android the per-app heap: android:largeHeap, or decode smaller bitmaps).",
+            )
+        ]
     if event.pool is Pool.KILLED_BY_OS:
         return _killed(event, ctx)
     if event.pool is Pool.RAM:

@@ -239,7 +239,12 @@ _RX_MEMORYSTATUS = re.compile(
     r"\bmemorystatus: killing (?:largest compressed )?process (\S+) \[(\d+)\]"
 )
 #: ggml's Metal backend refusing a buffer (llama.cpp, whisper.cpp on Apple silicon)
-_RX_GGML_METAL = re.compile(r"\bggml_(?:backend_)?metal\w*: error: failed to allocate buffer")
+#: ('failed to allocate buffer', or an older one naming the buffer: "failed to allocate 'data
+#: ' buffer, size = 19283.21 MiB")
+_RX_GGML_METAL = re.compile(
+    r"\bggml_(?:backend_)?metal\w*: error: failed to allocate (?:'[^'\n]{0,40}' )?buffer"
+    r"(?:, size = " + _SIZE + r")?"
+)
 #: Metal refusing a command buffer for want of memory (MLX, and any Metal program on Apple
 #: silicon): '[METAL] Command buffer execution failed: Insufficient Memory (...kIOGPU...)'
 _RX_METAL_OOM = re.compile(
@@ -276,8 +281,7 @@ _RX_ALLOC_ON_DEVICE = re.compile(
     r"(?:\s*$|(?=\s*[-\u2013\u2014])|(?=\s{2,}[\w.-]+\.py:\d+\s*$)|(?=\s*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+ - ))"
     r"|OutOfMemoryError:? Allocation on device\b"
     # (a title or a line that starts with the toast, the user's sentence glued on after a comma)
-    r"|^(?:#+ )?Allocation on device(?=, )"
-    r"|(?<=[\"'`\u201c])Allocation on device(?=[\"'`\u201d])",  # quoted as the error's words
+    r"|^(?:#+ )?Allocation on device(?=, )",
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
@@ -573,6 +577,24 @@ _RX_MACOS_APP_MEMORY = re.compile(r"\bYour system has run out of application mem
 #: V8 (Node.js: the frontend's builds, Electron) at its heap limit: 'FATAL ERROR: Reached heap
 #: limit Allocation failed - JavaScript heap out of memory' (a limit of its own, not the host's)
 _RX_V8_HEAP = re.compile(r"\bAllocation failed - JavaScript heap out of memory\b")
+#: the Java virtual machine's heap running out: HotSpot's 'java.lang.OutOfMemoryError: Java
+#: heap space' / 'GC overhead limit exceeded', Android's 'Failed to allocate a N byte
+#: allocation with M free bytes' (ART logs it as 'Throwing OutOfMemoryError "Failed ..."')
+_RX_JAVA_OOM = re.compile(
+    r"\b(java\.lang\.OutOfMemoryError): (?:Java heap space|GC overhead limit exceeded)\b"
+    r"|(?:\b(java\.lang\.OutOfMemoryError): |\bThrowing (OutOfMemoryError) \")"
+    r"Failed to allocate a (\d+) byte allocation with (\d+) free bytes"
+    r"(?:[^\n\"]{0,80}?, max allowed footprint (\d+))?"
+)
+#: a GPU driver's own words for an application asking for more device memory than there is
+#: (NVIDIA's OpenGL driver's crash dialog, hard-wrapped as the dialog shows it)
+_RX_DRIVER_GPU_MEMORY = re.compile(
+    r"\bAn application has requested more GPU memory than is(?:\s+available in the system\b|\s*$)",
+    _M,
+)
+#: MIOpen's HIP handle refusing a device buffer ('MIOpen Error: .../handlehip.cpp:70: Memory
+#: not available to allocate buffer: 655360000')
+_RX_MIOPEN_BUFFER = re.compile(r"\bMemory not available to allocate buffer: (\d+)\b")
 #: rule → the pack that printed it
 _NODE_PACK_RULES = {
     "vhs-memory-limit": "ComfyUI-VideoHelperSuite",
@@ -687,7 +709,7 @@ _RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
 #: onnxruntime's CUDA provider's failure line: 'CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED ;
 #: GPU=0 ; hostname=... ; file=... ; expr=cublasCreate(&cublas_handle_);'
 _RX_ORT_GPU = re.compile(r"\bCU[A-Z]* failure \d+: [^;\n]* ; GPU=(\d+) ;")
-_RX_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r"|" + _SIZE + r" ?total ?capacity")
+_RX_TOTAL = re.compile(r"total capac(?:i)?ty ?of " + _SIZE + r"|" + _SIZE + r" ?total ?capacity")
 #: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
 _RX_FREE = re.compile(r"of which " + _SIZE + r" is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
 _RX_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
@@ -1192,8 +1214,8 @@ def _find_first(
 
 #: 'OOMKilled' (Kubernetes' reason for a container the kernel's OOM killer ended), 'OOM killed'
 _RX_OOM_KILLED = re.compile(
-    r"\bOOM[- ]?[Kk]illed\b(?![\"']?\s*[:=]\s*(?i:false))"
-)  # (not docker's '"OOMKilled": false', nor Python's "'OOMKilled': False")
+    r"\bOOM[- ]?[Kk]illed\b(?![\"']?\s*[:=]?\s*(?i:false)\b)"
+)  # (not docker's '"OOMKilled": false', Python's "'OOMKilled': False", a table's 'OOMKilled  False')
 #: the kernel's killer named as the one that killed: 'oom-killer kills the comfyui process'
 _RX_OOM_KILLER_SAID = re.compile(r"(?i)\boom[- ]killer (?:kills|killed|has killed)\b")
 #: what ``_detect`` answers: (rule, pool, backend, match position, recovered)
@@ -1639,7 +1661,9 @@ _CHECKS: tuple[_Check, ...] = (
     _rule(
         "container-memory-limit", _KILLED, _CPU, (_RX_CONTAINER_LIMIT, ("Memory limit exceeded",))
     ),
-    _rule("ggml-metal-alloc", _MPS, Backend.MPS, (_RX_GGML_METAL, ("failed to allocate buffer",))),
+    _rule("ggml-metal-alloc", _MPS, Backend.MPS, (_RX_GGML_METAL, ("failed to allocate",))),
+    _rule("miopen-buffer-oom", _GPU, Backend.ROCM, (_RX_MIOPEN_BUFFER, ("to allocate buffer",))),
+    _rule("driver-gpu-memory", _GPU, _UNKNOWN, (_RX_DRIVER_GPU_MEMORY, ("more GPU memory than",))),
     _rule("dlib-cuda-oom", _GPU, Backend.CUDA, (_RX_DLIB_CUDA_OOM, ("reason: out of memory",))),
     _rule(
         "metal-command-buffer-oom",
@@ -1765,6 +1789,7 @@ _CHECKS: tuple[_Check, ...] = (
     _ggml_buffer,
     _nv_fatal_alloc,
     _rule("v8-heap-oom", _RAM, _CPU, (_RX_V8_HEAP, ("JavaScript heap",))),
+    _rule("java-heap-oom", _RAM, _CPU, (_RX_JAVA_OOM, ("OutOfMemoryError",))),
     _rule(
         "tensorrt-tactic-oom",
         _GPU,
@@ -1901,6 +1926,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         return m.group(1) if m else None
     if rule == "cxx-bad-alloc":
         return "std::bad_alloc"
+    if rule == "java-heap-oom":
+        m = _RX_JAVA_OOM.search(body)
+        return (m.group(1) or m.group(2) or m.group(3)) if m else None
     if rule == "host-library-alloc" and "cv2.error: " in body:
         return "cv2.error"  # OpenCV's Python exception type is lower case
     if rule == "metal-command-buffer-oom" and ": Error Domain=MTL" in body:
@@ -1980,6 +2008,7 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "onnx-arena-oom": _RX_ONNX_ARENA,
     "mmap-enomem": _RX_MMAP,
     "metal-command-buffer-oom": _RX_METAL_OOM,
+    "miopen-buffer-oom": _RX_MIOPEN_BUFFER,
 }
 
 
@@ -2135,6 +2164,15 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_TRT_RESIZE.search(body)
         if m and m.group(1):
             fields["requested_bytes"] = int(m.group(1))
+    elif rule == "ggml-metal-alloc":
+        fields["requested_bytes"] = _size(_RX_GGML_METAL.search(body))
+    elif rule == "java-heap-oom":
+        m = _RX_JAVA_OOM.search(body)
+        if m and m.group(4):
+            fields["requested_bytes"] = int(m.group(4))
+            fields["free_bytes"] = int(m.group(5))
+            if m.group(6):
+                fields["total_bytes"] = int(m.group(6))
     elif rule == "ggml-buffer-alloc":
         m = _RX_GGML_BUFFER.search(body)
         size = m and (m.group(2) or m.group(4))
