@@ -23,6 +23,7 @@ from oom_sentinel.daemon.classify import (
 )
 from oom_sentinel.daemon.classify.advice import advise
 from oom_sentinel.daemon.classify.events import Backend, OomEvent, Pool
+from oom_sentinel.daemon.kernel.earlyoom import parse_earlyoom_line
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
@@ -2817,3 +2818,31 @@ def test_round_18_spent_shapes() -> None:
     said = 'When I run the default workflow, I experience an "Allocation on device" error.'
     assert not list(iter_findings([said]))
     assert _event("!!! Exception during processing !!! Allocation on device").pool is Pool.GPU
+
+
+def test_earlyoom_kill_lines_read_by_the_one_parser_the_kill_evidence_uses() -> None:
+    """The classifier and kernel/oom.py read earlyoom through kernel/earlyoom.py: every
+    wording across its versions, the same facts, and its self-test is no kill."""
+    lines = [
+        'earlyoom[845]: sending SIGTERM to process 322603 uid 1000 "python3.13": oom_score 1282, VmRSS 29931 MiB, cmdline "python main.py"',
+        'sending SIGKILL to process 4242 uid 1000 "python": oom_score 900, oom_score_adj 0, VmRSS 512 MiB',
+        'sending SIGTERM to process 12006 "python3": badness 209, VmRSS 2891 MiB',
+        'killing process 27541 "bash" with signal 15: badness 550, VmRSS 7609 MiB',
+    ]
+    for line in lines:
+        event = _event(line)
+        kill = parse_earlyoom_line(line)
+        assert kill is not None
+        assert (event.pool, event.killer, event.killed_pid) == (
+            Pool.KILLED_BY_OS,
+            "earlyoom",
+            kill.pid,
+        )
+        assert dict(event.extra)["signal"] == kill.signal
+        assert dict(event.extra)["vm_rss_bytes"] == kill.vm_rss_bytes
+    selftest = 'sending 0 (no-op signal) to process 1 uid 0 "systemd": oom_score 0, VmRSS 12 MiB'
+    assert parse_earlyoom_line(selftest) is None
+    assert not list(iter_findings([selftest]))
+    assert not list(
+        iter_findings(['killing process 27541 "bash" with signal 0: badness 550, VmRSS 7609 MiB'])
+    )

@@ -24,12 +24,18 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from oom_sentinel.daemon.classify.events import Backend, OomEvent, OtherProcess, Pool
 from oom_sentinel.daemon.core.units import KIB, size_bytes
+from oom_sentinel.daemon.kernel.earlyoom import (
+    EARLYOOM_GATES,
+    EARLYOOM_KILL,
+    EarlyoomKill,
+    earlyoom_kill_of,
+)
 from oom_sentinel.daemon.kernel.lines import KernelOomLine, kernel_lines
 from oom_sentinel.daemon.kernel.nohang import NOHANG_ACTION
 from oom_sentinel.daemon.logs.prefix import split_prefix, strip_ansi
@@ -44,6 +50,7 @@ NEEDLES: tuple[str, ...] = (
     "Killed",  # bare Killed, Killed process
     "rror 1455",  # os error 1455, WinError 1455 (the paging file, in any language)
     "sending SIG",  # earlyoom
+    "with signal ",  # earlyoom before 2019: 'killing process N "name" with signal 15: badness'
     "nvalid buffer",  # MPS: Invalid buffer size: 8.21 GB (no memory words at all)
     "oom-kill",  # the kernel: pt_main_thread invoked oom-killer, oom-kill:constraint=...
     "CUDA:",  # a check's CUDA error string, e.g. machine-translated: 'CUDA:没有记忆'
@@ -90,6 +97,7 @@ def has_needle(text: str) -> bool:
         or "_STATUS_" in text
         or "rror 1455" in text
         or "sending SIG" in text
+        or "with signal " in text
         or "nvalid buffer" in text
         or "oom-kill" in text
         or "CUDA:" in text
@@ -114,10 +122,6 @@ def has_needle(text: str) -> bool:
 # --------------------------------------------------------------------------------------------
 
 _M = re.MULTILINE
-_RX_EARLYOOM = re.compile(
-    r'sending (SIGTERM|SIGKILL) to process (\d+) (?:uid (\d+) )?"([^"\n]*)":'
-    r"(?: (?:oom_score|badness) (-?\d+),)? VmRSS (\d+) MiB"
-)
 _RX_OOMD = re.compile(
     r"\bKilled (/\S+) due to (?:memory|swap)"
     # (its own journal line, whatever follows the unit: a paste cut after it)
@@ -1276,6 +1280,26 @@ def _oom_killed_said(body: str, report: _Report | None) -> _Detected | None:
     return None
 
 
+def _earlyoom_matches(body: str) -> Iterator[tuple[re.Match[str], EarlyoomKill]]:
+    """earlyoom's kill lines in ``body`` (kernel/earlyoom.py's reading; not its self-test)."""
+    if not any(gate in body for gate in EARLYOOM_GATES):
+        return
+    for m in EARLYOOM_KILL.finditer(body):
+        kill = earlyoom_kill_of(m, m.group(0))
+        if kill is not None:
+            yield m, kill
+
+
+def _earlyoom_in(body: str) -> EarlyoomKill | None:
+    return next((kill for _, kill in _earlyoom_matches(body)), None)
+
+
+def _earlyoom_kill(body: str, report: _Report | None) -> _Detected | None:
+    for m, _ in _earlyoom_matches(body):
+        return "earlyoom-kill", _KILLED, _CPU, m.start(), False
+    return None
+
+
 def _kernel_kill(body: str, report: _Report | None) -> _Detected | None:
     if "Kill" in body or "oom-kill" in body:
         at = _kernel_evidence(body)
@@ -1632,7 +1656,7 @@ def _soft_oom(body: str, report: _Report | None) -> _Detected | None:
 #: user-worded and soft forms last.
 _CHECKS: tuple[_Check, ...] = (
     _kernel_kill,
-    _rule("earlyoom-kill", _KILLED, _CPU, (_RX_EARLYOOM, ("sending SIG",))),
+    _earlyoom_kill,
     _rule("nohang-kill", _KILLED, _CPU, (NOHANG_ACTION, ("to the victim",))),
     _rule(
         "systemd-oomd-kill",
@@ -2179,12 +2203,12 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if size:
             fields["requested_bytes"] = int(size)
     elif rule == "earlyoom-kill":
-        m = _RX_EARLYOOM.search(body)
-        if m:
-            fields["killed_pid"] = int(m.group(2))
-            extra.append(("signal", m.group(1)))
-            extra.append(("process_name", m.group(4)))
-            extra.append(("vm_rss_bytes", int(m.group(6)) * _K**2))
+        kill = _earlyoom_in(body)
+        if kill is not None:
+            fields["killed_pid"] = kill.pid
+            extra.append(("signal", kill.signal))
+            extra.append(("process_name", kill.name))
+            extra.append(("vm_rss_bytes", kill.vm_rss_bytes))
         fields["killer"] = "earlyoom"
     elif rule == "nohang-kill":
         fields["killer"] = "nohang"

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from oom_sentinel.daemon.kernel.earlyoom import EarlyoomKill, parse_earlyoom_line
 from oom_sentinel.daemon.kernel.lines import KernelOomLine, parse_kernel_line
 from oom_sentinel.daemon.kernel.nohang import NohangLine, parse_nohang_line
 
@@ -342,61 +343,6 @@ def parse_oomd_line(text: str) -> OomdLine | None:
     if m:
         return OomdLine(
             "unit-oom", line, unit=m.group("unit"), kernel="killed by the OOM killer" in line
-        )
-    return None
-
-
-_EARLYOOM_NEW = re.compile(
-    r"sending (?P<sig>SIG[A-Z]+|\S+(?: \(no-op signal\))?) to process (?P<pid>\d+)"
-    r"(?: uid (?P<uid>\d+))? \"(?P<name>[^\"]*)\": (?:badness|oom_score) (?P<score>-?\d+)"
-    r"(?:, oom_score_adj -?\d+)?, VmRSS (?P<rss>\d+) MiB"
-)
-_EARLYOOM_OLD = re.compile(
-    r"killing process (?P<pid>\d+) \"(?P<name>[^\"]*)\" with signal (?P<signum>\d+): "
-    r"badness (?P<score>-?\d+), VmRSS (?P<rss>\d+) MiB"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class EarlyoomKill:
-    """earlyoom's line announcing a kill."""
-
-    pid: int
-    signal: str
-    name: str
-    text: str
-    uid: int | None = None
-    vm_rss_bytes: int | None = None
-
-
-def parse_earlyoom_line(text: str) -> EarlyoomKill | None:
-    line = text.rstrip("\n")
-    m = _EARLYOOM_NEW.search(line)
-    if m:
-        sig = m.group("sig")
-        if sig.startswith("0"):
-            return None  # earlyoom's start-up self-test with the no-op signal
-        return EarlyoomKill(
-            pid=int(m.group("pid")),
-            signal=sig,
-            name=m.group("name"),
-            text=line,
-            uid=int(m.group("uid")) if m.group("uid") else None,
-            vm_rss_bytes=int(m.group("rss")) * 1024 * 1024,
-        )
-    m = _EARLYOOM_OLD.search(line)
-    if m:
-        signum = int(m.group("signum"))
-        if signum == 0:
-            return None
-
-        name = {SIGTERM: "SIGTERM", SIGKILL: "SIGKILL"}.get(signum, str(signum))
-        return EarlyoomKill(
-            pid=int(m.group("pid")),
-            signal=name,
-            name=m.group("name"),
-            text=line,
-            vm_rss_bytes=int(m.group("rss")) * 1024 * 1024,
         )
     return None
 
