@@ -274,7 +274,6 @@ KNOWN_MISSES = {
     "localized_zh_title_cuhnsw_fullwidth_colon_memoryerror_bad_alloc_cuda.txt": "the type after the user's 'show error' in a title with full-width punctuation is not read as the exception's type",
     "other_rl_flappybird_djl_mxnet_cudamalloc_retry_failed_caused_by.txt": "DJL's line nests three exception types; the classifier reads the outer 'ai.djl.engine.EngineException' and names no backend, the label leaves the type out and reads CUDA from MXNet's cudaMalloc",
     "localized_zh_sphereface_net_cuda_traceback_cuda_error_oom_reply.txt": "the title carries no Markdown heading mark (round 18's files put the post's title on line 1 as written), so it and the body's 'RuntimeError: CUDA error: out of memory' stay two events; the label folds them",
-    "rocm_ollama_cuda_error_out_of_memory_hipmalloc_look_ahead_ggml_assert.txt": "ggml's indented 'current device: 0' and 'hipMalloc(...)' lines under 'CUDA error: out of memory' hold no needle, so the rules' focus leaves them out: the ROCm build reads as CUDA and the device is not read",
     "zluda_forge_device_failed_basic_operation_test_rx580_cuda_error_out_of_memory.txt": "ZLUDA's 'index=0' stands on the line before the bare 'CUDA error: out of memory', a record of its own",
     "pinned_host_amdgpu_jl_hiperror_out_of_memory_hostbuffer_radeon_500.txt": "Julia prints the stacktrace after the error, and its HostBuffer frame (host memory being pinned) is in the records after the event: the fold looks for pinning only before and in the event's record",
 }

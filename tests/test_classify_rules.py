@@ -2846,3 +2846,27 @@ def test_earlyoom_kill_lines_read_by_the_one_parser_the_kill_evidence_uses() -> 
     assert not list(
         iter_findings(['killing process 27541 "bash" with signal 0: badness 550, VmRSS 7609 MiB'])
     )
+
+
+def test_ggml_cuda_check_names_the_device_and_a_rocm_build_by_its_call() -> None:
+    """ggml's CUDA check prints the device and the failing call indented under its error;
+    a ROCm build keeps CUDA's words, the call is HIP's."""
+    rocm = [
+        "Error: an unknown error was encountered while running the model CUDA error: out of memory",
+        "  current device: 0, in function alloc at /go/src/ollama/llm/llama.cpp/ggml-cuda.cu:233",
+        "  hipMalloc((void **) &ptr, look_ahead_size)",
+        'GGML_ASSERT: /go/src/ollama/llm/llama.cpp/ggml-cuda.cu:60: !"CUDA error"',
+    ]
+    (found,) = iter_findings(rocm)
+    assert (found.line_no, found.event.backend, found.event.gpu_index) == (1, Backend.ROCM, 1 - 1)
+    cuda = [
+        "CUDA error: out of memory",
+        "  current device: 1, in function ggml_cuda_pool_malloc_vmm at ggml-cuda.cu:8583",
+        "  cuMemCreate(&handle, reserve_size, &prop, 0)",
+    ]
+    (found,) = iter_findings(cuda)
+    assert (found.event.backend, found.event.gpu_index) == (Backend.CUDA, 1)
+    # a frame that merely mentions hip is not ggml's call line
+    plain = ["CUDA error: out of memory", '  File "hip_utils.py", line 3, in hipMalloc']
+    (found,) = iter_findings(plain)
+    assert (found.event.backend, found.event.gpu_index) == (Backend.CUDA, None)

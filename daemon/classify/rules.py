@@ -911,7 +911,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
     for i, line in enumerate(lines):
         (indented if line[:1] in (" ", "\t") else focus).append(i)
     # one needle test over all traceback frames together (they rarely hold one), then per line
-    if indented and has_needle("\n".join([lines[i] for i in indented])):
+    frames = "\n".join([lines[i] for i in indented]) if indented else ""
+    if indented and has_needle(frames):
         # (and an indented line that carries a torch message's figures: a message
         # hard-wrapped with an indent, ' # 0 bytes free; 9.23 GiB reserved in total by PyTorch)',
         # or retyped one clause per line, ' (GPU 0; 6.00 GiB total capacity; ', ' 363.12 MiB free; ')
@@ -928,6 +929,15 @@ def _classify_lines(lines: list[str]) -> _Found | None:
                 or "bytes free" in lines[i]
             ]
         )
+    if "current device: " in frames:
+        # ggml's CUDA check names the device and the call that failed on the two indented lines
+        # under 'CUDA error: out of memory' ('  current device: 0, in function alloc at ...',
+        # '  hipMalloc((void **) &ptr, look_ahead_size)'): the device and, for a ROCm build, HIP
+        seen = set(focus)
+        for i in indented:
+            if _RX_GGML_DEVICE.match(lines[i]):
+                seen.update((i, i + 1) if i + 1 in indented else (i,))
+        focus = sorted(seen)
     flines = [lines[i] for i in focus]
     body = "\n".join(flines)
     starts = [0]
@@ -1402,6 +1412,11 @@ def _alloc_on_device(body: str, report: _Report | None) -> _Detected | None:
     return "cuda-alloc-on-device", _GPU, Backend.CUDA, pos, False
 
 
+#: ggml's CUDA check's indented lines under its error: the device, then the call that failed
+_RX_GGML_DEVICE = re.compile(r"\s+current device: (\d+), in function \w+ at ")
+_RX_GGML_HIP_CALL = re.compile(r"^\s+current device: \d+, in function .*\n\s+hip[A-Z]\w*\(", _M)
+
+
 def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
     m = _find(
         _RX_CUDA_ERROR_OOM,
@@ -1417,6 +1432,8 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
     if m:
         rocm = (m.group(1) or m.group(2) or m.group(3) or "hip").lower() == "hip"
         rocm = rocm or "`hipError" in body  # ROCm's torch keeps CUDA's words, its hint says HIP
+        # (ggml's ROCm build too: the call it names under the error is HIP's)
+        rocm = rocm or ("current device: " in body and _RX_GGML_HIP_CALL.search(body) is not None)
         start = m.start()
         if "terminate called" in body:  # the abort's first line is where the failure shows
             t = _RX_TERMINATE_WHAT.search(body, max(0, start - 300), start)
@@ -2162,6 +2179,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = _size(m)
             fields["free_bytes"] = _size(m, 3)
     elif rule == "cuda-error-oom":
+        if "current device: " in body and (g := _RX_GGML_DEVICE.search(body)):
+            fields["gpu_index"] = int(g.group(1))
         m = _find(
             _RX_CUDA_ERROR_REQUEST, body, "allocating ", "failed to alloc", "Requested amount"
         )
