@@ -173,13 +173,14 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 18: 3 of 28 at first look and after tuning;
+#: held-out negatives called a failure (round 19: none of 21 at first look and after tuning;
+#: round 18: 3 of 28 at first look and after tuning, 1 once spent;
 #: round 17: 2 of 26 at first look, 1 once a title or
 #: sentence naming the error was read as the user's words; round 16: 3 of 28;
 #: round 15: none of 17;
 #: round 14: 1 of 21; round 13: none of 16; round 12: 1 of 27; round 11: 1 of 26; rounds 9
 #: and 10: 2 each; rounds 7 and 8 none): a ceiling, so a change that flags one more fails here
-HELD_NEGATIVES_FLAGGED = 1  # round 18 once spent (3 before)
+HELD_NEGATIVES_FLAGGED = 0
 
 
 def test_held_out_negatives_keep_their_measured_figure() -> None:
@@ -188,26 +189,19 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
     assert result.negatives_flagged <= HELD_NEGATIVES_FLAGGED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12's hard target is missed on round 18's held part: 3 of its 28 negatives "
-    "were called failures at first look and after tuning, 1 once spent (a title 'MemoryError: "
-    "VBAR allocation failed in 17.2' without its heading mark); strict, so it turns red once "
-    "none is",
-)
 def test_no_held_out_negative_is_called_a_failure() -> None:
     """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on round
-    15's held part (0 of 17), as on rounds 7, 8 and 13; missed on rounds 9-12 and 14-18."""
+    19's held part (0 of 21), as on rounds 7, 8, 13 and 15; missed on rounds 9-12, 14 and 16-18."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 18, tests/corpus_score.py HELD_ROUND) scores after tuning on
-#: its tune part only (first look 87.2 / 87.2 / 83.0 %; its misses never looked at;
-#: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
-#: fails here
-HELD_FLOOR = 0.978  # spent: numbers 46 of 47 events (97.9 %); before spending 85.1 %
+#: what the held-out part (round 19, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look 81.0 / 81.0 / 81.0 %, the same after tuning; its misses never
+#: looked at; tests/corpus/README.md): a floor, so a change that loses ground on logs nobody
+#: tuned for fails here
+HELD_FLOOR = 0.809  # 34 of 42 events (81.0 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -215,11 +209,14 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
     assert min(figures.values()) >= HELD_FLOOR, figures
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12: the untouched held-out part (round 19: 58 excerpts, 42 events) scores "
+    "81.0 / 81.0 / 81.0 % (detection, pool, numbers) at first look and after tuning on its tune "
+    "part, under the 98/97/97 % targets; strict, so it turns red once they are met and this "
+    "marker must go",
+)
 def test_held_out_part_meets_the_targets() -> None:
-    """Issue 12's targets. Round 18's held part scored 87.2 / 87.2 / 83.0 % at first look and
-    89.4 / 89.4 / 85.1 % after tuning on its tune part; it is now spent (its misses read and
-    fixed): 100 / 100 / 97.9 %. A spent part meeting them says nothing about logs nobody tuned
-    for; the next round's first look does."""
     figures = _held_score().figures()
     assert figures["detection"] >= 0.98
     assert figures["pool"] >= 0.97

@@ -2870,3 +2870,62 @@ def test_ggml_cuda_check_names_the_device_and_a_rocm_build_by_its_call() -> None
     plain = ["CUDA error: out of memory", '  File "hip_utils.py", line 3, in hipMalloc']
     (found,) = iter_findings(plain)
     assert (found.event.backend, found.event.gpu_index) == (Backend.CUDA, None)
+
+
+def test_round_19_tune_shapes() -> None:
+    """Round 19's tune part: Paddle's message glued to the user's Chinese, Windows'
+    ERROR_NOT_ENOUGH_MEMORY as a localized .NET HRESULT, a HIP check macro's 'out of memory',
+    an issue title that is the paging-file text, ggml's 2023 pinned-memory warning, a title
+    copying the message without c10's enforce head, and a console's blanks inside a
+    process's figure. Each with its near-miss."""
+    paddle = _event(
+        "提示错误Out of memory error on GPU 0. Cannot allocate 3.658448GB memory on GPU 0, available memory is only 2.428040GB."
+    )
+    assert (paddle.gpu_index, paddle.requested_bytes) == (0, round(3.658448 * 2**30))
+    assert not list(
+        iter_findings(["TimeOut of memory error on GPU 0. Cannot allocate 1GB memory on GPU 0"])
+    )
+    hresult = _event("内存资源不足，无法处理此命令。 (异常来自 HRESULT:0x80070008)")
+    assert (hresult.pool, hresult.backend) == (Pool.RAM, Backend.CPU)
+    assert not list(iter_findings(["(异常来自 HRESULT:0x80070005)"]))  # access denied
+    camp = _event(
+        "  what():  campHipErrchk(hipStreamCreate(&s)) out of memory .../camp/resource/hip.hpp:154"
+    )
+    assert (camp.pool, camp.backend) == (Pool.GPU, Backend.ROCM)
+    assert _event("cudaMalloc(&p, n) out of memory").backend is Backend.CUDA
+    assert not list(iter_findings(["hipStreamCreate(&s) failed: invalid device ordinal"]))
+    title = ["# The paging file is too small for this operation to complete.", ""]
+    assert [f.event.pool for f in iter_findings(title)] == [Pool.SWAP_PAGEFILE]
+    assert not list(
+        iter_findings(
+            [
+                "# Why does Traceback: The paging file is too small for this operation to complete appear"
+            ]
+        )
+    )
+    old = _event("WARNING: failed to allocate 1024.00 MB of pinned memory: out of memory")
+    assert (old.pool, old.recovered, old.requested_bytes) == (Pool.RAM, True, 2**30)
+    assert not list(
+        iter_findings(
+            ["the log said failed to allocate 1024.00 MB of pinned memory: out of memory"]
+        )
+    )
+    copied = [
+        "# DefaultCPUAllocator: not enough memory: you tried to allocate 268435456 bytes.",
+        "",
+        "I keep getting the same error:",
+        "```",
+        "[enforce fail at ..\\c10\\core\\impl\\alloc_cpu.cpp:72] data. DefaultCPUAllocator: not enough memory: you tried to allocate 268435456 bytes.",
+        "```",
+    ]
+    assert [(f.line_no, f.event.count) for f in iter_findings(copied)] == [(1, 2)]
+    other = [
+        copied[0],
+        "",
+        "[enforce fail at alloc_cpu.cpp:72] data. DefaultCPUAllocator: not enough memory: you tried to allocate 1024 bytes.",
+    ]
+    assert [f.line_no for f in iter_findings(other)] == [1, 3]  # other figures: two failures
+    padded = _event(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 506.00 MiB. GPU 0 has a total capacity of 31.74 GiB of which 400.88 MiB is free. Process 14974 has 31.34                              GiB memory in use."
+    )
+    assert [(p.pid, p.bytes) for p in padded.other_processes] == [(14974, round(31.34 * 2**30))]

@@ -427,7 +427,9 @@ def _title_copy(cand: Finding, new: Finding) -> bool:
     the message, or cuts it), and at most the node that raised it missing (the body names it
     on the line before the message)."""
     a, b = cand.event, new.event
-    if a.pool is not b.pool or not _is_title(cand) or not _one_starts_the_other(a, b):
+    if a.pool is not b.pool or not _is_title(cand):
+        return False
+    if not _one_starts_the_other(a, b) and not _title_holds_the_rest(a, b):
         return False
     if a.node_type is not None and a.node_type != b.node_type:
         return False
@@ -442,6 +444,17 @@ def _title_copy(cand: Finding, new: Finding) -> bool:
         exception_type=b.exception_type,
     )
     return copy == b
+
+
+def _title_holds_the_rest(title: OomEvent, body: OomEvent) -> bool:
+    """The title copies the body's message without what the body's line had before it (c10's
+    '[enforce fail at ...] data. ' before 'DefaultCPUAllocator: ...'): the same rule, and the
+    title's message, without its heading mark and closing stop, the end of the body's."""
+    if title.rule != body.rule:
+        return False
+    one = title.message.lstrip("# ").rstrip(_QUOTE_END)
+    two = body.message.rstrip(_QUOTE_END)
+    return len(one) >= 20 and len(two) > len(one) and two.endswith(one)
 
 
 def _same_type(title: str | None, body: str | None) -> bool:

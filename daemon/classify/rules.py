@@ -63,6 +63,7 @@ NEEDLES: tuple[str, ...] = (
     "all available RAM",  # Colab's 'Your session crashed after using all available RAM'
     "页面文件太小",  # Windows' zh-CN text of the paging-file error (1455), quoted without its number
     "0x800705AF",  # the same error as an HRESULT (.NET's COMException), in any language
+    "0x8007000",  # ERROR_NOT_ENOUGH_MEMORY's and E_OUTOFMEMORY's HRESULTs (0x80070008, 0x8007000E)
     "bad_alloc",  # C++'s failed allocation: std::bad_alloc
     "of GPU resources",  # OpenVINO's GPU plugin: '[GPU] out of GPU resources'
     "mem_buffer != NULL",  # ggml's context allocation: 'GGML_ASSERT(ctx->mem_buffer != NULL) failed'
@@ -110,6 +111,7 @@ def has_needle(text: str) -> bool:
         or "all available RAM" in text
         or "页面文件太小" in text
         or "0x800705AF" in text
+        or "0x8007000" in text
         or "bad_alloc" in text
         or "of GPU resources" in text
         or "mem_buffer != NULL" in text
@@ -221,7 +223,10 @@ _RX_EMSCRIPTEN_OOM = re.compile(r"\bCannot enlarge memory arrays to size (\d+) b
 #: PaddlePaddle's GPU allocator: 'Out of memory error on GPU 0. Cannot allocate 98.000244MB memory
 #: on GPU 0, 6.000000GB memory has been allocated and available memory is only 0.000000B.'
 _RX_PADDLE_OOM = re.compile(
-    r"\bOut of memory error on GPU (\d+)\. Cannot allocate " + _SIZE + r" memory on GPU \d+"
+    # (glued to the user's Chinese: '提示错误Out of memory error on GPU 0.')
+    r"(?<![A-Za-z0-9_])Out of memory error on GPU (\d+)\. Cannot allocate "
+    + _SIZE
+    + r" memory on GPU \d+"
     r"(?:, "
     + _SIZE
     + r" memory has been allocated)?(?:(?: and|,) available memory is only\s+"
@@ -291,6 +296,9 @@ _RX_ALLOC_ON_DEVICE = re.compile(
 _RX_CUDA_ERROR_OOM = re.compile(
     r"\b(CUDA|HIP) (?:driver |runtime )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b|\bhipError_t\(1002\)"
     r"|(?<![A-Za-z0-9_])(CUDA)_ERROR_OUT_OF_MEMORY(?![A-Za-z0-9_])"  # the driver API's name (Triton, CuPy, numba, ...)
+    # a check macro naming the runtime call, then the runtime's error string (camp, RAJA:
+    # 'campHipErrchk(hipStreamCreate(&s)) out of memory .../resource/hip.hpp:154')
+    r"|\b(cuda|hip)[A-Z]\w*\((?:[^()\n]|\([^()\n]*\))*\)\)? out of memory\b"
 )
 #: CUDA's error 2 (cudaErrorMemoryAllocation) as torch 0.x and C++ frameworks print it:
 #: ``cuda runtime error (2) : out of memory at ...`` (THC's exception, spaces optional),
@@ -400,7 +408,8 @@ _RX_PAGEFILE = re.compile(
     # (after an exception's type, its HRESULT, a tool's lead ending in ': ' such as OpenJ9's
     # 'JVMJ9VM011W Unable to load j9gc29: ', or a tool's tag: '[NBug] '; not after a
     # 'Traceback: ', which no program prints: a user's paraphrase in a sentence)
-    r"|(?:^|(?<=: )(?<!Traceback: )|(?<=\] ))The paging file is too small for this operation to complete\b"
+    # (or an issue title that is the text, under its heading mark)
+    r"|(?:^|^#+ |(?<=: )(?<!Traceback: )|(?<=\] ))The paging file is too small for this operation to complete\b"
     # Windows' own text for it in a zh-CN install, wherever it is quoted (no number with it)
     r"|页面文件太小，?无法完成操作"
     # its HRESULT (HRESULT_FROM_WIN32(1455)), the same in every language: .NET's COMException
@@ -424,8 +433,11 @@ _RX_DLIB_CUDA_OOM = re.compile(
 #: ggml's CUDA backend refused page-locked host RAM (cudaMallocHost); it goes on with an
 #: ordinary host buffer, so the failure is recovered
 _RX_GGML_PINNED = re.compile(  # (its reason is CUDA's error string: a driver's is no OOM)
-    r"\bggml_cuda_host_malloc: failed to allocate " + _SIZE + r" of pinned memory"
-    r"(?!: (?!out of memory))"
+    # (before ggml named the function, 2023: 'WARNING: failed to allocate 1024.00 MB of pinned
+    # memory: out of memory')
+    r"(?:\bggml_cuda_host_malloc: |^WARNING: )failed to allocate " + _SIZE + r" of pinned memory"
+    r"(?!: (?!out of memory))",
+    _M,
 )
 #: host libraries' own allocators: OpenCV's (cv::OutOfMemoryError, CV_StsNoMem = -4, in
 #: alloc.cpp) and Intel MKL's (under numpy and CTranslate2, even when the model runs on CUDA)
@@ -438,6 +450,9 @@ _RX_RENDERER_OOM = re.compile(r"\brender-process-gone\b[^\n]*\breason=oom\b")
 #: Windows' E_OUTOFMEMORY message (DirectML's devices and the host's heap both raise it)
 _RX_WIN_OUTOFMEMORY = re.compile(  # (ERROR_OUTOFMEMORY's text, and ERROR_NOT_ENOUGH_MEMORY's)
     r"Not enough memory resources are available to (?:complete this operation|process this command)"
+    # or their HRESULTs (HRESULT_FROM_WIN32(8), E_OUTOFMEMORY), the same in every language:
+    # .NET's '内存资源不足，无法处理此命令。 (异常来自 HRESULT:0x80070008)'
+    r"|\bHRESULT:? ?0x8007000[8Ee]\b"
 )
 #: TensorFlow's op kernels: 'Resource exhausted: OOM when allocating tensor with shape[...]'
 #: the device TensorFlow names in its OOM ('... on /job:localhost/replica:0/task:0/device:GPU:0')
@@ -716,7 +731,10 @@ _RX_ORT_GPU = re.compile(r"\bCU[A-Z]* failure \d+: [^;\n]* ; GPU=(\d+) ;")
 _RX_TOTAL = re.compile(r"total capac(?:i)?ty ?of " + _SIZE + r"|" + _SIZE + r" ?total ?capacity")
 #: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
 _RX_FREE = re.compile(r"of which " + _SIZE + r" is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
-_RX_PROCESS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
+#: (a wrapped console may paste a run of blanks between the figure and its unit)
+_RX_PROCESS = re.compile(
+    r"Process (\d+) has " + _SIZE.replace(r")\s?(", r")\s*(") + r" memory in use"
+)
 _RX_THIS_PROCESS = re.compile(r"this\s+process has " + _SIZE + r" memory in use")
 #: a figure whose unit the paste cut after its first letters, at the end of a line
 #: ('Of the allocated memory 20.58 Gi')
@@ -1428,9 +1446,10 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
         "_ERROR_OutOfMemory",
         "hipError_t(1002)",
         "_ERROR_OUT_OF_MEMORY",
+        ") out of memory",
     )
     if m:
-        rocm = (m.group(1) or m.group(2) or m.group(3) or "hip").lower() == "hip"
+        rocm = (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "hip").lower() == "hip"
         rocm = rocm or "`hipError" in body  # ROCm's torch keeps CUDA's words, its hint says HIP
         # (ggml's ROCm build too: the call it names under the error is HIP's)
         rocm = rocm or ("current device: " in body and _RX_GGML_HIP_CALL.search(body) is not None)
@@ -1503,7 +1522,7 @@ def _cpu_allocator(body: str, report: _Report | None) -> _Detected | None:
 
 def _windows_outofmemory(body: str, report: _Report | None) -> _Detected | None:
     """Windows' E_OUTOFMEMORY text: DirectML's when the text names it, else the host's."""
-    m = _find(_RX_WIN_OUTOFMEMORY, body, "Not enough memory resources")
+    m = _find(_RX_WIN_OUTOFMEMORY, body, "Not enough memory resources", "0x8007000")
     if not m:
         return None
     # (or onnxruntime's DirectML provider: 'DmlExecutionProvider', its BucketizedBufferAllocator)
@@ -1761,7 +1780,7 @@ _CHECKS: tuple[_Check, ...] = (
         "ggml-pinned-host",
         _RAM,
         Backend.CUDA,
-        (_RX_GGML_PINNED, ("ggml_cuda_host_malloc",)),
+        (_RX_GGML_PINNED, ("of pinned memory",)),
         recovered=True,
     ),
     _rule("pin-memory-thread", _RAM, Backend.CUDA, (_RX_PIN_THREAD, ("pin memory thread",))),
