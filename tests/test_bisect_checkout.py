@@ -45,7 +45,9 @@ def _git(path: Path, *args: str) -> str:
 def _http(url: str, data: dict[str, Any] | None = None) -> Any:
     body = None if data is None else json.dumps(data).encode()
     req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
+    # generous: a loaded CI box stalls a local server for seconds; the loops' deadlines bound
+    # the test, this only bounds one request
+    with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read() or b"null")
 
 

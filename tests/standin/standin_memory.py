@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import mmap
 import os
 import random
 import sys
@@ -160,17 +161,36 @@ def numpy_size(nbytes: int) -> str:
 # Host memory.
 
 
+#: pages touched per slice assignment (16 MiB): a switch point for the GIL between slices
+_TOUCH_CHUNK_BYTES = 16 * 1024 * 1024
+
+
 class HostBlock:
-    """``nbytes`` of real, touched host memory."""
+    """``nbytes`` of real, touched host memory.
+
+    An anonymous mapping, its pages written a slice at a time. ``bytearray(n)`` zeroes all
+    ``n`` bytes in one C call that holds the GIL: a GiB took seconds on a loaded machine, and
+    all that while the server's event loop (aiohttp, in the main thread) answered no HTTP.
+    torch releases the GIL while it allocates, so the stand-in must not hold it through a
+    whole allocation either: between two slices the event loop gets its turn.
+    """
 
     __slots__ = ("__weakref__", "buf", "nbytes")
 
     def __init__(self, nbytes: int) -> None:
         self.nbytes = nbytes
-        self.buf = bytearray(nbytes)  # raises a real MemoryError under RLIMIT_AS
-        if nbytes:
-            # calloc'd pages are not resident until written; write one byte per page.
-            self.buf[::PAGE_BYTES] = b"\x01" * math.ceil(nbytes / PAGE_BYTES)
+        self.buf: mmap.mmap | bytearray
+        if not nbytes:
+            self.buf = bytearray()
+            return
+        try:
+            self.buf = mmap.mmap(-1, nbytes)
+        except OSError as exc:  # ENOMEM: RLIMIT_AS, or no address space left
+            raise MemoryError() from exc
+        # anonymous pages are not resident until written; write one byte per page
+        for start in range(0, nbytes, _TOUCH_CHUNK_BYTES):
+            stop = min(nbytes, start + _TOUCH_CHUNK_BYTES)
+            self.buf[start:stop:PAGE_BYTES] = b"\x01" * math.ceil((stop - start) / PAGE_BYTES)
 
 
 def host_alloc_raw(nbytes: int) -> HostBlock:
