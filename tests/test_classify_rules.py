@@ -2929,3 +2929,102 @@ def test_round_19_tune_shapes() -> None:
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 506.00 MiB. GPU 0 has a total capacity of 31.74 GiB of which 400.88 MiB is free. Process 14974 has 31.34                              GiB memory in use."
     )
     assert [(p.pid, p.bytes) for p in padded.other_processes] == [(14974, round(31.34 * 2**30))]
+
+
+def test_round_19_held_shapes() -> None:
+    """Round 19's held part, once spent: Paddle's message head alone first on a title, systemd's
+    unit lines with the journal's prefix dropped and its 'oom-kill' result alone, GGUF's
+    swallowed copy_, Windows' paging-file text hard-wrapped mid-word with its HRESULT after
+    it, a title naming the error code among the user's words, a type glued to a CJK title,
+    and the old dialog quoted in Markdown. Each with its near-miss."""
+    head = [f.event for f in iter_findings(["# Out of memory error on GPU 0 gitee上拉的代码", ""])]
+    assert [(e.pool, e.gpu_index, e.requested_bytes) for e in head] == [(Pool.GPU, 0, None)]
+    assert not list(iter_findings(["I got Out of memory error on GPU 0 again today"]))
+
+    unit = _event("A process of this unit has been killed by the OOM killer.")
+    assert (unit.pool, unit.killer, dict(unit.extra).get("unit")) == (
+        Pool.KILLED_BY_OS,
+        "kernel",
+        None,
+    )
+    result = _event("nixos systemd[1]: ollama.service: Failed with result 'oom-kill'.")
+    assert (result.pool, result.killer, dict(result.extra)["unit"]) == (
+        Pool.KILLED_BY_OS,
+        None,
+        "ollama.service",
+    )
+    both = [
+        "Feb 24 11:16:31 adl systemd[1]: ollama.service: A process of this unit has been killed by the OOM killer.",
+        "Feb 24 11:16:32 adl systemd[1]: ollama.service: Failed with result 'oom-kill'.",
+    ]
+    assert [(f.line_no, f.event.killer) for f in iter_findings(both)] == [(1, "kernel")]
+    assert not list(iter_findings(["ollama.service: Failed with result 'exit-code'."]))
+
+    gguf = [
+        "ignoring 'copy_' on tensor: Native API failed. Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)",
+        "!!! Exception during processing !!! Native API failed. Native API returns: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)",
+    ]
+    assert [(f.line_no, f.event.recovered) for f in iter_findings(gguf)] == [
+        (1, True),
+        (2, False),
+    ]
+
+    wrapped = [
+        "DockerDo : docker.exe: Error response from daemon: CreateComputeSystem 53705a69565f831ed770e598afc1efd63b73fde6f8208edb27e32a7d76424183: The paging fi",
+        "le is too small for this operation to complete.",
+        "[Event Detail: 无法为 Hyper-V 容器创建虚拟机: 页面文件太小，无法完成操作。 (0x800705AF) Provider: x]",
+    ]
+    found = list(iter_findings(wrapped))
+    assert [(f.line_no, f.event.pool, f.event.node_type) for f in found] == [
+        (1, Pool.SWAP_PAGEFILE, None)
+    ]
+    short = ["The paging fi", "le is too small for this operation to complete."]
+    assert not list(iter_findings(short))  # a short line cut mid-word is no console's wrap
+
+    assert not list(iter_findings(["# [WinError 1455] model train has an error", ""]))
+    assert [
+        f.line_no for f in iter_findings(['# "OSError: [WinError 1455]" when training', ""])
+    ] == [1]
+    assert [
+        f.line_no for f in iter_findings(["# [WinError 1455] The paging file is too small", ""])
+    ] == [1]
+
+    assert not list(iter_findings(["# 执行demo报torch.cuda.OutOfMemoryError", ""]))
+    assert [f.line_no for f in iter_findings(["# 一直报错MemoryError: bad allocation", ""])] == [1]
+
+    quoted = [
+        "> Error occurred when executing CCSR_Upscale:",
+        "",
+        "Allocation on device 0 would exceed allowed memory. (out of memory)",
+        "Currently allocated : 9.28 GiB",
+    ]
+    assert [f.event.node_type for f in iter_findings(quoted)] == ["CCSR_Upscale"]
+
+
+def test_round_20_tune_shapes() -> None:
+    """Round 20's tune part: Java's 'CreateProcess error=1455, ' before Windows' paging-file
+    text in a title, and a driver error's name ending a title after the user's own words."""
+    java = [
+        "# win2012-x86-1 CreateProcess error=1455, The paging file is too small for this operation to complete",
+        "",
+    ]
+    assert [(f.line_no, f.event.pool) for f in iter_findings(java)] == [(1, Pool.SWAP_PAGEFILE)]
+    assert not list(
+        iter_findings(["# enable_eager_execution 持续报出 CUDA_ERROR_OUT_OF_MEMORY", ""])
+    )
+    printed = ["# cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY", ""]
+    assert [f.event.pool for f in iter_findings(printed)] == [Pool.GPU]
+    assert [f.event.pool for f in iter_findings(["# CUDA_ERROR_OUT_OF_MEMORY", ""])] == [Pool.GPU]
+    body = ["cupy.cuda.driver.CUDADriverError: CUDA_ERROR_OUT_OF_MEMORY: out of memory"]
+    assert [f.event.pool for f in iter_findings(body)] == [Pool.GPU]
+    fell_back = [
+        "→ [10S] TiledSampler v2.5: carrier wrapper sampling failed (OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)",
+        "Currently allocated     : 29.60 GiB",
+        "Requested               : 128.91 MiB",
+        "Device limit            : 31.36 GiB",
+        "Free (according to CUDA): 28.69 MiB",
+        "PyTorch limit (set by user-supplied memory fraction)",
+        "                        : 17179869184.00 GiB); falling back to plain video for carrier tile",
+    ]
+    assert [f.event.recovered for f in iter_findings(fell_back)] == [True]
+    assert [f.event.recovered for f in iter_findings(fell_back[:-1])] == [False]

@@ -332,6 +332,15 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # failure. The same line again is a repeat (``_same``).
         return replace(cand, event=_combine(primary=a, secondary=b), end_line_no=end)
     if (
+        a.rule == b.rule == "windows-pagefile"
+        and ("0x800705AF" in a.message) != ("0x800705AF" in b.message)
+        and new.line_no - cand.end_line_no <= 1
+    ):
+        # Windows' text for the paging file, then the same error as its HRESULT in the
+        # detail the caller appends (Docker's 'CreateComputeSystem ...: The paging file is too
+        # small ...' then Hyper-V's '[Event Detail: ... (0x800705AF)]'): one failure
+        return Finding(cand.record, _combine(primary=a, secondary=b), cand.line_no, end)
+    if (
         a.rule == b.rule in _TOLD_TWICE
         and a.message != b.message  # (the same line again is a repeat: ``_same``)
         and new.line_no - cand.end_line_no <= 1

@@ -59,6 +59,7 @@ NEEDLES: tuple[str, ...] = (
     "reason=oom",  # Electron (ComfyUI Desktop's log): 'render-process-gone reason=oom'
     "已杀死",  # bash's 'Killed' in a zh_CN locale (glibc's strsignal(SIGKILL) there)
     "paging file",  # Windows' 'The paging file is too small ...' without its error number
+    "too small for this operation",  # the same, a console's hard wrap cutting 'paging fi/le'
     "sufficient free VRAM",  # ACE-Step's pre-flight: 'Insufficient free VRAM: need ~1.1 GB'
     "all available RAM",  # Colab's 'Your session crashed after using all available RAM'
     "页面文件太小",  # Windows' zh-CN text of the paging-file error (1455), quoted without its number
@@ -107,6 +108,7 @@ def has_needle(text: str) -> bool:
         or "reason=oom" in text
         or "已杀死" in text
         or "paging file" in text
+        or "too small for this operation" in text
         or "sufficient free VRAM" in text
         or "all available RAM" in text
         or "页面文件太小" in text
@@ -136,8 +138,14 @@ _RX_OOMD_ATTEMPT = re.compile(
     r"\boomd attempting to kill (\d+) with (?:SIG)?(?:KILL|TERM)\b"
 )
 _RX_SYSTEMD_UNIT = re.compile(
-    r"([\w@.\-]+): A process of this unit has been killed by the OOM killer"
+    # (or first on its line, the journal's prefix and the unit dropped by the paste)
+    r"(?:([\w@.\-]+): |^)A process of this unit has been killed by the OOM killer",
+    _M,
 )
+#: systemd's verdict on the unit, the line after the one above or alone (a title quoting it):
+#: the unit's cgroup saw an OOM kill. It names no killer: the kernel's and systemd-oomd's kills
+#: end a unit the same way.
+_RX_SYSTEMD_OOM_RESULT = re.compile(r"(?:([\w@.\-]+): |^|\b)Failed with result 'oom-kill'", _M)
 _RX_BASH_KILLED = re.compile(
     r"\bline \d+:\s+(\d+) Killed(?::\s*9)?(?:\s|$)", _M
 )  # macOS bash: 'Killed: 9'
@@ -233,6 +241,11 @@ _RX_PADDLE_OOM = re.compile(
     + _SIZE
     + r")?"  # (a title keeps only the first sentence)
 )
+#: Paddle's message cut after its first words, first on a line (a title: 'Out of memory error on
+#: GPU 0 gitee上拉的paddle2.0rc1 代码'): the head's own capitalised words and index, then the
+#: user's text or the line's end. In a sentence ('I got Out of memory error on GPU 0') it is
+#: not read: Paddle's words stand first on their line.
+_RX_PADDLE_HEAD = re.compile(r"^(?:#+ )?Out of memory error on GPU (\d+)(?![\d.])", _M)
 #: fairseq's trainer catching an OOM and trying the next batch (whether it did is not said)
 _RX_FAIRSEQ_RECOVER = re.compile(r"\battempting to recover from OOM in (?:forward|backward)")
 #: Tenstorrent's (tt-metal) DRAM allocator
@@ -396,6 +409,14 @@ _RX_DIRECTML = re.compile(
     r"|\bDML allocator out of memory"  # torch-directml's heap allocator
     r"|(?i:\bDirectML out of memory\b)"
 )
+
+
+def _wrap_tolerant(text: str) -> str:
+    """``text`` as a pattern that still matches where a console's fixed-width hard wrap put a
+    newline between any two of its characters (the width, not the words, decides where)."""
+    return "\r?\n?".join(re.escape(ch) for ch in text)
+
+
 #: a bare 'Error 1455' (a title, a sentence): Windows' ERROR_COMMITMENT_LIMIT, the paging file
 _RX_ERROR_1455 = re.compile(r"\bError 1455\b")
 _RX_PAGEFILE_TYPE = re.compile(
@@ -409,7 +430,11 @@ _RX_PAGEFILE = re.compile(
     # 'JVMJ9VM011W Unable to load j9gc29: ', or a tool's tag: '[NBug] '; not after a
     # 'Traceback: ', which no program prints: a user's paraphrase in a sentence)
     # (or an issue title that is the text, under its heading mark)
-    r"|(?:^|^#+ |(?<=: )(?<!Traceback: )|(?<=\] ))The paging file is too small for this operation to complete\b"
+    # (a console's hard wrap may cut it anywhere, mid-word: 'The paging fi' / 'le is too small')
+    # (or after Java's 'CreateProcess error=1455, ')
+    r"|(?:^|^#+ |(?<=: )(?<!Traceback: )|(?<=\] )|(?<=1455, ))"
+    + _wrap_tolerant("The paging file is too small for this operation to complete")
+    + r"\b"
     # Windows' own text for it in a zh-CN install, wherever it is quoted (no number with it)
     r"|页面文件太小，?无法完成操作"
     # its HRESULT (HRESULT_FROM_WIN32(1455)), the same in every language: .NET's COMException
@@ -696,7 +721,8 @@ _RX_EXC_LINE = re.compile(
 #: the same, after an issue form's bracketed prefix ('[Bug]: MemoryError: ...'): OOM types only
 _RX_OOM_EXC_LINE = re.compile(
     # (or glued to the end of a CJK sentence, in a title: '# 一直报错MemoryError: bad allocation')
-    rf"^(?:\[\w+\]: ?|#{{1,6}} [{_CJK}]*?(?<=[{_CJK}]))?((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?MemoryError)(?::[ \t]?(.*))?$",
+    # (its identifiers ASCII: '执行demo报torch.cuda.OutOfMemoryError' is no type 'demo报torch...')
+    rf"^(?:\[\w+\]: ?|#{{1,6}} [{_CJK}]*?(?<=[{_CJK}]))?((?:[A-Za-z_][A-Za-z0-9_]*\.)*(?:[A-Za-z_][A-Za-z0-9_]*)?MemoryError)(?::[ \t]?(.*))?$",
     _M,
 )
 #: a field of ComfyUI's Error Report in any language: ``- **<label>:** <value>``, one per line
@@ -708,13 +734,17 @@ _RX_EXC_TYPE_VALUE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Excep
 _RX_NODE_ID_VALUE = re.compile(r"^\d+(?::\d+)*$")
 #: ComfyUI's old error dialog: the node on its own line, or (an issue title) the message after it
 _RX_DIALOG = re.compile(  # (pasted inside inline code or bold)
-    r"^[`*]{0,2}Error occurred when executing ([^:\n*`]+?):(?:[ \t`*]|$|(?=[A-Z]))", _M
+    # (or quoted in Markdown: '> Error occurred when executing CCSR_Upscale:')
+    r"^(?:> ?)?[`*]{0,2}Error occurred when executing ([^:\n*`]+?):(?:[ \t`*]|$|(?=[A-Z]))",
+    _M,
 )
 #: the dialog's whole first line, its name up to the colon that ends the line
 _RX_DIALOG_LINE = re.compile(
-    r"^[`*]{0,2}Error occurred when executing ([^\n]+?):[`*]{0,2}[ \t]*$", _M
+    r"^(?:> ?)?[`*]{0,2}Error occurred when executing ([^\n]+?):[`*]{0,2}[ \t]*$", _M
 )
 _RX_NODE_COLON = re.compile(r"^([A-Za-z][\w\-]{1,80}) : ")
+#: a Windows program's own lead after PowerShell's 'Command : ' ('docker.exe: ')
+_RX_EXE_LEAD = re.compile(r"[\w.\-]+\.exe: ", re.IGNORECASE)
 _RX_NODE_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{2,80}$")
 _NOT_NODES = frozenset(
     {"Traceback", "Killed", "Exception", "Error", "Warning", "Logs", "Details", "Other"}
@@ -930,7 +960,9 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         (indented if line[:1] in (" ", "\t") else focus).append(i)
     # one needle test over all traceback frames together (they rarely hold one), then per line
     frames = "\n".join([lines[i] for i in indented]) if indented else ""
-    if indented and has_needle(frames):
+    # (or an indented line where a pack says it went on after the OOM: cudaMallocAsync's
+    # table ends indented, ' : 17179869184.00 GiB); falling back to plain video ...')
+    if indented and (has_needle(frames) or "falling back" in frames):
         # (and an indented line that carries a torch message's figures: a message
         # hard-wrapped with an indent, ' # 0 bytes free; 9.23 GiB reserved in total by PyTorch)',
         # or retyped one clause per line, ' (GPU 0; 6.00 GiB total capacity; ', ' 363.12 MiB free; ')
@@ -945,6 +977,7 @@ def _classify_lines(lines: list[str]) -> _Found | None:
                 or "total capacity" in lines[i]
                 or "B free" in lines[i]
                 or "bytes free" in lines[i]
+                or "falling back" in lines[i]
             ]
         )
     if "current device: " in frames:
@@ -1037,6 +1070,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         and _RX_FELL_BACK.search(body, pos)
     ):
         recovered = True  # a pack caught it and went on ('...); falling back to plain video')
+    if not recovered and _RX_IGNORED_LEAD.search(flines[fidx], 0, max(pos - starts[fidx], 0)):
+        recovered = True  # a wrapper caught it, said so and went on (GGUF's 'ignoring 'copy_'')
     if rule in ("cuda-error-oom", "dlib-cuda-oom") and pinned_evidence("\n".join(lines)):
         pool = Pool.RAM
         extra.append(("host_memory", "pinned"))
@@ -1448,6 +1483,8 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
         "_ERROR_OUT_OF_MEMORY",
         ") out of memory",
     )
+    while m is not None and m.group(3) and _name_ends_title(body, m):
+        m = _RX_CUDA_ERROR_OOM.search(body, m.end())
     if m:
         rocm = (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "hip").lower() == "hip"
         rocm = rocm or "`hipError" in body  # ROCm's torch keeps CUDA's words, its hint says HIP
@@ -1464,6 +1501,20 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
     if m:
         return "cuda-error-oom", _GPU, Backend.CUDA, m.start(), False
     return None
+
+
+def _name_ends_title(body: str, m: re.Match[str]) -> bool:
+    """An error's name ending an issue title after the user's own words ('# enable_eager_execution
+    持续报出 CUDA_ERROR_OUT_OF_MEMORY', '... keeps reporting X'): the user naming the failure,
+    as a title naming torch's type is (``_type_printed``). After a colon, an equals sign, a
+    bracket or a quote, or alone under the heading mark, it is the printed name."""
+    line_start = body.rfind("\n", 0, m.start()) + 1
+    if not body.startswith("# ", line_start):
+        return False
+    if not _RX_TYPE_ENDS_LINE.match(body, m.end()):
+        return False
+    lead = body[line_start + 2 : m.start()].rstrip(" ")
+    return bool(lead) and lead[-1] not in ":=([{'\"`"
 
 
 #: C++'s abort for an uncaught exception, right before its what() message
@@ -1501,10 +1552,46 @@ def _nv_fatal_alloc(body: str, report: _Report | None) -> _Detected | None:
 
 
 def _pagefile(body: str, report: _Report | None) -> _Detected | None:
-    m = _find(_RX_PAGEFILE, body, "rror 1455", "paging file", "页面文件太小", "0x800705AF")
+    m = _find(
+        _RX_PAGEFILE,
+        body,
+        "rror 1455",
+        "paging file",
+        "too small for this operation",
+        "页面文件太小",
+        "0x800705AF",
+    )
+    while m is not None and _code_named_in_title(body, m):
+        m = _RX_PAGEFILE.search(body, m.end())
     if m is None and "rror 1455" in body:
         m = _RX_ERROR_1455.search(body)
+        while m is not None and _code_named_in_title(body, m):
+            m = _RX_ERROR_1455.search(body, m.end())
     return ("windows-pagefile", Pool.SWAP_PAGEFILE, _CPU, m.start(), False) if m else None
+
+
+#: what follows Windows' error code where the program printed it: its text, a quote's or a
+#: bracket's end, or nothing
+_RX_CODE_PRINTED_AFTER = re.compile(r"\]?[\"'`]?[ \t]*(?:$|The paging file|页面文件)", _M)
+
+
+def _code_named_in_title(body: str, m: re.Match[str]) -> bool:
+    """An issue title that names the error code among the user's own words ('# [WinError 1455]
+    model train has an error', '# Unexpected error 1455 in ...'): no exception type before it
+    and Windows' text not after it, so it is the user naming the failure, as a title naming
+    torch's type is (``_type_printed``)."""
+    if "1455" not in m.group(0):
+        return False  # (Windows' text, not its code)
+    line_start = body.rfind("\n", 0, m.start()) + 1
+    if not body.startswith("# ", line_start):
+        return False
+    if _RX_TYPE_BEFORE_CODE.search(body, line_start, m.start()):
+        return False
+    return _RX_CODE_PRINTED_AFTER.match(body, m.end()) is None
+
+
+#: an exception type right before the code ('OSError: [', '"OSError: ')
+_RX_TYPE_BEFORE_CODE = re.compile(r"(?:Error|Exception):?\s*\[?$")
 
 
 def _cpu_allocator(body: str, report: _Report | None) -> _Detected | None:
@@ -1702,6 +1789,7 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_OOMD_ATTEMPT, ("oomd attempting to kill",)),
     ),
     _rule("systemd-oom-kill", _KILLED, _CPU, (_RX_SYSTEMD_UNIT, ("OOM killer",))),
+    _rule("systemd-oom-result", _KILLED, _CPU, (_RX_SYSTEMD_OOM_RESULT, ("oom-kill'",))),
     _rule(
         "mps-oom",
         _MPS,
@@ -1709,7 +1797,13 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_MPS, ("MPS backend out of memory", "MPS Backend", "mps backend")),
         (_RX_MPS_FRAGMENT, ("Tried to allocate", "upper limit for memory")),
     ),
-    _rule("paddle-gpu-oom", _GPU, Backend.CUDA, (_RX_PADDLE_OOM, ("Out of memory error on GPU",))),
+    _rule(
+        "paddle-gpu-oom",
+        _GPU,
+        Backend.CUDA,
+        (_RX_PADDLE_OOM, ("Out of memory error on GPU",)),
+        (_RX_PADDLE_HEAD, ("Out of memory error on GPU",)),
+    ),
     _rule("tt-dram-oom", _GPU, _UNKNOWN, (_RX_TT_DRAM, ("DRAM buffer",))),
     _rule(
         "fairseq-oom-recover",
@@ -2011,6 +2105,10 @@ def _oom_exception_line(body: str) -> tuple[str, int] | None:
     best = None
     for m in _RX_OOM_EXC_LINE.finditer(body):
         name = m.group(1)
+        if body[m.start()] == "#" and body[m.start(1) - 1] != " " and not m.group(2):
+            # glued to a title's CJK sentence and ending it, with no message: the user's words
+            # naming the type ('# 执行报torch.cuda.OutOfMemoryError'), as ``_type_printed`` reads
+            continue
         if name.endswith(("OutOfMemoryError", "MemoryError")):
             best = (name, m.start(1))
     return best
@@ -2181,6 +2279,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
                 fields["allocated_bytes"] = size_bytes(m.group(4), m.group(5))
             if m.group(6):
                 fields["free_bytes"] = size_bytes(m.group(6), m.group(7))
+        elif m := _RX_PADDLE_HEAD.search(body):
+            fields["gpu_index"] = int(m.group(1))
     elif rule == "macos-memorystatus-kill":
         m = _RX_MEMORYSTATUS.search(body)
         if m:
@@ -2261,9 +2361,13 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         fields["killer"] = "systemd-oomd"
     elif rule == "systemd-oom-kill":
         m = _RX_SYSTEMD_UNIT.search(body)
-        if m:
+        if m and m.group(1):
             extra.append(("unit", m.group(1)))
         fields["killer"] = "kernel"
+    elif rule == "systemd-oom-result":
+        m = _RX_SYSTEMD_OOM_RESULT.search(body)
+        if m and m.group(1):
+            extra.append(("unit", m.group(1)))
     elif rule == "dataloader-worker-killed":
         m = _RX_WORKER_KILLED.search(body)
         if m and m.group(1):
@@ -2304,6 +2408,10 @@ _RX_TITLE_NODE = re.compile(
 #: a pack that caught the OOM and went on, in the same record: '...failed (OutOfMemoryError: ...);
 #: falling back to plain video for carrier tile'
 _RX_FELL_BACK = re.compile(r"\); falling back to |\bfalling back to (?:CPU|tiled|smaller)\b")
+#: what a wrapper that swallows an exception prints before its text: ComfyUI-GGUF's tensor,
+#: "ignoring 'copy_' on tensor: <the error>" (ops.py's copy_, which then returns): the failure
+#: was caught and the run went on; a later failure is another event
+_RX_IGNORED_LEAD = re.compile(r"^\s*[Ii]gnoring '?\w+'? on tensor: ")
 #: a pack announcing its own retry of an OOM (SeedVR2: 'OOM during ...' then 'Clearing memory
 #: and retrying'): a soft OOM, as ComfyUI's own 'retrying with tiled VAE decoding' is
 RETRYING = re.compile(r"\bretrying\b", re.IGNORECASE)
@@ -2402,8 +2510,14 @@ def _dialog_node(body: str) -> str | None:
 
 def _colon_node(line: str) -> str | None:
     m = _RX_NODE_COLON.match(line)
-    # (a title 'DefaultCPUAllocator : not enough memory' names torch's allocator, not a node)
-    if m and not m.group(1).endswith(("Error", "Exception", "Allocator")):
+    # (a title 'DefaultCPUAllocator : not enough memory' names torch's allocator, not a node;
+    # PowerShell's error record for a native program, 'DockerDo : docker.exe: Error ...', names
+    # the command it ran)
+    if (
+        m
+        and not m.group(1).endswith(("Error", "Exception", "Allocator"))
+        and not _RX_EXE_LEAD.match(line, m.end())
+    ):
         return m.group(1)
     return None
 

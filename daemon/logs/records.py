@@ -78,6 +78,11 @@ _OOM_SENTENCE = re.compile(
     r"|GPU \d+ has a total capac|Process \d+ has "
     r"|(?:and )?\d[\d.,]* ?[KMGT]i?B (?:is )?(?:free|reserved|already|total capac))"
 )
+#: a console's width below which a line cut mid-word is taken as the user's own short line
+_HARD_WRAP_MIN_CHARS = 80
+#: the words a console's wrap is mended across when it cut them (``_wrap_cut_words``)
+_WRAP_CUT_WORDS = ("The paging file is too small", "out of memory", "Tried to allocate")
+_SEAM_CHARS = 40
 #: how a message's hard-wrapped rest begins: a lower-case word or a unit
 _WRAPPED_ON = re.compile(r"(?:[a-z]|[KMGT]i?B\b)")
 #: what a line of torch's device message holds (the only message a console wrap is joined for)
@@ -360,7 +365,8 @@ class RecordAssembler:
             or message.startswith("## Error Details")  # a report pasted without its heading
         )
         # (the dialog's first line may be pasted inside inline-code backticks or bold)
-        self._dialog_lines = 1 if message.lstrip("`*").startswith(_DIALOG) else 0
+        # (bold, inline code or a Markdown quote's '> ' around it)
+        self._dialog_lines = 1 if message.lstrip("`*> ").startswith(_DIALOG) else 0
         self._table = "summary:" in message or "status:" in message
         self._header = message.startswith(_HEADER)
         self._oom_said = (
@@ -469,7 +475,25 @@ class RecordAssembler:
                 and any(mark in last for mark in _TORCH_FIGURE_MARKS)
             ):
                 return True
+        if first.islower() and self._wrap_cut_words(message):
+            return True
         return _CONTINUATION.match(message) is not None
+
+    def _wrap_cut_words(self, message: str) -> bool:
+        """A console's fixed-width hard wrap cut a failure's own words in two: the pending
+        record's last line is long, stops mid-word, and the words run on across the cut ('...
+        CreateComputeSystem <id>: The paging fi' / 'le is too small for this operation ...').
+        Only those words: a long line cut mid-word before some other line is left alone."""
+        last = (self._tail[-1] if self._tail else self._head[-1]).rstrip("\r\n")
+        if len(last) < _HARD_WRAP_MIN_CHARS or not last[-1:].isalpha():
+            return False
+        seam = last[-_SEAM_CHARS:] + message[:_SEAM_CHARS]
+        cut = len(last[-_SEAM_CHARS:])
+        for words in _WRAP_CUT_WORDS:
+            at = seam.find(words)
+            if 0 <= at < cut < at + len(words):
+                return True
+        return False
 
     def _emit(self) -> Record:
         lines = self._head
