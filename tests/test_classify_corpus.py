@@ -166,15 +166,14 @@ def test_split_was_drawn_by_hash_of_the_file_name() -> None:
     for case in ALL_CASES:
         if "split" in case:
             assert case["split"] == hash_split(case["file"]), case["file"]
-    # (round 20 is one batch and a part: 56 excerpts, 33 held)
-    assert sum(split_of(case) == "held" for case in ALL_CASES) >= 25
+    assert sum(split_of(case) == "held" for case in ALL_CASES) >= 30
 
 
 def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 20: none of 19 at first look and after tuning;
+#: held-out negatives called a failure (round 20: none of 31 at first look and after tuning;
 #: round 19: none of 21;
 #: round 18: 3 of 28 at first look and after tuning, 1 once spent;
 #: round 17: 2 of 26 at first look, 1 once a title or
@@ -193,7 +192,7 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
 
 def test_no_held_out_negative_is_called_a_failure() -> None:
     """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on round
-    20's held part (0 of 19), as on rounds 7, 8, 13, 15 and 19; missed on rounds 9-12, 14 and
+    20's held part (0 of 31), as on rounds 7, 8, 13, 15 and 19; missed on rounds 9-12, 14 and
     16-18."""
     result = _held_score()
     assert result.negatives > 0
@@ -203,9 +202,10 @@ def test_no_held_out_negative_is_called_a_failure() -> None:
 #: what the held-out part (round 20, tests/corpus_score.py HELD_ROUND) scores after tuning on
 #: its tune part only (first look per batch: 28b 81.2 / 81.2 / 56.2 %, numbers 81.2 % once the
 #: labels' byte figures were rounded as the corpus rounds them; 28a 100 % of its one event;
-#: 82.4 % of all 17 after tuning; its misses never looked at; tests/corpus/README.md): a floor,
-#: so a change that loses ground on logs nobody tuned for fails here
-HELD_FLOOR = 0.823  # 14 of 17 events (82.4 %)
+#: 28c 73.3 %; 78.1 % of all 32 after tuning; its misses never looked at;
+#: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
+#: fails here
+HELD_FLOOR = 0.781  # 25 of 32 events (78.1 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -215,10 +215,10 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 20: 33 excerpts, 17 events) scores "
-    "82.4 / 82.4 / 82.4 % (detection, pool, numbers) at first look and after tuning on its tune "
-    "part, under the 98/97/97 % targets; strict, so it turns red once they are met and this "
-    "marker must go",
+    reason="issue 12: the untouched held-out part (round 20: 57 excerpts, 32 events) scores "
+    "78.1 / 78.1 / 78.1 % (detection, pool, numbers) after tuning on its tune part (first look "
+    "per batch 81.2, 100 and 73.3 % detection), under the 98/97/97 % targets; strict, so it "
+    "turns red once they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:
     figures = _held_score().figures()
