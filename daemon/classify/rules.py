@@ -145,7 +145,7 @@ _RX_SYSTEMD_UNIT = re.compile(
 #: systemd's verdict on the unit, the line after the one above or alone (a title quoting it):
 #: the unit's cgroup saw an OOM kill. It names no killer: the kernel's and systemd-oomd's kills
 #: end a unit the same way.
-_RX_SYSTEMD_OOM_RESULT = re.compile(r"(?:([\w@.\-]+): |^|\b)Failed with result 'oom-kill'", _M)
+_RX_SYSTEMD_OOM_RESULT = re.compile(r"(?:([\w@.\-]+): )?\bFailed with result 'oom-kill'")
 _RX_BASH_KILLED = re.compile(
     r"\bline \d+:\s+(\d+) Killed(?::\s*9)?(?:\s|$)", _M
 )  # macOS bash: 'Killed: 9'
