@@ -1503,15 +1503,19 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
     return None
 
 
+def _title_start(body: str, pos: int) -> int | None:
+    """Where the line holding ``pos`` starts, when that line is an issue title (``# ``)."""
+    line_start = body.rfind("\n", 0, pos) + 1
+    return line_start if body.startswith("# ", line_start) else None
+
+
 def _name_ends_title(body: str, m: re.Match[str]) -> bool:
     """An error's name ending an issue title after the user's own words ('# enable_eager_execution
     持续报出 CUDA_ERROR_OUT_OF_MEMORY', '... keeps reporting X'): the user naming the failure,
     as a title naming torch's type is (``_type_printed``). After a colon, an equals sign, a
     bracket or a quote, or alone under the heading mark, it is the printed name."""
-    line_start = body.rfind("\n", 0, m.start()) + 1
-    if not body.startswith("# ", line_start):
-        return False
-    if not _RX_TYPE_ENDS_LINE.match(body, m.end()):
+    line_start = _title_start(body, m.start())
+    if line_start is None or not _RX_TYPE_ENDS_LINE.match(body, m.end()):
         return False
     lead = body[line_start + 2 : m.start()].rstrip(" ")
     return bool(lead) and lead[-1] not in ":=([{'\"`"
@@ -1582,10 +1586,8 @@ def _code_named_in_title(body: str, m: re.Match[str]) -> bool:
     torch's type is (``_type_printed``)."""
     if "1455" not in m.group(0):
         return False  # (Windows' text, not its code)
-    line_start = body.rfind("\n", 0, m.start()) + 1
-    if not body.startswith("# ", line_start):
-        return False
-    if _RX_TYPE_BEFORE_CODE.search(body, line_start, m.start()):
+    line_start = _title_start(body, m.start())
+    if line_start is None or _RX_TYPE_BEFORE_CODE.search(body, line_start, m.start()):
         return False
     return _RX_CODE_PRINTED_AFTER.match(body, m.end()) is None
 
