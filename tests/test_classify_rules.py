@@ -3028,3 +3028,64 @@ def test_round_20_tune_shapes() -> None:
     ]
     assert [f.event.recovered for f in iter_findings(fell_back)] == [True]
     assert [f.event.recovered for f in iter_findings(fell_back[:-1])] == [False]
+
+
+def test_round_20_held_shapes() -> None:
+    """Round 20's held part, once spent: numpy 1.16's sizeless wording, torch's message retyped
+    with an extra 'the', Haskell accelerate's CUDA exception with the driver's string on the
+    next line, ggml_vulkan's line pasted into a title without its tag, Vulkan's result named
+    at the end of a title among the user's words, Talos's userspace OOM controller, and
+    torch's type in the repr vLLM's engine logs. Each with its near-miss."""
+    shaped = _event(
+        "me tira este error: Unable to allocate array with shape (93849, 1, 52300) and data type float64."
+    )
+    assert (shaped.pool, shaped.requested_bytes) == (Pool.RAM, None)
+    assert not list(iter_findings(["Unable to allocate array of shapes for the plot"]))
+
+    retyped = _event("RuntimeError: CUDA out of the memory. Tried to allocate 360.00 MiB")
+    assert (retyped.pool, retyped.exception_type, retyped.requested_bytes) == (
+        Pool.GPU,
+        "RuntimeError",
+        360 * 2**20,
+    )
+    assert not list(iter_findings(["I think we run out of the memory on that box"]))
+
+    haskell = [
+        "./Data/Array/Accelerate/CUDA/State.hs:86 (unhandled): CUDA Exception:",
+        "out of memory",
+    ]
+    assert [(f.line_no, f.event.backend) for f in iter_findings(haskell)] == [(1, Backend.CUDA)]
+    assert not list(iter_findings(["Some Exception:", "out of memorial day plans"]))
+
+    title = ["# Bug: Device memory allocation of size 17368219904 failed.", ""]
+    assert [f.event.requested_bytes for f in iter_findings(title)] == [17368219904]
+    vulkan = [
+        "# Vulkan on linux always gives ErrorOutOfDeviceMemory",
+        "",
+        "ggml_vulkan: Device memory allocation of size 118497280 failed.",
+        "ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory",
+    ]
+    assert [(f.line_no, f.event.requested_bytes) for f in iter_findings(vulkan)] == [(3, 118497280)]
+    assert [f.line_no for f in iter_findings(["# ErrorOutOfDeviceMemory", ""])] == [1]
+
+    talos = _event(
+        'user: warning: [2026-01-12T20:27:31.913975631Z]: [talos] Sending SIGKILL to cgroup {"component": "controller-runtime", "controller": "runtime.OOMController", "cgroup": "/sys/fs/cgroup/kubepods/burstable/pod77f06c5c"}'
+    )
+    assert (talos.pool, talos.killer, dict(talos.extra)["signal"]) == (
+        Pool.KILLED_BY_OS,
+        None,
+        "SIGKILL",
+    )
+    assert not list(
+        iter_findings(
+            ['[talos] Sending SIGTERM to cgroup {"controller": "runtime.ServiceController"}']
+        )
+    )
+
+    repr_line = _event(
+        "ERROR 10-11 12:27:29 engine.py:157] OutOfMemoryError('CUDA out of memory. Tried to allocate 138.00 MiB. GPU 0 has a total capacity of 79.15 GiB of which 2.19 MiB is free.')"
+    )
+    assert (repr_line.exception_type, repr_line.requested_bytes) == (
+        "OutOfMemoryError",
+        138 * 2**20,
+    )

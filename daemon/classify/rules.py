@@ -156,6 +156,12 @@ _RX_WORKER_KILLED = re.compile(
 #: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
 #: ('... in StepId=123.batch cgroup', older Slurm '... in step 123.batch cgroup')
 _RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in (?:step )?\S+ cgroup")
+#: Talos Linux's own userspace OOM controller killing a cgroup ('[talos] Sending SIGKILL to
+#: cgroup {"component": "controller-runtime", "controller": "runtime.OOMController", ...}'):
+#: none of the killers this watchdog names, so the event names none
+_RX_TALOS_OOM = re.compile(
+    r"\[talos\] Sending (SIG[A-Z]+) to cgroup\b[^\n]*?\bruntime\.OOMController\b"
+)
 #: the compiler's child killed by the OS while building an extension (a custom node's CUDA
 #: kernels, flash-attn, a wheel from source): the same SIGKILL a shell reports as 'Killed'
 _RX_COMPILER_KILLED = re.compile(
@@ -206,7 +212,8 @@ _CJK = "\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef"
 _CJK_OR_PUNCT = "\u3000-\u303f" + _CJK
 
 _RX_TORCH_DEVICE = re.compile(
-    r"(CUDA|HIP|XPU) out of memory(?:[.,]?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
+    # (a hand-retyped 'CUDA out of the memory. Tried to allocate ...' is the same message)
+    r"(CUDA|HIP|XPU) out of (?:the )?memory(?:[.,]?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
     # inside a CJK sentence ('一直显示CUDA out of memory，'), hyphenated or not: what the
     # user saw, named in the sentence; the full-width punctuation or CJK after it says so.
     # (Not in an English sentence: 'If you get CUDA out of memory errors, try --lowvram' is
@@ -328,6 +335,9 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     r"|\bError Code \d+: Cuda Runtime \(out of memory\)"  # TensorRT's allocator
     r"|\bcuda error in func\b[^\n]{0,80}?: ?out of memory\b"
     r"|\bcuda failed with error (?:2\W{0,3})?out of memory\b"  # (CTranslate2: no number)
+    # Haskell's accelerate-cuda: '... CUDA/State.hs:86 (unhandled): CUDA Exception:' and the
+    # driver's string on the line after it
+    r"|\bCUDA Exception: ?\n?out of memory\b"
     r"|\bCUDA failure 2: ?out of memory\b"  # onnxruntime's CUDA provider (CudaCall)
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
     r"|\bcudaMalloc\w* failed: ?out of memory\b"
@@ -349,7 +359,8 @@ _RX_XPU_DEVICE_OOM = re.compile(
 _RX_VULKAN_DEVICE_OOM = re.compile(
     r"\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|(?<![A-Za-z0-9_])e?ErrorOutOfDeviceMemory\b"
     # ggml_vulkan's own line for it, with the size it asked for
-    r"|\bggml_vulkan: Device memory allocation of size (\d+) failed\b"
+    # (a title may paste it without the 'ggml_vulkan: ' it was logged under)
+    r"|\b(?:ggml_vulkan: )?Device memory allocation of size (\d+) failed\b"
     # ncnn's: the result code itself (-2 is VK_ERROR_OUT_OF_DEVICE_MEMORY)
     r"|\bvkAllocateMemory failed -2\b"
 )
@@ -499,6 +510,11 @@ _RX_TF_EXHAUSTED = re.compile(  # (or its exception's name, a space before the c
 )
 #: numpy's MemoryError text itself (no type on the line: ComfyUI's exception header)
 _RX_NUMPY_ARRAY_MEMORY = re.compile(r"\bcannot allocate array memory\b")
+#: numpy 1.16-1.17's wording, before it printed the size: 'Unable to allocate array with shape
+#: (93849, 1, 52300) and data type float64'
+_RX_NUMPY_SHAPED = re.compile(
+    r"\b[Uu]nable to allocate array with shape \([\d, ]*\) and data type \w"
+)
 #: ONNX Runtime's arena allocator (insightface, ReActor, DWPose and rembg run on it): the arena
 #: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
 _RX_ONNX_ARENA = re.compile(
@@ -1438,7 +1454,11 @@ def _named_only(body: str, m: re.Match[str], dev: int) -> bool:
 def _printed_device_oom(body: str) -> tuple[re.Match[str], int] | None:
     """The first device OOM in ``body`` a program printed (see ``_named_only``), and the group
     holding its device word."""
-    if " out of memory" not in body and " out-of-memory" not in body:
+    if (
+        " out of memory" not in body
+        and " out-of-memory" not in body
+        and " out of the memory" not in body
+    ):
         return None
     for rx in (_RX_TORCH_DEVICE, _RX_TORCH_DEVICE_LINE):
         for m in rx.finditer(body):
@@ -1525,6 +1545,23 @@ def _name_ends_title(body: str, m: re.Match[str]) -> bool:
 _RX_TERMINATE_WHAT = re.compile(
     r"terminate called after throwing an instance of '[^'\n]+'\n[ \t]*what\(\):[ \t]*$"
 )
+
+
+def _vulkan_device(body: str, report: _Report | None) -> _Detected | None:
+    """Vulkan's device-memory result (``_RX_VULKAN_DEVICE_OOM``); its name ending a title after
+    the user's words ('# Vulkan on linux always gives ErrorOutOfDeviceMemory') is the user
+    naming it, as a driver error's name there is (``_name_ends_title``)."""
+    m = _find(
+        _RX_VULKAN_DEVICE_OOM,
+        body,
+        "_OUT_OF_DEVICE_MEMORY",
+        "ErrorOutOfDeviceMemory",
+        "Device memory allocation of size",
+        "vkAllocateMemory failed",
+    )
+    while m is not None and m.group(1) is None and _name_ends_title(body, m):
+        m = _RX_VULKAN_DEVICE_OOM.search(body, m.end())
+    return ("vulkan-device-oom", _GPU, _UNKNOWN, m.start(), False) if m else None
 
 
 def _library_alloc(body: str, report: _Report | None) -> _Detected | None:
@@ -1660,8 +1697,10 @@ def _onnx_arena(body: str, report: _Report | None) -> _Detected | None:
 def _numpy_message(body: str) -> re.Match[str] | None:
     """numpy's allocation message, its type aside ('Unable to allocate 1.00 GiB for an array
     ...', 'cannot allocate array memory')."""
-    return _find(_RX_NUMPY, body, "for an array", "for array") or _find(
-        _RX_NUMPY_ARRAY_MEMORY, body, "array memory"
+    return (
+        _find(_RX_NUMPY, body, "for an array", "for array")
+        or _find(_RX_NUMPY_ARRAY_MEMORY, body, "array memory")
+        or _find(_RX_NUMPY_SHAPED, body, "array with shape")
     )
 
 
@@ -1851,20 +1890,7 @@ _CHECKS: tuple[_Check, ...] = (
             ("CL_OUT_OF_RESOURCES", "reduce memory consumption", "of GPU resources"),
         ),
     ),
-    _rule(
-        "vulkan-device-oom",
-        _GPU,
-        _UNKNOWN,
-        (
-            _RX_VULKAN_DEVICE_OOM,
-            (
-                "_OUT_OF_DEVICE_MEMORY",
-                "ErrorOutOfDeviceMemory",
-                "Device memory allocation of size",
-                "vkAllocateMemory failed",
-            ),
-        ),
-    ),
+    _vulkan_device,
     _rule(
         "amdgpu-cs-nomem",
         _GPU,
@@ -1970,6 +1996,7 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_WORKER_KILLED, ("is killed by signal: Killed",)),
     ),
     _rule("slurm-cgroup-oom", _KILLED, _CPU, (_RX_SLURM_OOM, ("oom-kill event",))),
+    _rule("talos-oom-controller", _KILLED, _CPU, (_RX_TALOS_OOM, ("OOMController",))),
     _rule("colab-ram-crash", _KILLED, _CPU, (_RX_COLAB_RAM, ("all available RAM",))),
     _rule("compiler-killed", _KILLED, _CPU, (_RX_COMPILER_KILLED, ("Killed",))),
     _rule("gcc-memory-exhausted", _RAM, _CPU, (_RX_GCC_VM_EXHAUSTED, ("memory exhausted",))),
@@ -2047,9 +2074,12 @@ def pinned_evidence(text: str) -> bool:
     return _TERMINATE in text and any(move in text for move in _MODEL_MOVES)
 
 
-_RX_INLINE_OOM_TYPE = re.compile(  # (ASCII names: '4x3090也报torch.OutOfMemoryError' is torch's type)
-    r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*(?<![A-Za-z0-9_])OutOfMemoryError): (?:CUDA|HIP|XPU) out of memory"
-)
+_RX_INLINE_OOM_TYPE = (
+    re.compile(  # (ASCII names: '4x3090也报torch.OutOfMemoryError' is torch's type)
+        r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*(?<![A-Za-z0-9_])OutOfMemoryError)(?:: |\(['\"])"
+        r"(?:CUDA|HIP|XPU) out of memory"
+    )
+)  # (or its repr, as vLLM's engine logs it: "OutOfMemoryError('CUDA out of memory. ...")
 
 
 def _inline_exception_type(rule: str, body: str) -> str | None:
@@ -2071,7 +2101,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "cpu-allocator" and "[enforce fail at " in body:
         m = _RX_ENFORCE_TYPE.search(body)
         return m.group(1) if m else None
-    if rule in ("cuda-oom", "hip-oom", "xpu-oom") and "OutOfMemoryError: " in body:
+    if rule in ("cuda-oom", "hip-oom", "xpu-oom") and (
+        "OutOfMemoryError: " in body or "OutOfMemoryError('" in body or 'OutOfMemoryError("' in body
+    ):
         m = _RX_INLINE_OOM_TYPE.search(body)
         return m.group(1) if m else None
     if rule == "exception-oom-words" and "`" in body:
@@ -2374,6 +2406,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_WORKER_KILLED.search(body)
         if m and m.group(1):
             fields["killed_pid"] = int(m.group(1))
+    elif rule == "talos-oom-controller":
+        m = _RX_TALOS_OOM.search(body)
+        if m:
+            extra.append(("signal", m.group(1)))
     elif rule == "slurm-cgroup-oom":
         fields["killer"] = "kernel"
         extra.append(("scope", "cgroup"))

@@ -477,6 +477,12 @@ class RecordAssembler:
                 return True
         if first.islower() and self._wrap_cut_words(message):
             return True
+        if first == "o" and message.startswith("out of memory"):
+            # a driver's error string on the line after the program's lead for it
+            # ('... State.hs:86 (unhandled): CUDA Exception:' / 'out of memory')
+            last = (self._tail[-1] if self._tail else self._head[-1]).rstrip()
+            if last.endswith(("Exception:", "Error:")):
+                return True
         return _CONTINUATION.match(message) is not None
 
     def _wrap_cut_words(self, message: str) -> bool:
