@@ -2978,6 +2978,8 @@ def test_round_19_held_shapes() -> None:
     assert [(f.line_no, f.event.pool, f.event.node_type) for f in found] == [
         (1, Pool.SWAP_PAGEFILE, None)
     ]
+    # the alert quotes the words the wrap cut, mended
+    assert found[0].event.message == "The paging file is too small for this operation to complete."
     short = ["The paging fi", "le is too small for this operation to complete."]
     assert not list(iter_findings(short))  # a short line cut mid-word is no console's wrap
 

@@ -39,6 +39,7 @@ from oom_sentinel.daemon.kernel.earlyoom import (
 from oom_sentinel.daemon.kernel.lines import KernelOomLine, kernel_lines
 from oom_sentinel.daemon.kernel.nohang import NOHANG_ACTION
 from oom_sentinel.daemon.logs.prefix import split_prefix, strip_ansi
+from oom_sentinel.daemon.logs.records import wrap_cut_words
 
 #: Substrings at least one of which every detectable OOM text contains (see module docstring).
 #: Chosen for the speed of ``bytes.find``: long or upper-case needles skip fastest.
@@ -1076,7 +1077,10 @@ def _classify_lines(lines: list[str]) -> _Found | None:
             node_type = prev
 
     report_msg = report.message if report is not None else None
-    message = _message_of(lines[idx], pos - starts[fidx], exc_msg, report_msg)
+    line = lines[idx]
+    if idx + 1 < len(lines) and wrap_cut_words(line, lines[idx + 1]):
+        line += lines[idx + 1]  # (the record mended a console's wrap of the message's words)
+    message = _message_of(line, pos - starts[fidx], exc_msg, report_msg)
     if backend is Backend.UNKNOWN:
         backend = _backend_from_text(body, report_msg)
     if (

@@ -110,6 +110,23 @@ _REPORT_END = ("## System Information", "## Logs", "## Attached Workflow", "## A
 _DIALOG = "Error occurred when executing "
 
 
+def wrap_cut_words(line: str, following: str) -> bool:
+    """A console's fixed-width hard wrap cut a failure's own words in two: ``line`` is long,
+    stops mid-word, and the words run on across the cut into ``following`` ('...
+    CreateComputeSystem <id>: The paging fi' / 'le is too small for this operation ...').
+    Only those words: a long line cut mid-word before some other line is left alone."""
+    last = line.rstrip("\r\n")
+    if len(last) < _HARD_WRAP_MIN_CHARS or not last[-1:].isalpha():
+        return False
+    seam = last[-_SEAM_CHARS:] + following[:_SEAM_CHARS]
+    cut = len(last[-_SEAM_CHARS:])
+    for words in _WRAP_CUT_WORDS:
+        at = seam.find(words)
+        if 0 <= at < cut < at + len(words):
+            return True
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     """One logical log record: a line and its continuation lines (text without prefixes' removal).
@@ -486,20 +503,8 @@ class RecordAssembler:
         return _CONTINUATION.match(message) is not None
 
     def _wrap_cut_words(self, message: str) -> bool:
-        """A console's fixed-width hard wrap cut a failure's own words in two: the pending
-        record's last line is long, stops mid-word, and the words run on across the cut ('...
-        CreateComputeSystem <id>: The paging fi' / 'le is too small for this operation ...').
-        Only those words: a long line cut mid-word before some other line is left alone."""
-        last = (self._tail[-1] if self._tail else self._head[-1]).rstrip("\r\n")
-        if len(last) < _HARD_WRAP_MIN_CHARS or not last[-1:].isalpha():
-            return False
-        seam = last[-_SEAM_CHARS:] + message[:_SEAM_CHARS]
-        cut = len(last[-_SEAM_CHARS:])
-        for words in _WRAP_CUT_WORDS:
-            at = seam.find(words)
-            if 0 <= at < cut < at + len(words):
-                return True
-        return False
+        """See ``wrap_cut_words``: the pending record's last line, then ``message``."""
+        return wrap_cut_words(self._tail[-1] if self._tail else self._head[-1], message)
 
     def _emit(self) -> Record:
         lines = self._head
