@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pytest
 import yaml
 from bisect_git import git, install_snapshot, make_install, untouched_install
 
+import oom_sentinel.bisect.measure.flags as flags_module
 from oom_sentinel.bisect.measure.flags import (
     ISOLATION_FLAGS,
     ArgSpec,
@@ -449,6 +451,45 @@ def test_cli_args_parser_reads_every_add_argument_call(text: str) -> None:
     spec = parse_cli_args(text)
     assert {k: (v.min_args, v.max_args) for k, v in spec.items()} == EXPECTED
     assert spec["-q"] == spec["--quiet"] and spec["-q"].options == ("-q", "--quiet")
+
+
+def test_parallel_lanes_never_build_two_syntax_trees_at_once(monkeypatch) -> None:
+    """CPython 3.11-3.12's AST constructor keeps its recursion depth in interpreter-wide state:
+    two threads in ast.parse at once can end one with 'SystemError: AST constructor recursion
+    depth mismatch' (seen in a three-lane bisect under load). Each lane's parse of its commit's
+    cli_args.py waits for the others: the stand-in parse below holds the GIL-free window open
+    and counts who is inside."""
+    real_parse = flags_module.ast.parse
+    inside, most = 0, 0
+    guard = threading.Lock()
+
+    def slow_parse(*args: object, **kwargs: object) -> object:
+        nonlocal inside, most
+        with guard:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.02)  # (a switch to another thread here is what the race needs)
+        try:
+            return real_parse(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            with guard:
+                inside -= 1
+
+    monkeypatch.setattr(flags_module.ast, "parse", slow_parse)
+    results: list[dict[str, tuple[int, int | None]]] = []
+
+    def lane() -> None:
+        for _ in range(5):
+            spec = parse_cli_args(CLI_ARGS)
+            results.append({k: (v.min_args, v.max_args) for k, v in spec.items()})
+
+    threads = [threading.Thread(target=lane) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 1
+    assert results == [EXPECTED] * 20
 
 
 @pytest.mark.parametrize(

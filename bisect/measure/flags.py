@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,10 +95,18 @@ def _arity(action: str | None, nargs: str | int | None) -> tuple[int, int | None
     return {"?": (0, 1), "*": (0, None), "+": (1, None)}.get(nargs, (1, 1))
 
 
+#: CPython 3.11-3.12 keep the AST constructor's recursion depth in interpreter-wide state, so
+#: two threads building trees at once can end one of them with ``SystemError: AST constructor
+#: recursion depth mismatch`` (python/cpython#106905). A parallel bisect's lanes launch their
+#: replays from threads and each parses its commit's ``cli_args.py``: one parse at a time.
+_AST_LOCK = threading.Lock()
+
+
 def parse_cli_args(text: str) -> dict[str, ArgSpec]:
     """Option string → spec for every ``*.add_argument(...)`` call in ``text``. Pure."""
     try:
-        tree = ast.parse(text)
+        with _AST_LOCK:
+            tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return _scan(text)
     out: dict[str, ArgSpec] = {}
