@@ -173,7 +173,8 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 20: none of 31 at first look and after tuning;
+#: held-out negatives called a failure (round 21: 1 of 26 at first look and after tuning, in
+#: batch 29b; round 20: none of 31 at first look and after tuning;
 #: round 19: none of 21;
 #: round 18: 3 of 28 at first look and after tuning, 1 once spent;
 #: round 17: 2 of 26 at first look, 1 once a title or
@@ -181,7 +182,7 @@ def _held_score() -> Any:
 #: round 15: none of 17;
 #: round 14: 1 of 21; round 13: none of 16; round 12: 1 of 27; round 11: 1 of 26; rounds 9
 #: and 10: 2 each; rounds 7 and 8 none): a ceiling, so a change that flags one more fails here
-HELD_NEGATIVES_FLAGGED = 0
+HELD_NEGATIVES_FLAGGED = 1
 
 
 def test_held_out_negatives_keep_their_measured_figure() -> None:
@@ -190,22 +191,26 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
     assert result.negatives_flagged <= HELD_NEGATIVES_FLAGGED
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12's hard target is missed on round 21's untouched held part: 1 of its 26 "
+    "negatives is called a failure at first look and after tuning (its misses are not looked "
+    "at until the round is spent); strict, so it turns red once none is",
+)
 def test_no_held_out_negative_is_called_a_failure() -> None:
-    """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on round
-    20's held part (0 of 31), as on rounds 7, 8, 13, 15 and 19; missed on rounds 9-12, 14 and
-    16-18."""
+    """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on rounds
+    7, 8, 13, 15, 19 and 20; missed on rounds 9-12, 14, 16-18 and 21."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 20, tests/corpus_score.py HELD_ROUND) scores after tuning on
-#: its tune part only (first look per batch: 28b 81.2 / 81.2 / 56.2 %, numbers 81.2 % once the
-#: labels' byte figures were rounded as the corpus rounds them; 28a 100 % of its one event;
-#: 28c 73.3 %; 78.1 % of all 32 after tuning; its misses never looked at;
-#: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
-#: fails here
-HELD_FLOOR = 0.781  # 25 of 32 events (78.1 %)
+#: what the held-out part (round 21, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look per batch: 29a 44.4 / 33.3 / 44.4 % of 9 events, 29b 95.0 %
+#: of 20, 29c 71.4 / 64.3 / 71.4 % of 14; 79.1 / 74.4 / 79.1 % of all 43 after tuning; its
+#: misses never listed; tests/corpus/README.md): a floor, so a change that loses ground on logs
+#: nobody tuned for fails here
+HELD_FLOOR = 0.744  # pool: 32 of 43 events (74.4 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -215,9 +220,9 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 20: 57 excerpts, 32 events) scores "
-    "78.1 / 78.1 / 78.1 % (detection, pool, numbers) after tuning on its tune part (first look "
-    "per batch 81.2, 100 and 73.3 % detection), under the 98/97/97 % targets; strict, so it "
+    reason="issue 12: the untouched held-out part (round 21: 64 excerpts, 43 events) scores "
+    "79.1 / 74.4 / 79.1 % (detection, pool, numbers) after tuning on its tune part (first look "
+    "per batch 44.4, 95.0 and 71.4 % detection), under the 98/97/97 % targets; strict, so it "
     "turns red once they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:

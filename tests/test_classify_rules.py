@@ -3091,3 +3091,75 @@ def test_round_20_held_shapes() -> None:
         "OutOfMemoryError",
         138 * 2**20,
     )
+
+
+def test_round_21_tune_shapes() -> None:
+    """Round 21's tune part: XLA's RESOURCE_EXHAUSTED in both wordings, TensorFlow 1.x's final
+    error and its reports of one tensor folded by its shape, TensorRT's request on a
+    timestamped line of its own after a repeated error, ITEX's BFC allocator on an Intel GPU,
+    an issue form's tag before an exception type, and a title's question mark. Each with its
+    near-miss."""
+    xla = _event(
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406166528 bytes."
+    )
+    assert (xla.pool, xla.backend, xla.requested_bytes, xla.exception_type) == (
+        Pool.GPU,
+        Backend.UNKNOWN,
+        7406166528,
+        "jaxlib.xla_extension.XlaRuntimeError",
+    )
+    bfc = _event(
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3206250496B) on device ordinal 0"
+    )
+    assert (bfc.requested_bytes, bfc.gpu_index) == (3206250496, 0)
+    assert not list(iter_findings(["RESOURCE_EXHAUSTED: Quota exceeded for quota metric"]))
+
+    tf = [
+        "# ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[123008,500] [[Node: x",
+        "",
+        "2018-05-10 09:14:16.535628: W tensorflow/core/framework/op_kernel.cc:1192] Resource exhausted: OOM when allocating tensor with shape[123008,500]",
+    ]
+    found = list(iter_findings(tf))
+    assert [(f.line_no, f.event.count, f.event.exception_type) for f in found] == [
+        (1, 2, "ResourceExhaustedError")
+    ]
+    other = [tf[0], "", tf[2].replace("shape[123008,500]", "shape[64,500]")]
+    assert [f.line_no for f in iter_findings(other)] == [1, 3]  # two tensors: two failures
+
+    trt = [
+        "[12/09/2022-20:25:24] [TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: OutOfMemory (no further information)",
+        "[12/09/2022-20:25:24] [TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: OutOfMemory (no further information)",
+        "[12/09/2022-20:25:24] [TRT] [W] Requested amount of GPU memory (17179869184 bytes) could not be allocated. There may not be enough free memory for allocation to succeed.",
+        "[12/09/2022-20:25:25] [TRT] [W] Skipping tactic 8 due to insufficient memory on requested size of 17179869184 detected for tactic 0x000000000000003c.",
+    ]
+    found = list(iter_findings(trt))
+    assert [(f.line_no, f.event.count, f.event.requested_bytes) for f in found] == [
+        (1, 2, 17179869184)
+    ]
+    trtexec = [
+        "[11/22/2024-13:40:47] [E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime (out of memory)",
+        "[11/22/2024-13:40:47] [W] [TRT] Requested amount of GPU memory (15485030400 bytes) could not be allocated. There may not be enough free memory for allocation to succeed.",
+    ]
+    assert [f.event.requested_bytes for f in iter_findings(trtexec)] == [15485030400]
+
+    itex = _event(
+        "E itex/core/devices/bfc_allocator.cc:101] Allocator ran out of memory trying to allocate 10529419660 Bytes (rounded to 10529419776 Bytes)"
+    )
+    assert (itex.pool, itex.backend, itex.requested_bytes) == (Pool.GPU, Backend.XPU, 10529419660)
+
+    tagged = [
+        "# [Bug] RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32",
+        "",
+        "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32",
+    ]
+    found = list(iter_findings(tagged))
+    assert [(f.line_no, f.event.count, f.event.exception_type) for f in found] == [
+        (1, 2, "RuntimeError")
+    ]
+    asked = [
+        "# torch.OutOfMemoryError: CUDA out of memory ？",
+        "```",
+        "torch.OutOfMemoryError: CUDA out of memory. See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+        "```",
+    ]
+    assert [(f.line_no, f.event.count) for f in iter_findings(asked)] == [(1, 2)]

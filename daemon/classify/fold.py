@@ -384,6 +384,18 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # (a console prints it twice): one failure, counted twice, its facts from the whole one
         merged = _combine(primary=b, secondary=a)
         return replace(cand, event=replace(merged, count=a.count + b.count), end_line_no=end)
+    if (
+        a.rule == b.rule == "tf-resource-exhausted"
+        and a.pool is b.pool
+        and not a.recovered
+        and not b.recovered
+        and _same_tensor(a.message, b.message)
+    ):
+        # TensorFlow reports one refused tensor several times, each naming its shape: the op
+        # kernel's warning, the exception, session.run re-raising it, 'N root error(s) found'
+        # restating it, an issue title copying one of them. One failure, shown that often.
+        merged = _combine(primary=a, secondary=b)
+        return replace(cand, event=replace(merged, count=a.count + b.count), end_line_no=end)
     if _title_copy(cand, new):
         # an issue title that is the message, then the body with it: one failure shown twice,
         # counted like a repeat (a title without the body's figures shows other facts: two)
@@ -396,6 +408,18 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
     if _same(a, b):
         count = a.count + b.count
         return replace(cand, event=replace(a, count=count), end_line_no=end)
+    if (
+        _compatible(a, b)
+        and a.exception_type == b.exception_type
+        and not _is_title(cand)
+        and new.line_no - cand.end_line_no <= 1
+    ):
+        # the same line printed again right after, the message's next line (its figures)
+        # following only the last copy (TensorRT's 'Error Code 2: OutOfMemory' twice, then
+        # 'Requested amount of GPU memory (N bytes) ...'): a repeat, the figures its own. (A
+        # copy without the type, or a title without the figures, shows other facts: two.)
+        merged = _combine(primary=a, secondary=b)
+        return replace(cand, event=replace(merged, count=a.count + b.count), end_line_no=end)
     return None
 
 
@@ -421,6 +445,22 @@ def _lead(finding: Finding) -> str | None:
     line = split_prefix(lines[index]).message
     at = line.find(finding.event.message)
     return line[:at] if at > 0 else None
+
+
+#: the refused tensor's shape in TensorFlow's 'OOM when allocating tensor with shape[...]'
+_RX_TF_SHAPE = re.compile(r"with shape ?\[([\d,\s]*)\]", re.IGNORECASE)
+
+
+def _same_tensor(one: str, two: str) -> bool:
+    """Both of TensorFlow's messages name the same tensor shape (a scalar's ``shape[]`` says
+    too little to tell two failures apart)."""
+    a, b = _RX_TF_SHAPE.search(one), _RX_TF_SHAPE.search(two)
+    return (
+        a is not None
+        and b is not None
+        and a.group(1).strip() != ""
+        and (a.group(1).replace(" ", "") == b.group(1).replace(" ", ""))
+    )
 
 
 def _is_title(finding: Finding) -> bool:
@@ -502,8 +542,9 @@ def _layered(cand: Finding, new: Finding) -> bool:
     return bool(_RX_REPORT_LEAD.search(a)) and bool(_RX_REPORT_LEAD.search(b))
 
 
-#: what a quoted or bolded message may end with: its quote, its bold marks, a full stop
-_QUOTE_END = "\"'`*.\u201d "
+#: what a quoted or bolded message may end with: its quote, its bold marks, a full stop (and a
+#: title the user's question mark: '# torch.OutOfMemoryError: CUDA out of memory ？')
+_QUOTE_END = "\"'`*.\u201d ?\uff1f"
 
 
 def _repeated_report(a: OomEvent, b: OomEvent) -> bool:

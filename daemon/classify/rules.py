@@ -500,10 +500,27 @@ _RX_TF_BFC_FAILED = re.compile(
     r"ran out of memory trying to allocate " + _SIZE + r"\.\s+Current allocation summary follows"
 )
 _RX_TF_EXHAUSTED_TYPE = re.compile(
-    r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*ResourceExhaustedError) ?: ?OOM when allocating tensor"
+    r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*ResourceExhaustedError)(?: \(see above for traceback\))? ?: ?"
+    r"OOM when allocating tensor"
+)
+#: XLA's device allocator (JAX, TensorFlow with XLA) refusing a buffer: 'RESOURCE_EXHAUSTED: Out
+#: of memory while trying to allocate 7406166528 bytes.', older '... Out of memory allocating N
+#: bytes.', the BFC's 'RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3206250496B)
+#: on device ordinal 0'. The device is an accelerator; which runtime, the text must say.
+_RX_XLA_OOM = re.compile(
+    r"\bRESOURCE_EXHAUSTED: (?:Out of memory (?:while trying to allocate|allocating) (\d+) bytes\b"
+    r"|Failed to allocate request for [\d.]+ ?[KMGT]i?B \((\d+)B\) on device ordinal (\d+))"
+)
+#: Intel Extension for TensorFlow's BFC allocator on an Intel GPU, at error level and with the
+#: exact request: 'E itex/core/devices/bfc_allocator.cc:101] Allocator ran out of memory trying
+#: to allocate 10529419660 Bytes (rounded to 10529419776 Bytes)'
+_RX_ITEX_BFC = re.compile(
+    r"\bitex/core/devices/bfc_allocator\.cc:\d+\] Allocator ran out of memory trying to allocate (\d+) Bytes"
 )
 _RX_TF_EXHAUSTED = re.compile(  # (or its exception's name, a space before the colon as retyped)
-    r"Resource exhausted: OOM when allocating tensor|ResourceExhaustedError ?: ?OOM when allocating tensor"
+    r"Resource exhausted: OOM when allocating tensor"
+    # (TF 1.x's final error: 'ResourceExhaustedError (see above for traceback): OOM when ...')
+    r"|ResourceExhaustedError(?: \(see above for traceback\))? ?: ?OOM when allocating tensor"
     r"|^OOM when allocating tensor with shape"  # (the message alone on its line, as TF 2 prints it)
     # BFC's failing allocation (its warning that says 'this is not a failure' is not one)
     r"|\bAllocator \(\w+\) ran out of memory trying to allocate [\d.]+\s?[KMGT]i?B\.\s+Current allocation summary follows",
@@ -1937,6 +1954,13 @@ _CHECKS: tuple[_Check, ...] = (
     _rule("renderer-oom", _RAM, _CPU, (_RX_RENDERER_OOM, ("reason=oom",))),
     _windows_outofmemory,
     _tf_exhausted,
+    _rule("itex-bfc-oom", _GPU, Backend.XPU, (_RX_ITEX_BFC, ("itex/core/devices/bfc",))),
+    _rule(
+        "xla-resource-exhausted",
+        _GPU,
+        _UNKNOWN,
+        (_RX_XLA_OOM, ("RESOURCE_EXHAUSTED: Out of memory", "RESOURCE_EXHAUSTED: Failed to")),
+    ),
     _onnx_arena,
     _rule("emscripten-oom", _RAM, _CPU, (_RX_EMSCRIPTEN_OOM, ("Cannot enlarge memory",))),
     _rule("mmap-enomem", _RAM, _CPU, (_RX_MMAP, ("unable to mmap", "Memory mapping file failed"))),
@@ -2278,6 +2302,16 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         elif m:
             extra.append(("frames_per_batch", int(m.group(2))))
             extra.append(("frames_that_fit", int(m.group(3))))
+    elif rule == "itex-bfc-oom":
+        m = _RX_ITEX_BFC.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1))
+    elif rule == "xla-resource-exhausted":
+        m = _RX_XLA_OOM.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1) or m.group(2))
+            if m.group(3):
+                fields["gpu_index"] = int(m.group(3))
     elif rule == "tf-resource-exhausted":
         m = _RX_TF_DEVICE.search(body) or _RX_TF_BFC_GPU.search(body)
         if m:
@@ -2364,6 +2398,9 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_TRT_RESIZE.search(body)
         if m and m.group(1):
             fields["requested_bytes"] = int(m.group(1))
+        elif "Requested amount" in body and (m := _RX_CUDA_ERROR_REQUEST.search(body)):
+            # (its warning on the next line: 'Requested amount of GPU memory (N bytes) ...')
+            fields["requested_bytes"] = int(m.group(6)) if m.group(6) else None
     elif rule == "ggml-metal-alloc":
         fields["requested_bytes"] = _size(_RX_GGML_METAL.search(body))
     elif rule == "java-heap-oom":
@@ -2458,8 +2495,8 @@ _RX_IGNORED_LEAD = re.compile(r"^\s*[Ii]gnoring '?\w+'? on tensor: ")
 #: and retrying'): a soft OOM, as ComfyUI's own 'retrying with tiled VAE decoding' is
 RETRYING = re.compile(r"\bretrying\b", re.IGNORECASE)
 #: a UI's field label before an exception line (Easy Diffusion's ``Extend: RuntimeError: ...``)
-_RX_UI_LABEL = re.compile(  # (or an issue form's '[Bug]: ')
-    r"(?:[A-Z][a-z]{2,15}|\[\w+\]): (?=(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error(?:: |\s*$))"
+_RX_UI_LABEL = re.compile(  # (or an issue form's '[Bug]: ', a title's '# [Bug] ')
+    r"(?:#+ )?(?:[A-Z][a-z]{2,15}: |\[\w+\]:? )(?=(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Error(?:: |\s*$))"
 )
 
 

@@ -74,7 +74,7 @@ _CONTINUATION = re.compile(
 #: bytes") continues one that named the allocator, TensorRT's warning with the request its
 #: allocator's error
 _OOM_SENTENCE = re.compile(
-    r"(?:Tried to allocate |tried to allocate \d|(?:\[W\] )?Requested amount of GPU memory \(|Of the allocated memory |Including non-PyTorch memory"
+    r"(?:Tried to allocate |tried to allocate \d|(?:\[\d\d/\d\d/\d{4}-[\d:]+\] )?(?:\[(?:W|TRT)\] ){0,2}Requested amount of GPU memory \(|Of the allocated memory |Including non-PyTorch memory"
     r"|GPU \d+ has a total capac|Process \d+ has "
     r"|(?:and )?\d[\d.,]* ?[KMGT]i?B (?:is )?(?:free|reserved|already|total capac))"
 )
@@ -108,6 +108,17 @@ _HEADER = "!!! Exception during processing !!!"
 _REPORT = "# ComfyUI Error Report"
 _REPORT_END = ("## System Information", "## Logs", "## Attached Workflow", "## Additional Context")
 _DIALOG = "Error occurred when executing "
+
+
+def _says_oom(message: str) -> bool:
+    """The line says memory ran out, so the message's later sentences may follow on lines of
+    their own (``_OOM_SENTENCE``): torch's words, the CPU allocator's, TensorRT's allocator."""
+    return (
+        "out of memory" in message
+        or "CPUAllocator" in message
+        or "[enforce fail at" in message
+        or "Error Code 2: OutOfMemory" in message
+    )
 
 
 def wrap_cut_words(line: str, following: str) -> bool:
@@ -386,9 +397,7 @@ class RecordAssembler:
         self._dialog_lines = 1 if message.lstrip("`*> ").startswith(_DIALOG) else 0
         self._table = "summary:" in message or "status:" in message
         self._header = message.startswith(_HEADER)
-        self._oom_said = (
-            "out of memory" in message or "CPUAllocator" in message or "[enforce fail at" in message
-        )
+        self._oom_said = _says_oom(message)
         self._bare_type = _BARE_TYPE.fullmatch(message.strip()) is not None
 
     def _append(self, raw: str, message: str) -> None:
@@ -425,7 +434,7 @@ class RecordAssembler:
             # traceback (pasted tracebacks that lost their indentation end early, harmlessly)
             self._in_traceback = False
             self._after_exception = True
-        if "out of memory" in message or "CPUAllocator" in message or "[enforce fail at" in message:
+        if _says_oom(message):
             self._oom_said = True
         if stripped.startswith("|"):
             self._table = True
