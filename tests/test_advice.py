@@ -476,6 +476,16 @@ def test_a_desktop_renderer_oom_says_it_was_the_window_not_the_server() -> None:
             "ggml-fewer-layers",
             "n_ctx",
         ),
+        (
+            "jax_xla_resource_exhausted_7406166528_bytes_alphafold.txt",
+            "xla-preallocation",
+            "XLA_PYTHON_CLIENT_PREALLOCATE=false",
+        ),
+        (
+            "gpu_tf_blog_cnn3d_resource_exhausted_bfc_count3.txt",
+            "tf-allow-growth",
+            "TF_FORCE_GPU_ALLOW_GROWTH=true",
+        ),
     ],
 )
 def test_a_runtime_that_refused_gpu_memory_in_its_own_words_leads_with_its_own_levers(
@@ -490,7 +500,12 @@ def test_a_torch_oom_gets_no_runtime_levers() -> None:
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.55 GiB of which 1.20 GiB is free.\n"
     )
     assert event is not None
-    assert not {"vllm-cache-memory", "ggml-fewer-layers"} & set(_keys(advise(event)))
+    assert not {
+        "vllm-cache-memory",
+        "ggml-fewer-layers",
+        "xla-preallocation",
+        "tf-allow-growth",
+    } & set(_keys(advise(event)))
 
 
 def test_swarmuis_overload_warning_leads_with_its_own_words_not_a_packs_tile_size() -> None:

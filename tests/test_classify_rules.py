@@ -3163,3 +3163,60 @@ def test_round_21_tune_shapes() -> None:
         "```",
     ]
     assert [(f.line_no, f.event.count) for f in iter_findings(asked)] == [(1, 2)]
+
+
+def test_round_21_held_shapes() -> None:
+    """Round 21's held part, once spent: XLA's local_client line hard-wrapped after 'Out ',
+    TensorFlow's message lower-cased in a title, onnxruntime's arena line with its signature cut
+    by a title, a title capitalising C++'s terminate line, FFmpeg's ENOMEM, Windows' low
+    virtual memory event, and a model's name on the line before a message. Each with its
+    near-miss."""
+    wrapped = [
+        "[1] 2019-06-13 01:17:08.886805: E external/org_tensorflow/tensorflow/compiler/xla/python/local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out ",
+        "of memory while trying to allocate 5520758552 bytes.",
+    ]
+    found = list(iter_findings(wrapped))
+    assert [(f.line_no, f.event.requested_bytes) for f in found] == [(1, 5520758552)]
+    assert found[0].event.message.startswith("Resource exhausted: Out of memory while")
+    assert not list(iter_findings(["Resource exhausted: Out of quota for this project"]))
+
+    lowered = [
+        "# resource exhausted: oom when allocating tensor with shape[16,112,112,147] and type float on /job:localhost/replica:0/task:0/device:gpu:0 by allocator gpu_0_bfc",
+        "",
+        "ResourceExhaustedError: 2 root error(s) found.",
+        "  (0) Resource exhausted: OOM when allocating tensor with shape[16,112,112,147] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+    ]
+    found = list(iter_findings(lowered))
+    assert [(f.line_no, f.event.count, f.event.gpu_index) for f in found] == [(1, 2, 0)]
+    assert not list(iter_findings(["# resource exhausted when training, any idea?", ""]))
+
+    arena = _event(
+        "# /onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:376 void* onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) Failed to alloc"
+    )
+    assert (arena.pool, arena.rule) == (Pool.GPU, "onnx-arena-oom")
+    assert not list(iter_findings(["AllocateRawInternal(size_t) returned a buffer"]))
+
+    terminate = [
+        "# Terminate called after throwing an instance of 'std::bad_alloc'",
+        "",
+        "terminate called after throwing an instance of 'std::bad_alloc'",
+        "  what():  std::bad_alloc",
+    ]
+    assert [(f.line_no, f.event.count) for f in iter_findings(terminate)] == [(1, 2)]
+
+    ffmpeg = _event("failed to decode audio: -48: avcodec_send_packet: Out of memory")
+    assert (ffmpeg.pool, ffmpeg.backend) == (Pool.RAM, Backend.CPU)
+    assert not list(iter_findings(["my_script: Out of memory ideas, any help?"]))
+
+    low = _event(
+        "Windows successfully diagnosed a low virtual memory condition. The following programs consumed the most virtual memory: python.exe (11044) consumed 27399053312 bytes"
+    )
+    assert low.pool is Pool.SWAP_PAGEFILE
+
+    model_line = [
+        "LLama3 ",
+        "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 628.00 MiB. GPU 0 has a total capacity of 15.60 GiB of which 107.62 MiB is free.",
+    ]
+    assert [f.event.node_type for f in iter_findings(model_line)] == [None]
+    node_line = ["VAEDecodeV2", model_line[1]]
+    assert [f.event.node_type for f in iter_findings(node_line)] == ["VAEDecodeV2"]

@@ -457,7 +457,22 @@ def _pinned(event: OomEvent, ctx: AdviceContext) -> list[Advice]:
 
 def _runtime_advice(event: OomEvent) -> list[Advice]:
     """The levers of the inference runtimes nodes call that refuse GPU memory in their own
-    words: vLLM's KV cache, ggml's (llama.cpp's) offloaded layers and context."""
+    words: vLLM's KV cache, ggml's (llama.cpp's) offloaded layers and context, and the two
+    frameworks that take most of the card when they start (JAX's XLA client, TensorFlow)."""
+    if event.rule == "xla-resource-exhausted":
+        return [
+            Advice(
+                "xla-preallocation",
+                "JAX (XLA) takes 75 % of the card when it starts and asked for more: beside another GPU user such as ComfyUI's torch, set XLA_PYTHON_CLIENT_PREALLOCATE=false or a smaller XLA_PYTHON_CLIENT_MEM_FRACTION (e.g. 0.3); alone, lower the batch or the input size.",
+            )
+        ]
+    if event.rule == "tf-resource-exhausted":
+        return [
+            Advice(
+                "tf-allow-growth",
+                "TensorFlow maps nearly all of the card when it starts: beside another GPU user such as ComfyUI's torch, set TF_FORCE_GPU_ALLOW_GROWTH=true (or tf.config.experimental.set_memory_growth); alone, lower the batch size or the input shape it named.",
+            )
+        ]
     if event.rule == "vllm-no-cache-memory":
         return [
             Advice(

@@ -344,6 +344,7 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         a.rule == b.rule in _TOLD_TWICE
         and a.message != b.message  # (the same line again is a repeat: ``_same``)
         and new.line_no - cand.end_line_no <= 1
+        and not _title_copy(cand, new)  # (a title copying the first line: counted below)
     ):
         # one failure told by two lines: ggml_vulkan's 'Device memory allocation of size N
         # failed.' then the Vulkan result it got; C++'s 'terminate called after throwing an
@@ -560,6 +561,8 @@ def _one_starts_the_other(a: OomEvent, b: OomEvent) -> bool:
     """The same rule, and one message the start of the other once each loses its closing
     quote or full stop (a copy cut short, or with the next line flattened onto it)."""
     one, two = a.message.rstrip(_QUOTE_END), b.message.rstrip(_QUOTE_END)
+    # (a title capitalises the line it copies: '# Terminate called after throwing ...')
+    one, two = one[:1].lower() + one[1:], two[:1].lower() + two[1:]
     return a.rule == b.rule and (one.startswith(two) or two.startswith(one))
 
 

@@ -180,7 +180,8 @@ _RX_BUILDKIT_EXHAUSTED = re.compile(
 #: C++'s failed allocation: an uncaught std::bad_alloc ends the process ('terminate called after
 #: throwing an instance of 'std::bad_alloc'', 'what():  std::bad_alloc')
 _RX_BAD_ALLOC = re.compile(
-    r"terminate called after throwing an instance of 'std::bad_alloc'|\bwhat\(\):\s+std::bad_alloc\b"
+    # (a title copies it with a capital: '# Terminate called after throwing ...')
+    r"[Tt]erminate called after throwing an instance of 'std::bad_alloc'|\bwhat\(\):\s+std::bad_alloc\b"
 )
 #: gcc's (libiberty's xmalloc) own words when an allocation fails while compiling
 _RX_GCC_VM_EXHAUSTED = re.compile(r"\bvirtual memory exhausted: Cannot allocate memory\b")
@@ -233,6 +234,16 @@ _RX_TORCH_DEVICE_LINE = re.compile(
     r"^(?:#+ )?(?:\[\w+\]:? ?)?(?:\S+Error: |!!! Exception during processing !!! |[A-Z][A-Za-z]{1,10} )?"
     r"(CUDA|HIP|XPU) out of memory\b",
     _M,
+)
+#: FFmpeg's libraries returning AVERROR(ENOMEM), as the caller prints it after the function's
+#: name ('avcodec_send_packet: Out of memory'): the host process's (or wasm heap's) memory
+_RX_FFMPEG_ENOMEM = re.compile(
+    r"\b(?:avcodec|avformat|avfilter|sws|swr|av)_\w+(?:\(\))?: Out of memory\b"
+)
+#: Windows' Resource-Exhaustion-Detector (event 2004) when the commit limit is nearly reached:
+#: the paging file's pool, whatever the program that asked for memory printed
+_RX_WIN_LOW_VIRTUAL = re.compile(
+    r"\bWindows successfully diagnosed a low virtual memory condition\b"
 )
 #: Emscripten's heap (a WebAssembly build in the browser or Node): host RAM as far as it knows
 _RX_EMSCRIPTEN_OOM = re.compile(r"\bCannot enlarge memory arrays to size (\d+) bytes \(OOM\)")
@@ -508,7 +519,8 @@ _RX_TF_EXHAUSTED_TYPE = re.compile(
 #: bytes.', the BFC's 'RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3206250496B)
 #: on device ordinal 0'. The device is an accelerator; which runtime, the text must say.
 _RX_XLA_OOM = re.compile(
-    r"\bRESOURCE_EXHAUSTED: (?:Out of memory (?:while trying to allocate|allocating) (\d+) bytes\b"
+    # (a console's wrap may cut it after 'Out ', the record keeping both lines)
+    r"\b(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out ?\n?of memory (?:while trying to allocate|allocating) (\d+) bytes\b"
     r"|Failed to allocate request for [\d.]+ ?[KMGT]i?B \((\d+)B\) on device ordinal (\d+))"
 )
 #: Intel Extension for TensorFlow's BFC allocator on an Intel GPU, at error level and with the
@@ -537,7 +549,9 @@ _RX_NUMPY_SHAPED = re.compile(
 #: of the execution provider in use, the CUDA one in ComfyUI's case unless the text says CPU
 _RX_ONNX_ARENA = re.compile(
     r"Failed to allocate memory for requested buffer of size (\d+)"
-    r"|(?<=AllocateRawInternal )Failed to allocate(?: [a-z ]{0,30})?$",  # (a title cut there)
+    r"|(?<=AllocateRawInternal )Failed to alloc(?:ate)?(?: [a-z ]{0,30})?$"  # (a title cut there)
+    # (newer ORT prints the signature: 'AllocateRawInternal(size_t, bool, ...) Failed to alloc')
+    r"|\bAllocateRawInternal\([^)\n]{0,200}\) Failed to alloc(?:ate)?(?: [a-z ]{0,30})?$",
     _M,
 )
 #: the CPU allocator's message machine-translated, every word but the names (``DefaultCPUAllocator
@@ -1185,6 +1199,8 @@ _CASED_WORDS: tuple[str, ...] = (
     "Invalid buffer size",
     "MemoryError",
     "Could not allocate tensor",
+    "Resource exhausted: OOM when allocating tensor",  # TensorFlow's, lower-cased in a title
+    "device:GPU:",
 )
 _RX_CASED_WORDS = re.compile("|".join(re.escape(w) for w in _CASED_WORDS), re.IGNORECASE)
 _CASED = {w.lower(): w for w in _CASED_WORDS}
@@ -1199,6 +1215,7 @@ _LOWER_SIGNS = (
     "defaultcpuallocator",
     "could not allocate tensor",
     "unable to allocate",  # numpy's 'Unable to allocate 10.0 GiB for an array ...'
+    "resource exhausted: oom",
 )
 
 
@@ -1959,10 +1976,24 @@ _CHECKS: tuple[_Check, ...] = (
         "xla-resource-exhausted",
         _GPU,
         _UNKNOWN,
-        (_RX_XLA_OOM, ("RESOURCE_EXHAUSTED: Out of memory", "RESOURCE_EXHAUSTED: Failed to")),
+        (
+            _RX_XLA_OOM,
+            (
+                "RESOURCE_EXHAUSTED: Out of memory",
+                "RESOURCE_EXHAUSTED: Failed to",
+                "Resource exhausted: Out",  # (XLA's local_client, 2019)
+            ),
+        ),
     ),
     _onnx_arena,
     _rule("emscripten-oom", _RAM, _CPU, (_RX_EMSCRIPTEN_OOM, ("Cannot enlarge memory",))),
+    _rule("ffmpeg-enomem", _RAM, _CPU, (_RX_FFMPEG_ENOMEM, (": Out of memory",))),
+    _rule(
+        "windows-low-virtual-memory",
+        Pool.SWAP_PAGEFILE,
+        _CPU,
+        (_RX_WIN_LOW_VIRTUAL, ("low virtual memory",)),
+    ),
     _rule("mmap-enomem", _RAM, _CPU, (_RX_MMAP, ("unable to mmap", "Memory mapping file failed"))),
     _rule(
         "library-ram-guard",
@@ -2601,6 +2632,10 @@ def _colon_node(line: str) -> str | None:
     return None
 
 
+#: a class name's version suffix ('NunchakuTextEncoderLoaderV2', 'DepthAnything_V2')
+_RX_VERSION_END = re.compile(r"[Vv]\d+$")
+
+
 def _is_node_ident(text: str) -> bool:
     if not _RX_NODE_IDENT.match(text) or text in _NOT_NODES:
         return False
@@ -2608,6 +2643,8 @@ def _is_node_ident(text: str) -> bool:
         return False
     if text.isalpha() and text.isupper():
         return False  # a log level or a heading on its own line ('ERROR'), not a node class
+    if text[-1].isdigit() and _RX_VERSION_END.search(text) is None:
+        return False  # a model's name ('LLama3', 'Qwen2'); a class's version ends 'V2'
     return any(c.isupper() for c in text) or "_" in text
 
 

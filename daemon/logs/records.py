@@ -81,7 +81,7 @@ _OOM_SENTENCE = re.compile(
 #: a console's width below which a line cut mid-word is taken as the user's own short line
 _HARD_WRAP_MIN_CHARS = 80
 #: the words a console's wrap is mended across when it cut them (``_wrap_cut_words``)
-_WRAP_CUT_WORDS = ("The paging file is too small", "out of memory", "Tried to allocate")
+_WRAP_CUT_WORDS = ("the paging file is too small", "out of memory", "tried to allocate")  # (lower)
 _SEAM_CHARS = 40
 #: how a message's hard-wrapped rest begins: a lower-case word or a unit
 _WRAPPED_ON = re.compile(r"(?:[a-z]|[KMGT]i?B\b)")
@@ -127,9 +127,11 @@ def wrap_cut_words(line: str, following: str) -> bool:
     CreateComputeSystem <id>: The paging fi' / 'le is too small for this operation ...').
     Only those words: a long line cut mid-word before some other line is left alone."""
     last = line.rstrip("\r\n")
-    if len(last) < _HARD_WRAP_MIN_CHARS or not last[-1:].isalpha():
+    # (cut mid-word, or at a word's end with its blank kept: '... Resource exhausted: Out ' /
+    # 'of memory while trying to allocate ...')
+    if len(last) < _HARD_WRAP_MIN_CHARS or not last.rstrip(" ")[-1:].isalpha():
         return False
-    seam = last[-_SEAM_CHARS:] + following[:_SEAM_CHARS]
+    seam = (last[-_SEAM_CHARS:] + following[:_SEAM_CHARS]).lower()
     cut = len(last[-_SEAM_CHARS:])
     for words in _WRAP_CUT_WORDS:
         at = seam.find(words)
