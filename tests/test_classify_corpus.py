@@ -173,8 +173,8 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 21: 1 of 26 at first look and after tuning, in
-#: batch 29b; round 20: none of 31 at first look and after tuning;
+#: held-out negatives called a failure (round 22: none of 22 at first look and after tuning;
+#: round 21: 1 of 26 at first look and after tuning, in batch 29b; round 20: none of 31;
 #: round 19: none of 21;
 #: round 18: 3 of 28 at first look and after tuning, 1 once spent;
 #: round 17: 2 of 26 at first look, 1 once a title or
@@ -182,7 +182,7 @@ def _held_score() -> Any:
 #: round 15: none of 17;
 #: round 14: 1 of 21; round 13: none of 16; round 12: 1 of 27; round 11: 1 of 26; rounds 9
 #: and 10: 2 each; rounds 7 and 8 none): a ceiling, so a change that flags one more fails here
-HELD_NEGATIVES_FLAGGED = 1
+HELD_NEGATIVES_FLAGGED = 0
 
 
 def test_held_out_negatives_keep_their_measured_figure() -> None:
@@ -191,26 +191,21 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
     assert result.negatives_flagged <= HELD_NEGATIVES_FLAGGED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12's hard target is missed on round 21's untouched held part: 1 of its 26 "
-    "negatives is called a failure at first look and after tuning (its misses are not looked "
-    "at until the round is spent); strict, so it turns red once none is",
-)
 def test_no_held_out_negative_is_called_a_failure() -> None:
-    """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on rounds
-    7, 8, 13, 15, 19 and 20; missed on rounds 9-12, 14, 16-18 and 21."""
+    """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on round
+    22's held part (0 of 22), as on rounds 7, 8, 13, 15, 19 and 20; missed on rounds 9-12, 14,
+    16-18 and 21."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 21, tests/corpus_score.py HELD_ROUND) scores after tuning on
-#: its tune part only (first look per batch: 29a 44.4 / 33.3 / 44.4 % of 9 events, 29b 95.0 %
-#: of 20, 29c 71.4 / 64.3 / 71.4 % of 14; 79.1 / 74.4 / 79.1 % of all 43 after tuning; its
-#: misses never listed; tests/corpus/README.md): a floor, so a change that loses ground on logs
-#: nobody tuned for fails here
-HELD_FLOOR = 0.744  # pool: 32 of 43 events (74.4 %)
+#: what the held-out part (round 22, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look per batch: 30b 66.7 % of 9 events; 30a 88.9 / 88.9 / 83.3 %
+#: of 18 and 30c 47.4 % of 19, both after 30b's tune part was tuned on; 69.6 / 69.6 / 67.4 %
+#: of all 46 after tuning; its misses never listed; tests/corpus/README.md): a floor, so a
+#: change that loses ground on logs nobody tuned for fails here
+HELD_FLOOR = 0.673  # numbers: 31 of 46 events (67.4 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -220,9 +215,9 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 21: 64 excerpts, 43 events) scores "
-    "79.1 / 74.4 / 79.1 % (detection, pool, numbers) after tuning on its tune part (first look "
-    "per batch 44.4, 95.0 and 71.4 % detection), under the 98/97/97 % targets; strict, so it "
+    reason="issue 12: the untouched held-out part (round 22: 64 excerpts, 46 events) scores "
+    "69.6 / 69.6 / 67.4 % (detection, pool, numbers) after tuning on its tune part (first look "
+    "per batch 66.7, 88.9 and 47.4 % detection), under the 98/97/97 % targets; strict, so it "
     "turns red once they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:

@@ -3220,3 +3220,87 @@ def test_round_21_held_shapes() -> None:
     assert [f.event.node_type for f in iter_findings(model_line)] == [None]
     node_line = ["VAEDecodeV2", model_line[1]]
     assert [f.event.node_type for f in iter_findings(node_line)] == ["VAEDecodeV2"]
+
+
+def test_round_22_tune_shapes() -> None:
+    """Round 22's tune part: an error's name in inline code inside the user's sentence, IREE's
+    buffer length, ncnn's fallback to device memory, each 'invoked oom-killer' its own OOM, a
+    title without the body's victim, a process that lived through earlyoom's SIGTERM, a title
+    of TensorFlow's type and 'OOM', Python's ENOMEM, Ray's memory monitor, and FSDP's state_dict
+    warning. Each with its near-miss."""
+    prose = [
+        "# `hipErrorOutOfMemory` after executing a few hundred kernels",
+        "",
+        "we start getting `hipErrorOutOfMemory` after ~300 different kernels:",
+        ">>> ERROR: Error invoking function: c/runtime/src/iree/hal/drivers/hip/hip_allocator.c:859: RESOURCE_EXHAUSTED; HIP driver error 'hipErrorOutOfMemory' (2): out of memory; while invoking native function hal.device.queue.alloca;",
+    ]
+    assert [(f.line_no, f.event.backend) for f in iter_findings(prose)] == [(4, Backend.ROCM)]
+    assert [f.line_no for f in iter_findings(["`hipErrorOutOfMemory`", ""])] == [1]
+    iree = _event(
+        "# Baseline module failing: RESOURCE_EXHAUSTED; HIP driver error 'hipErrorOutOfMemory' (2): out of memory; failed to allocate buffer of length 34638106880; while invoking"
+    )
+    assert iree.requested_bytes == 34638106880
+
+    ncnn = [
+        "vkAllocateMemory failed -2",
+        "weight allocator fallback to device memory",
+        "vkAllocateMemory failed -2",
+    ]
+    assert [(f.line_no, f.event.recovered) for f in iter_findings(ncnn)] == [
+        (1, True),
+        (3, False),
+    ]
+
+    invoked = [
+        "[195998.443208] node invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=991",
+        "two minutes later",
+        "[196120.737205] ZMQbg/IO/0 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=991",
+    ]
+    assert [dict(f.event.extra)["invoked_by"] for f in iter_findings(invoked)] == [
+        "node",
+        "ZMQbg/IO/0",
+    ]
+
+    worker = [
+        "# RuntimeError: DataLoader worker (pid n) is killed by signal: Killed",
+        "",
+        "RuntimeError: DataLoader worker (pid 629) is killed by signal: Killed.",
+        "Memory cgroup out of memory: Killed process 629 (onmt_train) total-vm:14119556kB, anon-rss:6538204kB, file-rss:80652kB, shmem-rss:16kB, UID:0 pgtables:13432kB oom_score_adj:0",
+    ]
+    found = list(iter_findings(worker))
+    assert [(f.line_no, f.event.killed_pid) for f in found] == [(1, None), (3, 629)]
+
+    sigterm = [
+        'killing process 28367 "python3" with signal 15: badness 698, VmRSS 11793 MiB',
+        "Got signal 15",
+        "Killed",
+    ]
+    found = list(iter_findings(sigterm))
+    assert [(f.line_no, f.event.killer) for f in found] == [(1, "earlyoom"), (3, None)]
+    sigkill = [sigterm[0].replace("signal 15", "signal 9"), "Killed"]
+    assert [f.line_no for f in iter_findings(sigkill)] == [1]  # its own SIGKILL: one kill
+
+    tf = ["# ResourceExhaustedError: OOM", ""]
+    assert [(f.event.pool, f.event.exception_type) for f in iter_findings(tf)] == [
+        (Pool.GPU, "ResourceExhaustedError")
+    ]
+    assert not list(iter_findings(["# ResourceExhaustedError: OOM fixed in 2.4?", ""]))
+
+    enomem = _event("OSError: [Errno 12] Cannot allocate memory")
+    assert (enomem.pool, enomem.exception_type) == (Pool.RAM, "OSError")
+    assert not list(iter_findings(["OSError: [Errno 13] Permission denied"]))
+
+    ray = [
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+        "Memory on the node (IP: 192.168.0.107, ID: fc2b) where the task (actor ID: f9cc, name=SimEnv.__init__, pid=4331, memory used=2.22GB) was running was 59.49GB / 62.58GB (0.950744), which exceeds the memory usage threshold of 0.95.",
+    ]
+    (event,) = [f.event for f in iter_findings(ray)]
+    assert (event.pool, event.killed_pid) == (Pool.KILLED_BY_OS, 4331)
+
+    fsdp = _event(
+        "fully_sharded_data_parallel.py:2224: UserWarning: Failed to clone() tensor with name lm_head.weight. This may mean that this state_dict entry could point to invalid memory regions after returning from state_dict() call if this parameter is managed by FSDP. Please check clone implementation of lm_head.weight. Error: CUDA out of memory. Tried to allocate 502.00 MiB (GPU 1; 39.59 GiB total capacity; 35.54 GiB already allocated; 276.19 MiB free; 37.22 GiB reserved in total by PyTorch)"
+    )
+    assert fsdp.recovered
+    assert not _event(
+        "RuntimeError: CUDA out of memory. Tried to allocate 502.00 MiB (GPU 1; 39.59 GiB total capacity; 35.54 GiB already allocated; 276.19 MiB free; 37.22 GiB reserved in total by PyTorch)"
+    ).recovered

@@ -199,7 +199,10 @@ class _Folder:
         if record.line_no - cand.end_line_no > _RETRY_LINES:
             return
         text = record.text
-        if "etrying" not in text or not RETRYING.search(text) or not has_needle(text):
+        retried = "etrying" in text and RETRYING.search(text) is not None
+        # (ncnn's Vulkan allocator going on with another heap: 'weight allocator fallback to
+        # device memory')
+        if not (retried or "fallback to device memory" in text) or not has_needle(text):
             return
         self._cand = replace(cand, event=replace(cand.event, recovered=True))
 
@@ -353,6 +356,10 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
     if a.rule == b.rule == "shell-killed":
         return None  # each 'Killed' is the shell reporting one process's death
     if a.pool is Pool.KILLED_BY_OS and b.pool is Pool.KILLED_BY_OS:
+        if dict(a.extra).get("invoked_by") and dict(b.extra).get("invoked_by"):
+            return None  # each 'X invoked oom-killer' opens an OOM of its own
+        if _sigterm_then_shell_kill(a, b):
+            return None  # the process lived through the SIGTERM: its 'Killed' is a later kill
         if a.killed_pid is None and b.killed_pid is None and _repeated_report(a, b):
             # the same report of an unnamed victim again (Colab's dialog as a title, then
             # quoted in the body): a repeat, counted like any other
@@ -366,6 +373,8 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
             # kernels' choice of the next victim ('Out of memory: Kill process N ... or
             # sacrifice child')
             return None
+        if _is_title(cand) and a.killed_pid is None and b.killed_pid is not None:
+            return None  # a title without the body's victim shows other facts: two
         if a.killed_pid is None or b.killed_pid is None or a.killed_pid == b.killed_pid:
             merged = _combine(primary=b if b.killer else a, secondary=a if b.killer else b)
             return Finding(cand.record, merged, cand.line_no, end)
@@ -564,6 +573,17 @@ def _one_starts_the_other(a: OomEvent, b: OomEvent) -> bool:
     # (a title capitalises the line it copies: '# Terminate called after throwing ...')
     one, two = one[:1].lower() + one[1:], two[:1].lower() + two[1:]
     return a.rule == b.rule and (one.startswith(two) or two.startswith(one))
+
+
+def _sigterm_then_shell_kill(a: OomEvent, b: OomEvent) -> bool:
+    """A kill sent as SIGTERM (earlyoom's first try), then a shell's 'Killed' (SIGKILL's
+    report): the program caught the SIGTERM and went on, and something else (the kernel,
+    earlyoom's later SIGKILL) ended it."""
+    return (
+        dict(a.extra).get("signal") == "SIGTERM"
+        and b.rule == "shell-killed"
+        and b.killed_pid is None
+    )
 
 
 #: rules whose failure is printed over two lines, each of which a rule reads

@@ -152,7 +152,8 @@ _RX_BASH_KILLED = re.compile(
 )  # macOS bash: 'Killed: 9'
 #: torch's DataLoader reporting a worker the OS SIGKILLed
 _RX_WORKER_KILLED = re.compile(
-    r"\bDataLoader worker (?:\(pid (\d+)\) )?is killed by signal: Killed\b"
+    # (a title may generalise the pid: 'DataLoader worker (pid n) is killed ...')
+    r"\bDataLoader worker (?:\(pid(?:\(s\))? (?:(\d+)|[A-Za-z]{1,3})\) )?is killed by signal: Killed\b"
 )
 #: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
 #: ('... in StepId=123.batch cgroup', older Slurm '... in step 123.batch cgroup')
@@ -235,6 +236,16 @@ _RX_TORCH_DEVICE_LINE = re.compile(
     r"(CUDA|HIP|XPU) out of memory\b",
     _M,
 )
+#: Ray's memory monitor killing a task or an actor when its node runs low on RAM (a killer of
+#: its own, like earlyoom), and the victim it names on the next line ('... pid=4331, memory
+#: used=2.22GB) was running was 59.49GB / 62.58GB ...')
+_RX_RAY_OOM_KILL = re.compile(
+    r"\b(?:Task|Actor|Worker) was killed due to the node running low on memory\b"
+)
+_RX_RAY_VICTIM_PID = re.compile(r"\bwhere the (?:task|actor|worker) \([^()\n]*?\bpid=(\d+)")
+#: the C library's ENOMEM as Python raises it ('OSError: [Errno 12] Cannot allocate memory': a
+#: fork() for DataLoader workers, an mmap, a read): the host refused memory
+_RX_ERRNO_ENOMEM = re.compile(r"\[Errno 12\] Cannot allocate memory\b")
 #: FFmpeg's libraries returning AVERROR(ENOMEM), as the caller prints it after the function's
 #: name ('avcodec_send_packet: Out of memory'): the host process's (or wasm heap's) memory
 _RX_FFMPEG_ENOMEM = re.compile(
@@ -400,6 +411,7 @@ _RX_CUDA_ERROR_REQUEST = re.compile(
     r"|\bfailed to allocate \S+ \((\d+) bytes\) from device"  # TensorFlow's stream executor
     r"|\bRequested amount of GPU memory \((\d+) bytes\)"  # TensorRT
     r"|\bfailed to allocate (\d+(?:\.\d+)?)([KMGT]) from device"  # TensorFlow, 2^10 units
+    r"|\bfailed to allocate buffer of length (\d+)"  # IREE's HIP/CUDA allocator
 )
 #: torch's device message pasted from its second sentence on (the first one, ``CUDA out of
 #: memory.``, cut off): the torch <= 2.0 shape ``Tried to allocate X (GPU N; Y total capacity;``
@@ -512,7 +524,8 @@ _RX_TF_BFC_FAILED = re.compile(
 )
 _RX_TF_EXHAUSTED_TYPE = re.compile(
     r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*ResourceExhaustedError)(?: \(see above for traceback\))? ?: ?"
-    r"OOM when allocating tensor"
+    r"OOM(?: when allocating tensor|[ \t]*$)",
+    _M,
 )
 #: XLA's device allocator (JAX, TensorFlow with XLA) refusing a buffer: 'RESOURCE_EXHAUSTED: Out
 #: of memory while trying to allocate 7406166528 bytes.', older '... Out of memory allocating N
@@ -534,6 +547,7 @@ _RX_TF_EXHAUSTED = re.compile(  # (or its exception's name, a space before the c
     # (TF 1.x's final error: 'ResourceExhaustedError (see above for traceback): OOM when ...')
     r"|ResourceExhaustedError(?: \(see above for traceback\))? ?: ?OOM when allocating tensor"
     r"|^OOM when allocating tensor with shape"  # (the message alone on its line, as TF 2 prints it)
+    r"|^# (?:[A-Za-z_]\w*\.)*ResourceExhaustedError ?: ?OOM[ \t]*$"  # (a title: its head alone)
     # BFC's failing allocation (its warning that says 'this is not a failure' is not one)
     r"|\bAllocator \(\w+\) ran out of memory trying to allocate [\d.]+\s?[KMGT]i?B\.\s+Current allocation summary follows",
     _M,
@@ -1541,7 +1555,10 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
         "_ERROR_OUT_OF_MEMORY",
         ") out of memory",
     )
-    while m is not None and m.group(3) and _name_ends_title(body, m):
+    while m is not None and (
+        (m.group(3) and _name_ends_title(body, m))
+        or (m.group(1) is None and m.group(4) is None and _name_quoted_in_prose(body, m))
+    ):
         m = _RX_CUDA_ERROR_OOM.search(body, m.end())
     if m:
         rocm = (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "hip").lower() == "hip"
@@ -1577,6 +1594,22 @@ def _name_ends_title(body: str, m: re.Match[str]) -> bool:
         return False
     lead = body[line_start + 2 : m.start()].rstrip(" ")
     return bool(lead) and lead[-1] not in ":=([{'\"`"
+
+
+#: an error's name in inline code, then the sentence going on with a word
+_RX_QUOTED_NAME_GOES_ON = re.compile(r"` +[a-z~(]")
+
+
+def _name_quoted_in_prose(body: str, m: re.Match[str]) -> bool:
+    """An error's name alone in inline code inside the user's sentence or title ('we start
+    getting `hipErrorOutOfMemory` after ~300 kernels'): the user naming it, as a title naming
+    torch's type is (``_type_printed``). A message in inline code keeps its words after the
+    name ('`hipErrorOutOfMemory: out of memory`')."""
+    return (
+        m.start() > 0
+        and body[m.start() - 1] == "`"
+        and _RX_QUOTED_NAME_GOES_ON.match(body, m.end()) is not None
+    )
 
 
 #: C++'s abort for an uncaught exception, right before its what() message
@@ -1709,6 +1742,7 @@ def _tf_exhausted(body: str, report: _Report | None) -> _Detected | None:
         "Resource exhausted: OOM",
         "OOM when allocating tensor",
         "allocation summary follows",
+        "ResourceExhaustedError: OOM",
     )
     if not m:
         return None
@@ -1988,6 +2022,7 @@ _CHECKS: tuple[_Check, ...] = (
     _onnx_arena,
     _rule("emscripten-oom", _RAM, _CPU, (_RX_EMSCRIPTEN_OOM, ("Cannot enlarge memory",))),
     _rule("ffmpeg-enomem", _RAM, _CPU, (_RX_FFMPEG_ENOMEM, (": Out of memory",))),
+    _rule("errno-enomem", _RAM, _CPU, (_RX_ERRNO_ENOMEM, ("[Errno 12]",))),
     _rule(
         "windows-low-virtual-memory",
         Pool.SWAP_PAGEFILE,
@@ -2005,6 +2040,12 @@ _CHECKS: tuple[_Check, ...] = (
         "vhs-memory-limit", _RAM, _CPU, (_RX_VHS_LIMIT, ("Memory limit hit", "can fit in memory"))
     ),
     _numpy_untyped,
+    _rule(
+        "ray-memory-monitor-kill",
+        _KILLED,
+        _CPU,
+        (_RX_RAY_OOM_KILL, ("running low on memory",)),
+    ),
     _oom_exception,
     _oom_type_named,
     # Kubernetes' OOMKilled (not a user's 'OOM killed by Ubuntu': _oom_killed_said)
@@ -2333,6 +2374,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         elif m:
             extra.append(("frames_per_batch", int(m.group(2))))
             extra.append(("frames_that_fit", int(m.group(3))))
+    elif rule == "ray-memory-monitor-kill":
+        m = _RX_RAY_VICTIM_PID.search(body)
+        if m:
+            fields["killed_pid"] = int(m.group(1))
     elif rule == "itex-bfc-oom":
         m = _RX_ITEX_BFC.search(body)
         if m:
@@ -2404,7 +2449,12 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if "current device: " in body and (g := _RX_GGML_DEVICE.search(body)):
             fields["gpu_index"] = int(g.group(1))
         m = _find(
-            _RX_CUDA_ERROR_REQUEST, body, "allocating ", "failed to alloc", "Requested amount"
+            _RX_CUDA_ERROR_REQUEST,
+            body,
+            "allocating ",
+            "failed to alloc",
+            "Requested amount",
+            "buffer of length",
         )
         if m:
             if m.group(1):
@@ -2413,7 +2463,9 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             elif m.group(7):
                 fields["requested_bytes"] = size_bytes(m.group(7), m.group(8) + "iB")
             else:
-                fields["requested_bytes"] = int(m.group(4) or m.group(5) or m.group(6))
+                fields["requested_bytes"] = int(
+                    m.group(4) or m.group(5) or m.group(6) or m.group(9)
+                )
     elif rule == "exception-oom-words":
         m = _RX_NEED_HAVE.search(body) if "Need: " in body else None
         if m:  # A1111's attention check: 'Need: 0.9GB free, Have:0.7GB free'
@@ -2521,7 +2573,11 @@ _RX_FELL_BACK = re.compile(r"\); falling back to |\bfalling back to (?:CPU|tiled
 #: what a wrapper that swallows an exception prints before its text: ComfyUI-GGUF's tensor,
 #: "ignoring 'copy_' on tensor: <the error>" (ops.py's copy_, which then returns): the failure
 #: was caught and the run went on; a later failure is another event
-_RX_IGNORED_LEAD = re.compile(r"^\s*[Ii]gnoring '?\w+'? on tensor: ")
+_RX_IGNORED_LEAD = re.compile(
+    r"^\s*[Ii]gnoring '?\w+'? on tensor: "
+    # FSDP's state_dict warning: the clone of one tensor failed, the state_dict went on
+    r"|\bUserWarning: Failed to clone\(\) tensor with name \S+\."
+)
 #: a pack announcing its own retry of an OOM (SeedVR2: 'OOM during ...' then 'Clearing memory
 #: and retrying'): a soft OOM, as ComfyUI's own 'retrying with tiled VAE decoding' is
 RETRYING = re.compile(r"\bretrying\b", re.IGNORECASE)

@@ -66,6 +66,7 @@ _CONTINUATION = re.compile(
     r"|Use PYTORCH_MPS_HIGH_WATERMARK|If reserved but unallocated|If reserved memory is >>"
     r"|See documentation for Memory|Stopped to avoid memory problems"
     r"|Ran out of memory \(used over "  # a host's reason under its 'Instance failed: <id>'
+    r"|Memory on the node \(IP: "  # Ray's victim line under its memory monitor's kill
     r"|:\s*\d[\d.,]* ?[KMGT]i?B\b)"  # the PyTorch limit's value, its column spacing collapsed
 )
 #: the later sentences of torch's device and MPS messages: a line starting with one continues a
