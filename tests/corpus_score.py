@@ -308,6 +308,10 @@ KNOWN_MISSES = {
     "kernel_gke_serial_console_json_textpayload_invoked_oom_killer_node_zmqbg.txt": "Cloud Logging's JSON keeps both kernel 'invoked oom-killer' lines in one indented record, and a record yields one event; the label reads two OOMs",
     "negative_zh_llama_lora_merge_defaultcpuallocator_named_in_sentence.txt": "convention clash: c10's 'DefaultCPUAllocator: not enough memory' quoted in the user's Chinese sentence without figures is read as printed (the allocator's words carry no named-only check, as torch's device words do); the label calls it the user's naming",
     "mlc_llm_tvm_cuda_device_api_check_failed_cuda_out_of_memory_title_body.txt": "TVM's 'InternalError: Check failed: (...) is false: CUDA: out of memory' puts the check between the type and the CUDA words, so the type is not read",
+    "opencl_koboldcpp_title_clenqueuendrangekernel_minus_4_gt1030.txt": "OpenCL's status -4 (CL_MEM_OBJECT_ALLOCATION_FAILURE) after 'clEnqueueNDRangeKernel: ' holds no needle and is read by no rule",
+    "killed_colossalai_gemini_torchrun_failed_exitcode_minus9_cpu_44gb.txt": "torchrun's 'exitcode: -9' holds no needle, and a SIGKILL alone does not say memory (as the other torchrun -9 cases)",
+    "lost_shape_torch_launch_childfailederror_flattened_exitcode_minus9_sigkill_amvur.txt": "torchrun's ChildFailedError with 'exitcode: -9' flattened into a title holds no needle, and a SIGKILL alone does not say memory",
+    "other_freetoken_assertionerror_cache_budget_too_small_negative_budget.txt": "FreeToken's own 'AssertionError: cache budget too small: ... needs N B > budget M B' is read by no rule (a runtime's wording of its own)",
     "localized_zh_imgcook_photoshop_export_failed_not_enough_memory_ram_title_and_body.txt": "Photoshop's Chinese '不能完成命令，因为没有足够内存(RAM)' holds no needle ('RAM' alone is too common to gate on)",
 }
 

@@ -477,6 +477,16 @@ def test_a_desktop_renderer_oom_says_it_was_the_window_not_the_server() -> None:
             "n_ctx",
         ),
         (
+            "vllm_v091_free_memory_on_device_31_44_of_47_38_gib_engine_core_failed.txt",
+            "vllm-startup-free-memory",
+            "gpu_memory_utilization",
+        ),
+        (
+            "sglang_pr_ci_valueerror_loaded_weights_leave_no_gpu_memory_kv_cache.txt",
+            "sglang-mem-fraction",
+            "--mem-fraction-static",
+        ),
+        (
             "jax_xla_resource_exhausted_7406166528_bytes_alphafold.txt",
             "xla-preallocation",
             "XLA_PYTHON_CLIENT_PREALLOCATE=false",

@@ -3304,3 +3304,59 @@ def test_round_22_tune_shapes() -> None:
     assert not _event(
         "RuntimeError: CUDA out of memory. Tried to allocate 502.00 MiB (GPU 1; 39.59 GiB total capacity; 35.54 GiB already allocated; 276.19 MiB free; 37.22 GiB reserved in total by PyTorch)"
     ).recovered
+
+
+def test_round_22_held_shapes() -> None:
+    """Round 22's held part, once spent: Rust's allocation abort, Vulkan's host-memory result,
+    torch's message hard-wrapped at figures (a commit message's 72 columns), a title's '*' for
+    XLA's figure, SGLang's and vLLM's start-up refusals, and the raylet's kill summary (Ray's
+    words as a title without their full stop are the user's). Each with its near-miss."""
+    rust = _event("memory allocation of 176896 bytes failed")
+    assert (rust.pool, rust.requested_bytes) == (Pool.RAM, 176896)
+    assert not list(iter_findings(["the memory allocation of the buffer failed us"]))
+
+    host = _event('Run out of VRAM: "vkAllocateMemory failed -1"')
+    assert host.pool is Pool.RAM
+    assert _event("vkAllocateMemory failed -2").pool is Pool.GPU
+
+    wrapped = [
+        '"torch.cuda.OutOfMemoryError: HIP out of memory. Tried to allocate',
+        "84.00 MiB. GPU 0 has a total capacity of 512.00 MiB of which 0 bytes",
+        "is free. Of the allocated memory 103.83 MiB is allocated by PyTorch,",
+        'and 22.17 MiB is reserved by PyTorch but unallocated"',
+    ]
+    (event,) = [f.event for f in iter_findings(wrapped)]
+    assert (event.requested_bytes, event.total_bytes, event.free_bytes) == (
+        84 * 2**20,
+        512 * 2**20,
+        0,
+    )
+
+    star = _event("# RESOURCE_EXHAUSTED: Out of memory while trying to allocate * bytes.")
+    assert (star.pool, star.requested_bytes) == (Pool.GPU, None)
+
+    sglang = _event(
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.9."
+    )
+    assert (sglang.pool, sglang.rule) == (Pool.GPU, "sglang-no-kv-memory")
+
+    vllm = _event(
+        "ValueError: Free memory on device cuda:1 (19.77/22.05 GiB) on startup is less than desired GPU memory utilization (0.9, 19.84 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
+    )
+    assert (vllm.backend, vllm.gpu_index, vllm.requested_bytes, vllm.free_bytes) == (
+        Backend.CUDA,
+        1,
+        round(19.84 * 2**30),
+        round(19.77 * 2**30),
+    )
+    assert not list(
+        iter_findings(["# vLLM v0.9.1 Free Memory on device on startup is less than desired", ""])
+    )
+
+    raylet = _event(
+        "(raylet) node_manager.cc:3084: 4 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: b287, IP: 172.28.0.12)"
+    )
+    assert raylet.pool is Pool.KILLED_BY_OS
+    assert not list(iter_findings(["# Task was killed due to the node running low on memory", ""]))
+    printed = ["# OutOfMemoryError: Task was killed due to the node running low on memory.", ""]
+    assert [f.event.pool for f in iter_findings(printed)] == [Pool.KILLED_BY_OS]

@@ -459,6 +459,20 @@ def _runtime_advice(event: OomEvent) -> list[Advice]:
     """The levers of the inference runtimes nodes call that refuse GPU memory in their own
     words: vLLM's KV cache, ggml's (llama.cpp's) offloaded layers and context, and the two
     frameworks that take most of the card when they start (JAX's XLA client, TensorFlow)."""
+    if event.rule == "sglang-no-kv-memory":
+        return [
+            Advice(
+                "sglang-mem-fraction",
+                "SGLang's weights left no room for its KV cache within --mem-fraction-static: raise it (if nothing else needs the card), lower --context-length or --max-running-requests, or use a smaller or quantized model.",
+            )
+        ]
+    if event.rule == "vllm-startup-free-memory":
+        return [
+            Advice(
+                "vllm-startup-free-memory",
+                "vLLM found less free memory on the card at start-up than gpu_memory_utilization asks for: another process holds part of it (ComfyUI, a second vLLM), so stop it or lower gpu_memory_utilization to what is free.",
+            )
+        ]
     if event.rule == "xla-resource-exhausted":
         return [
             Advice(

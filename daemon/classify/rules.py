@@ -241,8 +241,25 @@ _RX_TORCH_DEVICE_LINE = re.compile(
 #: used=2.22GB) was running was 59.49GB / 62.58GB ...')
 _RX_RAY_OOM_KILL = re.compile(
     r"\b(?:Task|Actor|Worker) was killed due to the node running low on memory\b"
+    # the raylet's summary of its kills: '4 Workers (tasks / actors) killed due to memory
+    # pressure (OOM), 0 Workers crashed due to other reasons at node ...'
+    r"|\b\d+ Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)"
 )
 _RX_RAY_VICTIM_PID = re.compile(r"\bwhere the (?:task|actor|worker) \([^()\n]*?\bpid=(\d+)")
+#: Rust's default allocation-error handler, which aborts the process: 'memory allocation of
+#: 176896 bytes failed' (rustc, cargo, and Rust tools and extensions)
+_RX_RUST_ALLOC = re.compile(r"\bmemory allocation of (\d+) bytes failed\b")
+#: Vulkan's result for host memory running out (ncnn's 'vkAllocateMemory failed -1', the C name)
+_RX_VULKAN_HOST_OOM = re.compile(r"\bvkAllocateMemory failed -1\b|\bVK_ERROR_OUT_OF_HOST_MEMORY\b")
+#: SGLang's refusal to start when the weights leave the KV cache nothing
+_RX_SGLANG_NO_KV = re.compile(r"\bLoaded weights leave no GPU memory for the KV cache\b")
+#: vLLM's start-up check: less free memory on the card than gpu_memory_utilization asks for
+#: ('Free memory on device cuda:1 (19.77/22.05 GiB) on startup is less than desired GPU memory
+#: utilization (0.9, 19.84 GiB)'); the card is shared, or the fraction too high
+_RX_VLLM_STARTUP_FREE = re.compile(
+    r"\b[Ff]ree memory on device(?: cuda:(\d+))? \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup"
+    r" is less than desired GPU memory utilization \((?:\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)"
+)
 #: the C library's ENOMEM as Python raises it ('OSError: [Errno 12] Cannot allocate memory': a
 #: fork() for DataLoader workers, an mmap, a read): the host refused memory
 _RX_ERRNO_ENOMEM = re.compile(r"\[Errno 12\] Cannot allocate memory\b")
@@ -533,7 +550,8 @@ _RX_TF_EXHAUSTED_TYPE = re.compile(
 #: on device ordinal 0'. The device is an accelerator; which runtime, the text must say.
 _RX_XLA_OOM = re.compile(
     # (a console's wrap may cut it after 'Out ', the record keeping both lines)
-    r"\b(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out ?\n?of memory (?:while trying to allocate|allocating) (\d+) bytes\b"
+    # (a title may put the user's '*' for the figure)
+    r"\b(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out ?\n?of memory (?:while trying to allocate|allocating) (?:(\d+)|\*) bytes\b"
     r"|Failed to allocate request for [\d.]+ ?[KMGT]i?B \((\d+)B\) on device ordinal (\d+))"
 )
 #: Intel Extension for TensorFlow's BFC allocator on an Intel GPU, at error level and with the
@@ -815,14 +833,14 @@ _HEADER = "!!! Exception during processing !!!"
 _QUOTES = frozenset("\"'`")
 
 # numbers in torch's allocator messages (new style since torch 2.1, old style before, XPU both)
-_RX_TRIED = re.compile(r"Tried to allocate " + _SIZE)
+_RX_TRIED = re.compile(r"Tried to allocate\s" + _SIZE)  # (a hard wrap may follow the words)
 _RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
 #: onnxruntime's CUDA provider's failure line: 'CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED ;
 #: GPU=0 ; hostname=... ; file=... ; expr=cublasCreate(&cublas_handle_);'
 _RX_ORT_GPU = re.compile(r"\bCU[A-Z]* failure \d+: [^;\n]* ; GPU=(\d+) ;")
 _RX_TOTAL = re.compile(r"total capac(?:i)?ty ?of " + _SIZE + r"|" + _SIZE + r" ?total ?capacity")
 #: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
-_RX_FREE = re.compile(r"of which " + _SIZE + r" is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
+_RX_FREE = re.compile(r"of which " + _SIZE + r"\s+is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
 #: (a wrapped console may paste a run of blanks between the figure and its unit)
 _RX_PROCESS = re.compile(
     r"Process (\d+) has " + _SIZE.replace(r")\s?(", r")\s*(") + r" memory in use"
@@ -1618,6 +1636,28 @@ _RX_TERMINATE_WHAT = re.compile(
 )
 
 
+def _vllm_startup_free(body: str, report: _Report | None) -> _Detected | None:
+    """vLLM's start-up check (``_RX_VLLM_STARTUP_FREE``); a device named 'cuda:N' is CUDA's."""
+    m = _find(_RX_VLLM_STARTUP_FREE, body, "on startup is less than")
+    if m is None:
+        return None
+    backend = Backend.CUDA if m.group(1) else _UNKNOWN
+    return "vllm-startup-free-memory", _GPU, backend, m.start(), False
+
+
+def _ray_kill(body: str, report: _Report | None) -> _Detected | None:
+    """Ray's memory monitor killing a task, or the raylet's summary of its kills; the task's
+    words as a title without their full stop are the user's naming them."""
+    m = _find(_RX_RAY_OOM_KILL, body, "running low on memory", "killed due to memory pressure")
+    while (
+        m is not None
+        and _title_start(body, m.start()) is not None
+        and not body.startswith(".", m.end())
+    ):
+        m = _RX_RAY_OOM_KILL.search(body, m.end())
+    return ("ray-memory-monitor-kill", _KILLED, _CPU, m.start(), False) if m else None
+
+
 def _vulkan_device(body: str, report: _Report | None) -> _Detected | None:
     """Vulkan's device-memory result (``_RX_VULKAN_DEVICE_OOM``); its name ending a title after
     the user's words ('# Vulkan on linux always gives ErrorOutOfDeviceMemory') is the user
@@ -2023,6 +2063,13 @@ _CHECKS: tuple[_Check, ...] = (
     _rule("emscripten-oom", _RAM, _CPU, (_RX_EMSCRIPTEN_OOM, ("Cannot enlarge memory",))),
     _rule("ffmpeg-enomem", _RAM, _CPU, (_RX_FFMPEG_ENOMEM, (": Out of memory",))),
     _rule("errno-enomem", _RAM, _CPU, (_RX_ERRNO_ENOMEM, ("[Errno 12]",))),
+    _rule("rust-alloc-failed", _RAM, _CPU, (_RX_RUST_ALLOC, ("memory allocation of",))),
+    _rule(
+        "vulkan-host-oom",
+        _RAM,
+        _UNKNOWN,
+        (_RX_VULKAN_HOST_OOM, ("vkAllocateMemory failed -1", "_OUT_OF_HOST_MEMORY")),
+    ),
     _rule(
         "windows-low-virtual-memory",
         Pool.SWAP_PAGEFILE,
@@ -2040,12 +2087,9 @@ _CHECKS: tuple[_Check, ...] = (
         "vhs-memory-limit", _RAM, _CPU, (_RX_VHS_LIMIT, ("Memory limit hit", "can fit in memory"))
     ),
     _numpy_untyped,
-    _rule(
-        "ray-memory-monitor-kill",
-        _KILLED,
-        _CPU,
-        (_RX_RAY_OOM_KILL, ("running low on memory",)),
-    ),
+    _ray_kill,
+    _rule("sglang-no-kv-memory", _GPU, _UNKNOWN, (_RX_SGLANG_NO_KV, ("for the KV cache",))),
+    _vllm_startup_free,
     _oom_exception,
     _oom_type_named,
     # Kubernetes' OOMKilled (not a user's 'OOM killed by Ubuntu': _oom_killed_said)
@@ -2374,6 +2418,18 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         elif m:
             extra.append(("frames_per_batch", int(m.group(2))))
             extra.append(("frames_that_fit", int(m.group(3))))
+    elif rule == "vllm-startup-free-memory":
+        m = _RX_VLLM_STARTUP_FREE.search(body)
+        if m:
+            if m.group(1):
+                fields["gpu_index"] = int(m.group(1))
+            fields["free_bytes"] = size_bytes(m.group(2), "GiB")
+            fields["total_bytes"] = size_bytes(m.group(3), "GiB")
+            fields["requested_bytes"] = size_bytes(m.group(4), "GiB")
+    elif rule == "rust-alloc-failed":
+        m = _RX_RUST_ALLOC.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1))
     elif rule == "ray-memory-monitor-kill":
         m = _RX_RAY_VICTIM_PID.search(body)
         if m:
@@ -2385,7 +2441,9 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
     elif rule == "xla-resource-exhausted":
         m = _RX_XLA_OOM.search(body)
         if m:
-            fields["requested_bytes"] = int(m.group(1) or m.group(2))
+            size = m.group(1) or m.group(2)
+            if size:
+                fields["requested_bytes"] = int(size)
             if m.group(3):
                 fields["gpu_index"] = int(m.group(3))
     elif rule == "tf-resource-exhausted":

@@ -85,7 +85,7 @@ _HARD_WRAP_MIN_CHARS = 80
 _WRAP_CUT_WORDS = ("the paging file is too small", "out of memory", "tried to allocate")  # (lower)
 _SEAM_CHARS = 40
 #: how a message's hard-wrapped rest begins: a lower-case word or a unit
-_WRAPPED_ON = re.compile(r"(?:[a-z]|[KMGT]i?B\b)")
+_WRAPPED_ON = re.compile(r"(?:[a-z]|[KMGT]i?B\b|\d[\d.,]* ?[KMGT]i?B\b)")  # (or a figure)
 #: what a line of torch's device message holds (the only message a console wrap is joined for)
 _TORCH_FIGURE_MARKS = (
     "Tried to allocate",
