@@ -173,7 +173,8 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 22: none of 22 at first look and after tuning;
+#: held-out negatives called a failure (round 23: 1 of 29 at first look and after tuning, in
+#: batch 31b; round 22: none of 22 at first look and after tuning;
 #: round 21: 1 of 26 at first look and after tuning, in batch 29b; round 20: none of 31;
 #: round 19: none of 21;
 #: round 18: 3 of 28 at first look and after tuning, 1 once spent;
@@ -182,7 +183,7 @@ def _held_score() -> Any:
 #: round 15: none of 17;
 #: round 14: 1 of 21; round 13: none of 16; round 12: 1 of 27; round 11: 1 of 26; rounds 9
 #: and 10: 2 each; rounds 7 and 8 none): a ceiling, so a change that flags one more fails here
-HELD_NEGATIVES_FLAGGED = 0
+HELD_NEGATIVES_FLAGGED = 1
 
 
 def test_held_out_negatives_keep_their_measured_figure() -> None:
@@ -191,21 +192,27 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
     assert result.negatives_flagged <= HELD_NEGATIVES_FLAGGED
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12's hard target is missed on round 23's untouched held part: 1 of its 29 "
+    "negatives is called a failure at first look and after tuning (its misses are not looked "
+    "at until the round is spent); strict, so it turns red once none is",
+)
 def test_no_held_out_negative_is_called_a_failure() -> None:
-    """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on round
-    22's held part (0 of 22), as on rounds 7, 8, 13, 15, 19 and 20; missed on rounds 9-12, 14,
-    16-18 and 21."""
+    """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on rounds
+    7, 8, 13, 15, 19, 20 and 22; missed on rounds 9-12, 14, 16-18, 21 and 23."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 22, tests/corpus_score.py HELD_ROUND) scores after tuning on
-#: its tune part only (first look per batch: 30b 66.7 % of 9 events; 30a 88.9 / 88.9 / 83.3 %
-#: of 18 and 30c 47.4 % of 19, both after 30b's tune part was tuned on; 69.6 / 69.6 / 67.4 %
-#: of all 46 after tuning; its misses never listed; tests/corpus/README.md): a floor, so a
-#: change that loses ground on logs nobody tuned for fails here
-HELD_FLOOR = 0.673  # numbers: 31 of 46 events (67.4 %)
+#: what the held-out part (round 23, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look per batch: 31a 100 % of 4 events and 31c 87.5 / 87.5 / 81.2 %
+#: of 16, before any round-23 tuning; 31b 100 % of 11 after 31c's tune part was tuned on;
+#: 93.5 / 93.5 / 90.3 % of all 31 after tuning; its misses never listed;
+#: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
+#: fails here
+HELD_FLOOR = 0.903  # numbers: 28 of 31 events (90.3 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -215,9 +222,9 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 22: 64 excerpts, 46 events) scores "
-    "69.6 / 69.6 / 67.4 % (detection, pool, numbers) after tuning on its tune part (first look "
-    "per batch 66.7, 88.9 and 47.4 % detection), under the 98/97/97 % targets; strict, so it "
+    reason="issue 12: the untouched held-out part (round 23: 58 excerpts, 31 events) scores "
+    "93.5 / 93.5 / 90.3 % (detection, pool, numbers) after tuning on its tune part (first look "
+    "per batch 100, 100 and 87.5 % detection), under the 98/97/97 % targets; strict, so it "
     "turns red once they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:

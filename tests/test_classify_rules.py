@@ -3360,3 +3360,42 @@ def test_round_22_held_shapes() -> None:
     assert not list(iter_findings(["# Task was killed due to the node running low on memory", ""]))
     printed = ["# OutOfMemoryError: Task was killed due to the node running low on memory.", ""]
     assert [f.event.pool for f in iter_findings(printed)] == [Pool.KILLED_BY_OS]
+
+
+def test_round_23_tune_shapes() -> None:
+    """Round 23's tune part: torch 1.0's '; X cached' cut at the paste's end and a stray blank
+    inside 'total', a title capitalising c10's allocator tail, YOLOX's recovered label
+    assignment, COLMAP's CUDA_SAFE_CALL, and onnxruntime's 'failed:std::bad_alloc'. Each with
+    its near-miss."""
+    cut = _event(
+        "RuntimeError: CUDA out of memory. Tried to allocate 1.53 GiB (GPU 0; 4.00 GiB to tal capacity; 2.34 GiB already allocated; 568.58 MiB free; 29.77 MiB cached"
+    )
+    assert (cut.total_bytes, cut.reserved_unallocated_bytes) == (4 * 2**30, round(29.77 * 2**20))
+    assert _event(
+        "RuntimeError: CUDA out of memory. Tried to allocate 1.53 GiB (GPU 0; 4.00 GiB total capacity; 2.34 GiB already allocated; 568.58 MiB free; 29.77 MiB cached)"
+    ).reserved_unallocated_bytes == round(29.77 * 2**20)
+
+    title = [
+        "# Not enough memory: you tried to allocate 20971520 bytes",
+        "",
+        "`not enough memory: you tried to allocate 20971520 bytes`",
+    ]
+    found = list(iter_findings(title))
+    assert [(f.line_no, f.event.count, f.event.requested_bytes) for f in found] == [
+        (1, 2, 20971520)
+    ]
+    assert not list(iter_findings(["Not enough memory: you tried to reach the moon"]))
+
+    yolox = _event(
+        "2022-03-03 14:35:41 | ERROR    | yolox.models.yolo_head:328 - OOM RuntimeError is raised due to the huge memory cost during label assignment. CPU mode is applied in this batch."
+    )
+    assert (yolox.pool, yolox.backend, yolox.recovered) == (Pool.GPU, Backend.CUDA, True)
+
+    colmap = _event("CUDA error at /home/code/colmap/src/mvs/gpu_mat.h:167 - out of memory")
+    assert (colmap.pool, colmap.backend) == (Pool.GPU, Backend.CUDA)
+    assert not list(iter_findings(["CUDA error at /src/x.cu:12 - invalid device ordinal"]))
+
+    ort = _event(
+        "[ONNXRuntimeError] : 1 : FAIL : Load model from /content/models/inswapper_128.onnx failed:std::bad_alloc"
+    )
+    assert (ort.pool, ort.exception_type) == (Pool.RAM, "std::bad_alloc")

@@ -183,6 +183,9 @@ _RX_BUILDKIT_EXHAUSTED = re.compile(
 _RX_BAD_ALLOC = re.compile(
     # (a title copies it with a capital: '# Terminate called after throwing ...')
     r"[Tt]erminate called after throwing an instance of 'std::bad_alloc'|\bwhat\(\):\s+std::bad_alloc\b"
+    # (a library's status with the exception's what() after it: onnxruntime's 'Load model
+    # from ... failed:std::bad_alloc')
+    r"|\bfailed: ?std::bad_alloc\b"
 )
 #: gcc's (libiberty's xmalloc) own words when an allocation fails while compiling
 _RX_GCC_VM_EXHAUSTED = re.compile(r"\bvirtual memory exhausted: Cannot allocate memory\b")
@@ -251,6 +254,11 @@ _RX_RAY_VICTIM_PID = re.compile(r"\bwhere the (?:task|actor|worker) \([^()\n]*?\
 _RX_RUST_ALLOC = re.compile(r"\bmemory allocation of (\d+) bytes failed\b")
 #: Vulkan's result for host memory running out (ncnn's 'vkAllocateMemory failed -1', the C name)
 _RX_VULKAN_HOST_OOM = re.compile(r"\bvkAllocateMemory failed -1\b|\bVK_ERROR_OUT_OF_HOST_MEMORY\b")
+#: YOLOX's label assignment catching CUDA's OOM (its handler re-raises any other error) and
+#: redoing the batch on the CPU: a recovered OOM
+_RX_YOLOX_OOM = re.compile(
+    r"\bOOM RuntimeError is raised due to the huge memory cost during label assignment\b"
+)
 #: SGLang's refusal to start when the weights leave the KV cache nothing
 _RX_SGLANG_NO_KV = re.compile(r"\bLoaded weights leave no GPU memory for the KV cache\b")
 #: vLLM's start-up check: less free memory on the card than gpu_memory_utilization asks for
@@ -379,6 +387,7 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     # driver's string on the line after it
     r"|\bCUDA Exception: ?\n?out of memory\b"
     r"|\bCUDA failure 2: ?out of memory\b"  # onnxruntime's CUDA provider (CudaCall)
+    r"|\bCUDA error at\b[^\n]{0,200}? - out of memory\b"  # COLMAP's CUDA_SAFE_CALL
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
     r"|\bcudaMalloc\w* failed: ?out of memory\b"
     r"|\bCUDA error 2 at \S+: out of memory\b"
@@ -594,7 +603,9 @@ _RX_CPU_ALLOC_TRANSLATED = re.compile(
 )
 #: the CPU allocator's message from its second clause on (an issue title)
 _RX_CPU_ALLOC_TAIL = re.compile(  # (at a line's start or quoted; a retyped unit, '0BG', drops the size)
-    r"(?:^|(?<=[\"'`\u201c])|(?<=Allocator: ))not enough memory: you tried to allocate (\d+) ?(?:(bytes|GB)\b)?",
+    r"(?:^|(?<=[\"'`\u201c])|(?<=Allocator: ))not enough memory: you tried to allocate (\d+) ?(?:(bytes|GB)\b)?"
+    # (an issue title copying it capitalises its first word)
+    r"|(?<=^# )Not enough memory: you tried to allocate (\d+) ?(?:(bytes|GB)\b)?",
     _M,
 )
 #: the exception type of the CPU allocator's enforce line, wherever it is quoted
@@ -838,7 +849,9 @@ _RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
 #: onnxruntime's CUDA provider's failure line: 'CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED ;
 #: GPU=0 ; hostname=... ; file=... ; expr=cublasCreate(&cublas_handle_);'
 _RX_ORT_GPU = re.compile(r"\bCU[A-Z]* failure \d+: [^;\n]* ; GPU=(\d+) ;")
-_RX_TOTAL = re.compile(r"total capac(?:i)?ty ?of " + _SIZE + r"|" + _SIZE + r" ?total ?capacity")
+_RX_TOTAL = re.compile(  # (a paste's stray blank may split the word: '4.00 GiB to tal capacity')
+    r"total capac(?:i)?ty ?of " + _SIZE + r"|" + _SIZE + r" ?to ?tal ?capacity"
+)
 #: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
 _RX_FREE = re.compile(r"of which " + _SIZE + r"\s+is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
 #: (a wrapped console may paste a run of blanks between the figure and its unit)
@@ -877,12 +890,13 @@ _RX_RESERVED_UNALLOC = re.compile(
     # torch>=2.1 says "and X is reserved by PyTorch but unallocated"; "is reserv" only ever
     # introduces that figure, so a message cut right after it (or inside the word, at the
     # end of its line) still gives it
-    r"and " + _SIZE + r" is reserv(?:ed\b|e?$)|" + _SIZE + r" cached\)",
+    # (torch 1.0-1.3's '; X cached)', its closing bracket cut off with the paste's end)
+    r"and " + _SIZE + r" is reserv(?:ed\b|e?$)|;\s*" + _SIZE + r" cached(?:\)|[ \t]*$)",
     _M,
 )
 _RESERVED_UNALLOC_BRANCHES = (
     (re.compile(r"and " + _SIZE + r" is reserv(?:ed\b|e?$)", _M), "is reserv"),
-    (re.compile(_SIZE + r" cached\)"), "cached)"),
+    (re.compile(r";\s*" + _SIZE + r" cached(?:\)|[ \t]*$)", _M), " cached"),
 )
 _RX_RESERVED = re.compile(_SIZE + r"\s+reserved in total\b")  # \s+: a message hard-wrapped here
 _RX_ALLOWED = re.compile(r"[;.] " + _SIZE + r" allowed;")  # torch>=2.1: "... is free. X allowed;"
@@ -1747,7 +1761,9 @@ _RX_TYPE_BEFORE_CODE = re.compile(r"(?:Error|Exception):?\s*\[?$")
 def _cpu_allocator(body: str, report: _Report | None) -> _Detected | None:
     m = (
         _find(_RX_CPU_ALLOC, body, "CPUAllocator", "$ Torch")
-        or _find(_RX_CPU_ALLOC_TAIL, body, "not enough memory: you tried")
+        or _find(
+            _RX_CPU_ALLOC_TAIL, body, "not enough memory: you tried", "Not enough memory: you tried"
+        )
         or _find(_RX_CPU_ALLOC_TRANSLATED, body, "CPUAllocator")
     )
     if not m:
@@ -2089,6 +2105,13 @@ _CHECKS: tuple[_Check, ...] = (
     _numpy_untyped,
     _ray_kill,
     _rule("sglang-no-kv-memory", _GPU, _UNKNOWN, (_RX_SGLANG_NO_KV, ("for the KV cache",))),
+    _rule(
+        "yolox-label-assignment-oom",
+        _GPU,
+        Backend.CUDA,
+        (_RX_YOLOX_OOM, ("during label assignment",)),
+        recovered=True,
+    ),
     _vllm_startup_free,
     _oom_exception,
     _oom_type_named,
@@ -2468,8 +2491,12 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = int(m.group(1) or m.group(2))
     elif rule == "cpu-allocator":
         m = _RX_CPU_ALLOC.search(body) or _RX_CPU_ALLOC_TAIL.search(body)
-        if m and m.group(1) and m.group(2):
-            fields["requested_bytes"] = int(m.group(1)) * (1 if m.group(2) == "bytes" else _K**3)
+        # (the tail's title alternative holds its figure in groups 3 and 4)
+        size, unit = (m.group(3), m.group(4)) if m and m.lastindex == 4 else (None, None)
+        if m and not size:
+            size, unit = m.group(1), m.group(2)
+        if m and size and unit:
+            fields["requested_bytes"] = int(size) * (1 if unit == "bytes" else _K**3)
         elif m is None and (t := _RX_CPU_ALLOC_TRANSLATED.search(body)) and t.group(1):
             fields["requested_bytes"] = int(t.group(1))
     elif rule == "ggml-pinned-host":
