@@ -185,7 +185,7 @@ _RX_BAD_ALLOC = re.compile(
     r"[Tt]erminate called after throwing an instance of 'std::bad_alloc'|\bwhat\(\):\s+std::bad_alloc\b"
     # (a library's status with the exception's what() after it: onnxruntime's 'Load model
     # from ... failed:std::bad_alloc')
-    r"|\bfailed: ?std::bad_alloc\b"
+    r"|\b(?:failed|FAILED_ALLOCATION): ?std::bad_alloc\b"  # (TensorRT's ERROR: FAILED_ALLOCATION:)
 )
 #: gcc's (libiberty's xmalloc) own words when an allocation fails while compiling
 _RX_GCC_VM_EXHAUSTED = re.compile(r"\bvirtual memory exhausted: Cannot allocate memory\b")
@@ -209,9 +209,10 @@ _RX_BARE_KILLED = re.compile(
     _M,
 )
 
-_RX_MPS = re.compile(  # (or a title in the user's capitals: 'MPS Backend out of Memory problem')
-    r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)|(?i:\bMPS backend out of memory\b)", _M
-)
+#: MPS's words as printed: its figures, its full stop, or the line's end after them ('MPS
+#: Backend out of Memory problem' in a title, 'MPS backend out of memory in Mac', is the user
+#: naming the error, as torch's device words there are: ``_named_only``)
+_RX_MPS = re.compile(r"MPS backend out of memory(?: \(MPS allocated|\.|\s*$)", _M)
 #: CJK letters and full-width punctuation: a message glued into a Chinese, Japanese or Korean
 #: sentence (no space, no word boundary between them)
 _CJK = "\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef"
@@ -388,6 +389,7 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     r"|\bCUDA Exception: ?\n?out of memory\b"
     r"|\bCUDA failure 2: ?out of memory\b"  # onnxruntime's CUDA provider (CudaCall)
     r"|\bCUDA error at\b[^\n]{0,200}? - out of memory\b"  # COLMAP's CUDA_SAFE_CALL
+    r"|\bCuda Error in \w+: 2 \(out of memory\)"  # TensorRT 7's safe runtime
     # ggml's CUDA backend (llama.cpp, and the GGUF loaders built on it)
     r"|\bcudaMalloc\w* failed: ?out of memory\b"
     r"|\bCUDA error 2 at \S+: out of memory\b"
@@ -898,7 +900,7 @@ _RESERVED_UNALLOC_BRANCHES = (
     (re.compile(r"and " + _SIZE + r" is reserv(?:ed\b|e?$)", _M), "is reserv"),
     (re.compile(r";\s*" + _SIZE + r" cached(?:\)|[ \t]*$)", _M), " cached"),
 )
-_RX_RESERVED = re.compile(_SIZE + r"\s+reserved in total\b")  # \s+: a message hard-wrapped here
+_RX_RESERVED = re.compile(_SIZE + r"\s+reserved\s+in total\b")  # \s+: a message hard-wrapped here
 _RX_ALLOWED = re.compile(r"[;.] " + _SIZE + r" allowed;")  # torch>=2.1: "... is free. X allowed;"
 _RX_EX_ALLOCATED = re.compile(r"Currently allocated\s*:\s*" + _SIZE)
 _RX_EX_REQUESTED = re.compile(r"Requested\s*:?\s*" + _SIZE)  # (a paste may drop the colons)
@@ -2395,7 +2397,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _find_first(_RX_RESERVED_UNALLOC, body, _RESERVED_UNALLOC_BRANCHES)
         if m:
             fields["reserved_unallocated_bytes"] = _size(m) if m.group(1) else _size(m, 3)
-        reserved = _size(_find(_RX_RESERVED, body, "reserved in total"))
+        reserved = _size(_find(_RX_RESERVED, body, "reserved in total", "reserved\n"))
         fields["reserved_bytes"] = reserved
         if (
             fields.get("reserved_unallocated_bytes") is None
@@ -2405,12 +2407,12 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         ):
             fields["reserved_unallocated_bytes"] = reserved - fields["allocated_bytes"]
         fields["process_used_bytes"] = _size(_find(_RX_THIS_PROCESS, body, "process has"))
-        others = []
-        for pm in _RX_PROCESS.finditer(body) if "Process " in body else ():
-            others.append(
-                OtherProcess(pid=int(pm.group(1)), bytes=size_bytes(pm.group(2), pm.group(3)))
-            )
-        fields["_others"] = tuple(others)
+        others: dict[int, OtherProcess] = {}  # (a record quoting the message twice names a
+        for pm in _RX_PROCESS.finditer(body) if "Process " in body else ():  # pid once)
+            pid = int(pm.group(1))
+            if pid not in others:
+                others[pid] = OtherProcess(pid=pid, bytes=size_bytes(pm.group(2), pm.group(3)))
+        fields["_others"] = tuple(others.values())
         private = _size(_find(_RX_PRIVATE, body, "private pools"))
         if private is not None:
             extra.append(("private_pools_bytes", private))
@@ -2674,7 +2676,7 @@ _RX_UI_LABEL = re.compile(  # (or an issue form's '[Bug]: ', a title's '# [Bug] 
 
 def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
     """(type, message) of the exception line carrying the evidence, else the last OOM-ish one."""
-    m = _RX_EXC_LINE.match(lines[idx].lstrip())
+    m = _RX_EXC_LINE.match(lines[idx].lstrip().removeprefix("# "))  # (an issue title's mark)
     if m is None and (label := _RX_UI_LABEL.match(lines[idx])) is not None:
         m = _RX_EXC_LINE.match(lines[idx][label.end() :])
     if m and not m.group(1).startswith(("Warning", "Compile")):
