@@ -173,8 +173,9 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 23: 1 of 29 at first look and after tuning, in
-#: batch 31b; round 22: none of 22 at first look and after tuning;
+#: held-out negatives called a failure (round 24: 1 of 16, batch 32c's, at its first look and
+#: after tuning; round 23: 1 of 29 at first look and after tuning, in batch 31b; round 22: none
+#: of 22 at first look and after tuning;
 #: round 21: 1 of 26 at first look and after tuning, in batch 29b; round 20: none of 31;
 #: round 19: none of 21;
 #: round 18: 3 of 28 at first look and after tuning, 1 once spent;
@@ -194,25 +195,25 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12's hard target is missed on round 23's untouched held part: 1 of its 29 "
+    reason="issue 12's hard target is missed on round 24's untouched held part: 1 of its 16 "
     "negatives is called a failure at first look and after tuning (its misses are not looked "
     "at until the round is spent); strict, so it turns red once none is",
 )
 def test_no_held_out_negative_is_called_a_failure() -> None:
     """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on rounds
-    7, 8, 13, 15, 19, 20 and 22; missed on rounds 9-12, 14, 16-18, 21 and 23."""
+    7, 8, 13, 15, 19, 20 and 22; missed on rounds 9-12, 14, 16-18, 21, 23 and 24."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 23, tests/corpus_score.py HELD_ROUND) scores after tuning on
-#: its tune part only (first look per batch: 31a 100 % of 4 events and 31c 87.5 / 87.5 / 81.2 %
-#: of 16, before any round-23 tuning; 31b 100 % of 11 after 31c's tune part was tuned on;
-#: 93.5 / 93.5 / 90.3 % of all 31 after tuning; its misses never listed;
+#: what the held-out part (round 24, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look per batch: 32a 73.7 % of 19 events and 32b 42.3 / 34.6 /
+#: 30.8 % of 26, before any round-24 tuning; 32c 58.3 % of 12 after 32a's and 32b's tune parts
+#: were tuned on; 70.2 / 70.2 / 68.4 % of all 57 after tuning; its misses never listed;
 #: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
 #: fails here
-HELD_FLOOR = 0.903  # numbers: 28 of 31 events (90.3 %)
+HELD_FLOOR = 0.684  # numbers: 39 of 57 events (68.4 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -222,9 +223,9 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 23: 58 excerpts, 31 events) scores "
-    "93.5 / 93.5 / 90.3 % (detection, pool, numbers) after tuning on its tune part (first look "
-    "per batch 100, 100 and 87.5 % detection), under the 98/97/97 % targets; strict, so it "
+    reason="issue 12: the untouched held-out part (round 24: 61 excerpts, 57 events) scores "
+    "70.2 / 70.2 / 68.4 % (detection, pool, numbers) after tuning on its tune part (first look "
+    "per batch 73.7, 42.3 and 58.3 % detection), under the 98/97/97 % targets; strict, so it "
     "turns red once they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:

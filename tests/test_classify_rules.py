@@ -3439,3 +3439,61 @@ def test_round_23_held_shapes() -> None:
     assert [(f.line_no, f.event.count, f.event.exception_type) for f in iter_findings(title)] == [
         (1, 2, "MemoryError")
     ]
+
+
+def test_round_24_tune_shapes() -> None:
+    """Round 24's tune part: Windows' low-virtual-memory event naming the programs that held
+    the commit, CuPy's pool, faiss's cudaMalloc, RMM's device allocator, dask's nanny, a
+    library's type before 'std::bad_alloc', Java's heap before the generic OOM type, a retyped
+    'to small', MLX's Metal allocator, and a driver error's name opening a title that goes on
+    in the user's words. Each with its near-miss."""
+    low = _event(
+        "Windows successfully diagnosed a low virtual memory condition. The following programs consumed the most virtual memory: nanominer.exe (3824) consumed 37757956096 bytes, PrecisionX_x64.exe (9584) consumed 294039552 bytes"
+    )
+    assert (low.pool, [(p.pid, p.bytes) for p in low.other_processes]) == (
+        Pool.SWAP_PAGEFILE,
+        [(3824, 37757956096), (9584, 294039552)],
+    )
+    cupy = _event(
+        "Exception in main training loop: out of memory to allocate 163840000 bytes (total 1673061376 bytes)"
+    )
+    assert (cupy.backend, cupy.requested_bytes, cupy.reserved_bytes) == (
+        Backend.CUDA,
+        163840000,
+        1673061376,
+    )
+    faiss = _event("# Failed to cudaMalloc 1610612736 bytes on device 0 (error 2 out of memory)")
+    assert (faiss.requested_bytes, faiss.gpu_index) == (1610612736, 0)
+    rmm = _event(
+        "MemoryError: std::bad_alloc: out_of_memory: CUDA error at: /usr/include/rmm/mr/device/cuda_memory_resource.hpp"
+    )
+    assert (rmm.pool, rmm.backend) == (Pool.GPU, Backend.CUDA)
+    nanny = _event("distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting")
+    assert nanny.pool is Pool.KILLED_BY_OS
+    assert not list(iter_findings(["distributed.worker - WARNING - Memory use is high"]))
+    xgb = _event("XGBoostError: std::bad_alloc")
+    assert (xgb.pool, xgb.exception_type) == (Pool.RAM, "XGBoostError")  # (the line's type)
+    java = [
+        "24/07/24 04:27:42 ERROR SparkUncaughtExceptionHandler: Uncaught exception in thread Thread[Executor task launch worker]",
+        "java.lang.OutOfMemoryError: Java heap space",
+        "        at java.base/java.nio.HeapByteBuffer.<init>(Unknown Source)",
+    ]
+    assert [(f.event.pool, f.event.rule) for f in iter_findings(java)] == [
+        (Pool.RAM, "java-heap-oom")
+    ]
+    retyped = _event(
+        "OSError : The paging file is to small for this operation to complete. error loading caffe2_detection_ops_gpu.dll"
+    )
+    assert (retyped.pool, retyped.exception_type) == (Pool.SWAP_PAGEFILE, "OSError")
+    mlx = _event(
+        "libc++abi: terminating due to uncaught exception of type std::runtime_error: [malloc_or_wait] Unable to allocate 9663676416 bytes."
+    )
+    assert (mlx.pool, mlx.requested_bytes, mlx.exception_type) == (
+        Pool.UNIFIED_MPS,
+        9663676416,
+        "std::runtime_error",
+    )
+    assert not list(
+        iter_findings(["# CUDA_ERROR_OUT_OF_MEMORY on multiple and single GPU set up (1080Ti)", ""])
+    )
+    assert [f.line_no for f in iter_findings(["# CUDA_ERROR_OUT_OF_MEMORY", ""])] == [1]

@@ -185,7 +185,7 @@ _RX_BAD_ALLOC = re.compile(
     r"[Tt]erminate called after throwing an instance of 'std::bad_alloc'|\bwhat\(\):\s+std::bad_alloc\b"
     # (a library's status with the exception's what() after it: onnxruntime's 'Load model
     # from ... failed:std::bad_alloc')
-    r"|\b(?:failed|FAILED_ALLOCATION): ?std::bad_alloc\b"  # (TensorRT's ERROR: FAILED_ALLOCATION:)
+    r"|\b(?:failed|FAILED_ALLOCATION|[A-Za-z]*Error): ?std::bad_alloc\b(?!: )"  # (TensorRT's FAILED_ALLOCATION:, XGBoostError:)
 )
 #: gcc's (libiberty's xmalloc) own words when an allocation fails while compiling
 _RX_GCC_VM_EXHAUSTED = re.compile(r"\bvirtual memory exhausted: Cannot allocate memory\b")
@@ -260,6 +260,32 @@ _RX_VULKAN_HOST_OOM = re.compile(r"\bvkAllocateMemory failed -1\b|\bVK_ERROR_OUT
 _RX_YOLOX_OOM = re.compile(
     r"\bOOM RuntimeError is raised due to the huge memory cost during label assignment\b"
 )
+#: CuPy's memory pool refusing a device allocation: 'out of memory to allocate N bytes (total M
+#: bytes)' (older CuPy: M is what the pool holds), 'Out of memory allocating N bytes (allocated
+#: so far: M bytes)'
+_RX_CUPY_OOM = re.compile(
+    r"\bout of memory to allocate (\d+) bytes(?: \(total (\d+) bytes\))?"
+    r"|\bOut of memory allocating (\d+) bytes \(allocated so far: (\d+) bytes\)"
+    r"|(?<=OutOfMemoryError: )out of memory to allocate\b"  # (its head alone, in a title)
+)
+#: faiss's GPU allocations failing with CUDA's error 2: 'failed to cudaMalloc N bytes (error 2
+#: out of memory)', 'Failed to cudaMalloc N bytes on device D (error 2 out of memory)', and its
+#: StandardGpuResources' '... alloc fail type T dev D space Device stream S size N bytes
+#: (cudaMalloc error out of memory [2])'
+_RX_FAISS_OOM = re.compile(
+    r"\b[Ff]ailed to cudaMalloc (\d+) bytes(?: on device (\d+))? \(error 2 out of memory\)"
+    r"|\bfail type \w+ dev (\d+) space Device stream \S+ size (\d+) bytes"
+    r" \(cudaMalloc error out of memory \[2\]\)"
+)
+#: RMM (cuDF, cuML, cupoch) refusing device memory: 'std::bad_alloc: out_of_memory: CUDA error
+#: at: .../cuda_memory_resource.hpp', its pool's 'RMM failure at: ... Maximum pool size exceeded'
+_RX_RMM_OOM = re.compile(
+    r"\bstd::bad_alloc: (?:out_of_memory: )?(?:CUDA error at\b|RMM failure at:[^\n]*?Maximum pool size exceeded)"
+)
+#: dask's nanny restarting a worker past its memory budget (a killer of its own, like earlyoom)
+_RX_DASK_NANNY = re.compile(r"\bWorker exceeded \d+% memory budget\. Restarting\b")
+#: Windows' Resource-Exhaustion-Detector's list of the programs that held the most commit
+_RX_WIN_LOW_VIRTUAL_CONSUMER = re.compile(r"([^\s,:]+) \((\d+)\) consumed (\d+) bytes")
 #: SGLang's refusal to start when the weights leave the KV cache nothing
 _RX_SGLANG_NO_KV = re.compile(r"\bLoaded weights leave no GPU memory for the KV cache\b")
 #: vLLM's start-up check: less free memory on the card than gpu_memory_utilization asks for
@@ -501,7 +527,9 @@ _RX_PAGEFILE = re.compile(
     # Windows' own text for it in a zh-CN install, wherever it is quoted (no number with it)
     r"|页面文件太小，?无法完成操作"
     # its HRESULT (HRESULT_FROM_WIN32(1455)), the same in every language: .NET's COMException
-    r"|\(0x800705AF\)",
+    r"|\(0x800705AF\)"
+    # (retyped by a user with a 'to' for 'too', after the type they kept)
+    r"|(?<=: )The paging file is to small for this operation to complete\b",
     _M,
 )
 #: c10's host allocator, and the TH one before it (torch 0.x and Lua Torch7 print
@@ -723,6 +751,11 @@ _RX_JAVA_OOM = re.compile(
     r"Failed to allocate a (\d+) byte allocation with (\d+) free bytes"
     r"(?:[^\n\"]{0,80}?, max allowed footprint (\d+))?"
 )
+#: MLX's Metal allocator on Apple silicon: '[malloc_or_wait] Unable to allocate N bytes.' (also
+#: '[metal::malloc]'): the unified memory's Metal budget
+_RX_MLX_MALLOC = re.compile(r"\[malloc_or_wait\] Unable to allocate (\d+) bytes\b")
+#: .NET's OutOfMemoryException (the CLR's heap, or a native allocation it wraps): host memory
+_RX_DOTNET_OOM = re.compile(r"\bSystem\.OutOfMemoryException\b")
 #: a GPU driver's own words for an application asking for more device memory than there is
 #: (NVIDIA's OpenGL driver's crash dialog, hard-wrapped as the dialog shows it)
 _RX_DRIVER_GPU_MEMORY = re.compile(
@@ -1590,7 +1623,7 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
         ") out of memory",
     )
     while m is not None and (
-        (m.group(3) and _name_ends_title(body, m))
+        (m.group(3) and (_name_ends_title(body, m) or _name_starts_title_prose(body, m)))
         or (m.group(1) is None and m.group(4) is None and _name_quoted_in_prose(body, m))
     ):
         m = _RX_CUDA_ERROR_OOM.search(body, m.end())
@@ -1632,6 +1665,20 @@ def _name_ends_title(body: str, m: re.Match[str]) -> bool:
 
 #: an error's name in inline code, then the sentence going on with a word
 _RX_QUOTED_NAME_GOES_ON = re.compile(r"` +[a-z~(]")
+
+
+#: the user's words going on after an error's name ('... on multiple and single GPU set up')
+_RX_PROSE_GOES_ON = re.compile(r" +(?:on|in|when|with|while|after|for|during)\b")
+
+
+def _name_starts_title_prose(body: str, m: re.Match[str]) -> bool:
+    """A driver error's name opening an issue title that goes on in the user's words
+    ('# CUDA_ERROR_OUT_OF_MEMORY on multiple and single GPU set up (1080Ti)'): the user naming
+    the failure, as the name ending such a title is (``_name_ends_title``)."""
+    return (
+        _title_start(body, m.start()) == m.start() - 2
+        and _RX_PROSE_GOES_ON.match(body, m.end()) is not None
+    )
 
 
 def _name_quoted_in_prose(body: str, m: re.Match[str]) -> bool:
@@ -2106,6 +2153,14 @@ _CHECKS: tuple[_Check, ...] = (
     ),
     _numpy_untyped,
     _ray_kill,
+    # (before the generic OOM exception: Java's OutOfMemoryError is its own VM's heap)
+    _rule("java-heap-oom", _RAM, _CPU, (_RX_JAVA_OOM, ("OutOfMemoryError",))),
+    _rule("dotnet-oom", _RAM, _CPU, (_RX_DOTNET_OOM, ("System.OutOfMemoryException",))),
+    _rule("mlx-malloc-oom", _MPS, Backend.MPS, (_RX_MLX_MALLOC, ("[malloc_or_wait]",))),
+    _rule("rmm-device-oom", _GPU, Backend.CUDA, (_RX_RMM_OOM, ("std::bad_alloc: ",))),
+    _rule("cupy-oom", _GPU, Backend.CUDA, (_RX_CUPY_OOM, ("to allocate", "allocated so far"))),
+    _rule("faiss-gpu-oom", _GPU, Backend.CUDA, (_RX_FAISS_OOM, ("cudaMalloc",))),
+    _rule("dask-nanny-restart", _KILLED, _CPU, (_RX_DASK_NANNY, ("memory budget",))),
     _rule("sglang-no-kv-memory", _GPU, _UNKNOWN, (_RX_SGLANG_NO_KV, ("for the KV cache",))),
     _rule(
         "yolox-label-assignment-oom",
@@ -2140,7 +2195,6 @@ _CHECKS: tuple[_Check, ...] = (
     _ggml_buffer,
     _nv_fatal_alloc,
     _rule("v8-heap-oom", _RAM, _CPU, (_RX_V8_HEAP, ("JavaScript heap",))),
-    _rule("java-heap-oom", _RAM, _CPU, (_RX_JAVA_OOM, ("OutOfMemoryError",))),
     _rule(
         "tensorrt-tactic-oom",
         _GPU,
@@ -2291,7 +2345,10 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "metal-command-buffer-oom" and ": Error Domain=MTL" in body:
         m = _RX_SWIFT_ERROR_TYPE.search(body)  # Swift's 'MetalExecutionError: Error Domain=...'
         return m.group(1) if m else None
-    if rule == "metal-command-buffer-oom" and "uncaught exception of type" in body:
+    if (
+        rule in ("metal-command-buffer-oom", "mlx-malloc-oom")
+        and "uncaught exception of type" in body
+    ):
         m = _RX_LIBCXXABI_TYPE.search(body)
         return m.group(1) if m else None
     if rule == "windows-pagefile" and ("Error: [WinError 1455]" in body or "0x800705AF" in body):
@@ -2363,6 +2420,7 @@ def _report(body: str) -> _Report | None:
 #: alternative of it may give none: then the request stays unknown)
 _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "vulkan-device-oom": _RX_VULKAN_DEVICE_OOM,
+    "mlx-malloc-oom": _RX_MLX_MALLOC,
     "emscripten-oom": _RX_EMSCRIPTEN_OOM,
     "tt-dram-oom": _RX_TT_DRAM,
     "host-library-alloc": _RX_HOST_LIB_ALLOC,
@@ -2443,6 +2501,26 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         elif m:
             extra.append(("frames_per_batch", int(m.group(2))))
             extra.append(("frames_that_fit", int(m.group(3))))
+    elif rule == "cupy-oom":
+        m = _RX_CUPY_OOM.search(body)
+        if m:
+            if m.group(1) or m.group(3):
+                fields["requested_bytes"] = int(m.group(1) or m.group(3))
+            if m.group(2):
+                fields["reserved_bytes"] = int(m.group(2))  # (what the pool holds)
+            if m.group(4):
+                fields["allocated_bytes"] = int(m.group(4))
+    elif rule == "faiss-gpu-oom":
+        m = _RX_FAISS_OOM.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1) or m.group(4))
+            if m.group(2) or m.group(3):
+                fields["gpu_index"] = int(m.group(2) or m.group(3))
+    elif rule == "windows-low-virtual-memory":
+        fields["_others"] = tuple(
+            OtherProcess(pid=int(c.group(2)), bytes=int(c.group(3)))
+            for c in _RX_WIN_LOW_VIRTUAL_CONSUMER.finditer(body)
+        )
     elif rule == "vllm-startup-free-memory":
         m = _RX_VLLM_STARTUP_FREE.search(body)
         if m:
@@ -2719,7 +2797,8 @@ def _exception_of(lines: list[str], idx: int) -> tuple[str | None, str | None]:
 #: dotted module path has a letter before its dots)
 _RX_TYPE_BEFORE = re.compile(  # ASCII word before: a type glued to CJK text still counts
     # (or retyped with a dash instead of the colon: 'RuntimeError - CUDA out of memory')
-    r"(?:(?<![A-Za-z0-9_.])|(?<=[0-9)\]]\.))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::[ \t]?| - )$"
+    # (or a space before its colon: 'OSError : The paging file ...')
+    r"(?:(?<![A-Za-z0-9_.])|(?<=[0-9)\]]\.))((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?: ?:[ \t]?| - )$"
 )
 
 
