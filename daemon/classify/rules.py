@@ -2421,6 +2421,8 @@ def _report(body: str) -> _Report | None:
 _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "vulkan-device-oom": _RX_VULKAN_DEVICE_OOM,
     "mlx-malloc-oom": _RX_MLX_MALLOC,
+    "rust-alloc-failed": _RX_RUST_ALLOC,
+    "itex-bfc-oom": _RX_ITEX_BFC,
     "emscripten-oom": _RX_EMSCRIPTEN_OOM,
     "tt-dram-oom": _RX_TT_DRAM,
     "host-library-alloc": _RX_HOST_LIB_ALLOC,
@@ -2529,18 +2531,10 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["free_bytes"] = size_bytes(m.group(2), "GiB")
             fields["total_bytes"] = size_bytes(m.group(3), "GiB")
             fields["requested_bytes"] = size_bytes(m.group(4), "GiB")
-    elif rule == "rust-alloc-failed":
-        m = _RX_RUST_ALLOC.search(body)
-        if m:
-            fields["requested_bytes"] = int(m.group(1))
     elif rule == "ray-memory-monitor-kill":
         m = _RX_RAY_VICTIM_PID.search(body)
         if m:
             fields["killed_pid"] = int(m.group(1))
-    elif rule == "itex-bfc-oom":
-        m = _RX_ITEX_BFC.search(body)
-        if m:
-            fields["requested_bytes"] = int(m.group(1))
     elif rule == "xla-resource-exhausted":
         m = _RX_XLA_OOM.search(body)
         if m:
