@@ -95,7 +95,10 @@ def test_k_runs_in_one_server_show_a_leak_that_one_run_hides(ws) -> None:
     # each run kept another 200 MiB: the cache did not skip runs 2 and 3
     assert rams[1] - rams[0] > 180 * MIB and rams[2] - rams[1] > 180 * MIB, rams
     assert three.outcome.peak_ram_bytes - one.outcome.peak_ram_bytes > 360 * MIB
-    assert three.outcome.peak_ram_bytes == max(rams)
+    # the measurement's peak spans the server's whole life: the samples after each run, then the
+    # kernel's high-water mark the bootstrap reads at shutdown, which may add the few pages the
+    # server touched after run 3's sample (24 KiB seen on a loaded CI box); never less
+    assert max(rams) <= three.outcome.peak_ram_bytes < max(rams) + 16 * MIB, rams
     assert any("queued 3 times in one server" in n and NOOP_INPUT in n for n in three.notes)
     print(f"\n[leak] RAM peak after each run: {[round(r / MIB) for r in rams]} MiB")
 
