@@ -3497,3 +3497,121 @@ def test_round_24_tune_shapes() -> None:
         iter_findings(["# CUDA_ERROR_OUT_OF_MEMORY on multiple and single GPU set up (1080Ti)", ""])
     )
     assert [f.line_no for f in iter_findings(["# CUDA_ERROR_OUT_OF_MEMORY", ""])] == [1]
+
+
+def test_round_24_held_shapes() -> None:
+    """Round 24's held part, once spent: CuPy's figures with thousands separators, faiss's
+    message cut at a line end, its 1.x assertion and its head alone as a title, dask's nanny
+    with two blanks or a wrap inside 'Restarting', loky's SIGKILLed worker (not its SIGSEGV),
+    vLLM's start-up check on 'xpu:0', ggml-metal's buffer maximum, the Event Viewer's consumer
+    list hard-wrapped, the Java VM's 'GC overhead limit exceeded' as a title, zsh's job line
+    retyped with one blank (and a title copying it), .NET's type after a title's tag, Lua
+    torch's THCudaCheck then trepl's relay, and a sentence's 'CUDA: Out of memory error'.
+    Each with its near-miss."""
+    cupy = _event(
+        "Exception in main training loop: Out of memory allocating 25,600,000 bytes "
+        "(allocated so far: 3,635,267,072 bytes)."
+    )
+    assert (cupy.requested_bytes, cupy.allocated_bytes) == (25_600_000, 3_635_267_072)
+
+    cut = _event(
+        "RuntimeError: Error in ... Failed to cudaMalloc 536870912 bytes on device 1 (error 2 out of memory\n"
+        "Outstanding allocations:"
+    )
+    assert (cut.pool, cut.backend, cut.gpu_index, cut.requested_bytes) == (
+        Pool.GPU,
+        Backend.CUDA,
+        1,
+        536870912,
+    )
+    assertion = _event(
+        "Faiss assertion 'cudaMalloc(p, size) == cudaSuccess' failed in void faiss::gpu::allocMemorySpace("
+        "faiss::gpu::MemorySpace, void**, size_t) at utils/MemorySpace.cpp:20; details: Failed to "
+        "cudaMalloc 4294967296 bytes"
+    )
+    assert assertion.requested_bytes == 4294967296
+    assert [f.line_no for f in iter_findings(["# Failed to cudaMalloc", ""])] == [1]
+    assert not list(iter_findings(["# Failed to cudaMalloc on my second GPU", ""]))
+
+    for nanny in (
+        "distributed.nanny - WARNING - Worker exceeded 95% memory budget.  Restarting",
+        "distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarti\nng",
+    ):
+        assert _event(nanny).pool is Pool.KILLED_BY_OS
+    assert not list(iter_findings(["distributed.worker - WARNING - Memory use is high"]))
+
+    loky = (
+        "joblib.externals.loky.process_executor.TerminatedWorkerError: A worker process managed by "
+        "the executor was unexpectedly terminated. This could be caused by a segmentation fault "
+        "while calling the function or by an excessive memory usage causing the Operating System "
+        "to kill the worker. The exit codes of the workers are {SIGKILL(-9)}"
+    )
+    killed = _event(loky)
+    assert (killed.pool, killed.exception_type) == (
+        Pool.KILLED_BY_OS,
+        "joblib.externals.loky.process_executor.TerminatedWorkerError",
+    )
+    assert not list(iter_findings([loky.replace("{SIGKILL(-9)}", "{SIGSEGV(-11)}")]))
+
+    xpu = _event(
+        "# [Bug]: ValueError: Free memory on device xpu:0 (0.22/30.3 GiB) on startup is less than "
+        "desired GPU memory utilization (0.7, 21.21 GiB). Decrease GPU memory utilization"
+    )
+    assert (xpu.backend, xpu.gpu_index, xpu.exception_type) == (Backend.XPU, 0, "ValueError")
+
+    metal = _event(
+        "`ggml_metal_add_buffer: buffer 'data' size 18300780544 is larger than buffer maximum of 17179869184`"
+    )
+    assert (metal.pool, metal.requested_bytes) == (Pool.UNIFIED_MPS, 18300780544)
+    assert not list(
+        iter_findings(["ggml_metal_add_buffer: allocated 'data' buffer, size = 1024.00 MB"])
+    )
+
+    wrapped = _event(
+        "Windows successfully diagnosed a low virtual memory condition. The   following programs "
+        "consumed the most virtual memory: qbittorrent.exe (1276)   consumed 6617141248 bytes, "
+        "avp.exe (4508) consumed 297693184 bytes"
+    )
+    assert [p.pid for p in wrapped.other_processes] == [1276, 4508]
+
+    gc = list(iter_findings(["# GC overhead limit exceeded", ""]))
+    assert [(f.line_no, f.event.pool) for f in gc] == [(1, Pool.RAM)]
+    assert not list(iter_findings(["# how to avoid GC overhead limit exceeded in spark?", ""]))
+
+    assert _event("zsh: killed python export.py").pool is Pool.KILLED_BY_OS
+    both = list(
+        iter_findings(["# zsh: killed python export.py", "", "zsh: killed     python export.py"])
+    )
+    assert [(f.line_no, f.event.count) for f in both] == [(1, 2)]
+    # two processes the shell reports killed stay two
+    two = list(iter_findings(["zsh: killed     python a.py", "zsh: killed     python b.py"]))
+    assert len(two) == 2
+
+    dotnet = list(
+        iter_findings(
+            [
+                "# [BUG] System.OutOfMemoryException: Insufficient memory to continue the execution of the program.",
+                '"System.OutOfMemoryException: Insufficient memory to continue the execution of the program". Does anyone know?',
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count, f.event.exception_type) for f in dotnet] == [
+        (1, 2, "System.OutOfMemoryException")
+    ]
+
+    thc = list(
+        iter_findings(
+            [
+                "THCudaCheck FAIL file=/opt/rocks/cutorch/lib/THC/THCTensorRandom.cu line=20 error=2 : out of memory",
+                "/home/u/torch/install/share/lua/5.1/trepl/init.lua:384: cuda runtime error (2) : out of memory at /opt/rocks/cutorch/lib/THC/THCTensorRandom.cu:20",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count) for f in thc] == [(1, 1)]
+
+    assert not list(
+        iter_findings(
+            ["# [Usage]: 125m model is also showing CUDA: Out of memory error in a 4060", ""]
+        )
+    )
+    assert _event("RuntimeError: CUDA: out of memory").pool is Pool.GPU

@@ -315,6 +315,19 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # exception ends it
         return Finding(cand.record, _combine(primary=b, secondary=a), new.line_no, end)
     if (
+        a.rule == b.rule == "cuda-error-oom"
+        and a.message.startswith("THCudaCheck FAIL")
+        and b.message.lower().startswith("cuda runtime error (2)")
+        and a.exception_type is None is b.exception_type
+        and not a.recovered
+        and not b.recovered
+        and new.line_no - cand.end_line_no <= 1
+    ):
+        # the same check's failure raised by a caller without a type on the next line (Lua
+        # torch's trepl: '.../init.lua:384: cuda runtime error (2) : out of memory at ...'):
+        # one failure, placed at the check's own line
+        return replace(cand, event=_combine(primary=a, secondary=b), end_line_no=end)
+    if (
         a.rule == b.rule == "acestep-vram-preflight"
         and a.message.startswith("VRAM pre-flight failed")
         and new.line_no - cand.end_line_no <= 1
@@ -353,8 +366,9 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # failed.' then the Vulkan result it got; C++'s 'terminate called after throwing an
         # instance of 'std::bad_alloc'' then its 'what():  std::bad_alloc'
         return Finding(cand.record, _combine(primary=a, secondary=b), cand.line_no, end)
-    if a.rule == b.rule == "shell-killed":
-        return None  # each 'Killed' is the shell reporting one process's death
+    if a.rule == b.rule == "shell-killed" and not _title_copy(cand, new):
+        return None  # each 'Killed' is the shell reporting one process's death (a title
+        # copying the body's line is the user's copy of it: counted below)
     if a.pool is Pool.KILLED_BY_OS and b.pool is Pool.KILLED_BY_OS:
         if dict(a.extra).get("invoked_by") and dict(b.extra).get("invoked_by"):
             return None  # each 'X invoked oom-killer' opens an OOM of its own
@@ -570,6 +584,9 @@ def _one_starts_the_other(a: OomEvent, b: OomEvent) -> bool:
     """The same rule, and one message the start of the other once each loses its closing
     quote or full stop (a copy cut short, or with the next line flattened onto it)."""
     one, two = a.message.rstrip(_QUOTE_END), b.message.rstrip(_QUOTE_END)
+    # (a title, rendered, collapses a console's padding: '# zsh: killed python export.py' for
+    # 'zsh: killed     python export.py')
+    one, two = " ".join(one.split()), " ".join(two.split())
     # (a title capitalises the line it copies: '# Terminate called after throwing ...')
     one, two = one[:1].lower() + one[1:], two[:1].lower() + two[1:]
     return a.rule == b.rule and (one.startswith(two) or two.startswith(one))

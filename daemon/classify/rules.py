@@ -70,6 +70,10 @@ NEEDLES: tuple[str, ...] = (
     "of GPU resources",  # OpenVINO's GPU plugin: '[GPU] out of GPU resources'
     "mem_buffer != NULL",  # ggml's context allocation: 'GGML_ASSERT(ctx->mem_buffer != NULL) failed'
     "to the victim",  # nohang: 'Send SIGTERM to the victim; total response time: 13246 ms'
+    "zsh: killed",  # zsh's job report retyped with one space: 'zsh: killed python export.py'
+    "than buffer maximum",  # ggml-metal: "buffer 'data' size N is larger than buffer maximum of M"
+    "GC overhead limit",  # the Java VM's heap: 'GC overhead limit exceeded' (a title without its type)
+    "to cudaMalloc",  # faiss: 'Failed to cudaMalloc' (a title holding only its head)
 )
 
 _K = KIB
@@ -119,6 +123,10 @@ def has_needle(text: str) -> bool:
         or "of GPU resources" in text
         or "mem_buffer != NULL" in text
         or "to the victim" in text
+        or "zsh: killed" in text
+        or "than buffer maximum" in text
+        or "GC overhead limit" in text
+        or "to cudaMalloc" in text
     )
 
 
@@ -265,7 +273,7 @@ _RX_YOLOX_OOM = re.compile(
 #: so far: M bytes)'
 _RX_CUPY_OOM = re.compile(
     r"\bout of memory to allocate (\d+) bytes(?: \(total (\d+) bytes\))?"
-    r"|\bOut of memory allocating (\d+) bytes \(allocated so far: (\d+) bytes\)"
+    r"|\bOut of memory allocating (\d+(?:,\d{3})*) bytes \(allocated so far: (\d+(?:,\d{3})*) bytes\)"
     r"|(?<=OutOfMemoryError: )out of memory to allocate\b"  # (its head alone, in a title)
 )
 #: faiss's GPU allocations failing with CUDA's error 2: 'failed to cudaMalloc N bytes (error 2
@@ -273,26 +281,43 @@ _RX_CUPY_OOM = re.compile(
 #: StandardGpuResources' '... alloc fail type T dev D space Device stream S size N bytes
 #: (cudaMalloc error out of memory [2])'
 _RX_FAISS_OOM = re.compile(
-    r"\b[Ff]ailed to cudaMalloc (\d+) bytes(?: on device (\d+))? \(error 2 out of memory\)"
+    r"\b[Ff]ailed to cudaMalloc (\d+) bytes(?: on device (\d+))? \(error 2 out of memory(?:\)|(?=\n)|$)"
     r"|\bfail type \w+ dev (\d+) space Device stream \S+ size (\d+) bytes"
     r" \(cudaMalloc error out of memory \[2\]\)"
+    # (faiss 1.x's assertion: 'Faiss assertion 'cudaMalloc(p, size) == cudaSuccess' failed in
+    # ... allocMemorySpace(...) at utils/MemorySpace.cpp:20; details: Failed to cudaMalloc N bytes')
+    r"|\bcudaMalloc\(p, size\) == cudaSuccess' failed in [^\n]*?; details: Failed to cudaMalloc"
+    r" (\d+) bytes\b"
 )
+#: the same as an issue's title, its head alone ('# Failed to cudaMalloc'): only faiss words it so
+_RX_FAISS_TITLE = re.compile(r"^#+ [Ff]ailed to cudaMalloc\s*$", _M)
 #: RMM (cuDF, cuML, cupoch) refusing device memory: 'std::bad_alloc: out_of_memory: CUDA error
 #: at: .../cuda_memory_resource.hpp', its pool's 'RMM failure at: ... Maximum pool size exceeded'
 _RX_RMM_OOM = re.compile(
     r"\bstd::bad_alloc: (?:out_of_memory: )?(?:CUDA error at\b|RMM failure at:[^\n]*?Maximum pool size exceeded)"
 )
-#: dask's nanny restarting a worker past its memory budget (a killer of its own, like earlyoom)
-_RX_DASK_NANNY = re.compile(r"\bWorker exceeded \d+% memory budget\. Restarting\b")
+#: joblib's loky executor reporting a worker the OS SIGKILLed ('TerminatedWorkerError: A worker
+#: process managed by the executor was unexpectedly terminated. ... The exit codes of the
+#: workers are {SIGKILL(-9)}', the codes on the same line or a line or two below): its own
+#: message names 'excessive memory usage' as the likely cause, and a SIGKILL is the kernel's
+#: OOM killer's signal. A SIGSEGV(-11) there is a crash, not memory.
+_RX_LOKY_SIGKILL = re.compile(
+    r"\bTerminatedWorkerError: A worker process managed by the executor was unexpectedly"
+    r" terminated\.[^\n]*(?:\n[^\n]*){0,2}?The exit codes of the workers are \{SIGKILL\(-9\)"
+)
+#: dask's nanny restarting a worker past its memory budget (a killer of its own, like earlyoom;
+#: two blanks before 'Restarting' in some versions, or a console's wrap inside it)
+_RX_DASK_NANNY = re.compile(r"\bWorker exceeded \d+% memory budget\.\s+Restart")
 #: Windows' Resource-Exhaustion-Detector's list of the programs that held the most commit
-_RX_WIN_LOW_VIRTUAL_CONSUMER = re.compile(r"([^\s,:]+) \((\d+)\) consumed (\d+) bytes")
+_RX_WIN_LOW_VIRTUAL_CONSUMER = re.compile(r"([^\s,:]+) \((\d+)\)\s+consumed\s+(\d+) bytes")
 #: SGLang's refusal to start when the weights leave the KV cache nothing
 _RX_SGLANG_NO_KV = re.compile(r"\bLoaded weights leave no GPU memory for the KV cache\b")
 #: vLLM's start-up check: less free memory on the card than gpu_memory_utilization asks for
 #: ('Free memory on device cuda:1 (19.77/22.05 GiB) on startup is less than desired GPU memory
-#: utilization (0.9, 19.84 GiB)'); the card is shared, or the fraction too high
+#: utilization (0.9, 19.84 GiB)'; 'xpu:0' on Intel's build); the card is shared, or the fraction
+#: too high
 _RX_VLLM_STARTUP_FREE = re.compile(
-    r"\b[Ff]ree memory on device(?: cuda:(\d+))? \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup"
+    r"\b[Ff]ree memory on device(?: (?:cuda|(xpu)):(\d+))? \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup"
     r" is less than desired GPU memory utilization \((?:\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)"
 )
 #: the C library's ENOMEM as Python raises it ('OSError: [Errno 12] Cannot allocate memory': a
@@ -348,6 +373,13 @@ _RX_MEMORYSTATUS = re.compile(
 _RX_GGML_METAL = re.compile(
     r"\bggml_(?:backend_)?metal\w*: error: failed to allocate (?:'[^'\n]{0,40}' )?buffer"
     r"(?:, size = " + _SIZE + r")?"
+)
+#: ggml-metal refusing to map a buffer over the device's largest single Metal buffer
+#: ("ggml_metal_add_buffer: buffer 'data' size 18300780544 is larger than buffer maximum of
+#: 17179869184"): the model's weights do not fit one unified-memory buffer
+_RX_GGML_METAL_MAX = re.compile(
+    r"\bggml_metal_add_buffer: (?:error: )?buffer '[^'\n]{0,40}' size (\d+) is larger than buffer"
+    r" maximum of (\d+)\b"
 )
 #: Metal refusing a command buffer for want of memory (MLX, and any Metal program on Apple
 #: silicon): '[METAL] Command buffer execution failed: Insufficient Memory (...kIOGPU...)'
@@ -421,7 +453,9 @@ _RX_CUDA_LEGACY_OOM = re.compile(
     r"|\bCUDA error 2 at \S+: out of memory\b"
     r"|\bCUDA Error 2, out of memory\b"  # tinygrad's CUDA runtime (exo)
     r"|\bOut of memory in cu[A-Z]\w*\("  # a driver API call's failure (Blender Cycles)
-    r"|\bCUDA ?: ?out of memory\b",  # ZLUDA's and users' 'CUDA: out of memory'
+    # ZLUDA's and users' 'CUDA: out of memory' (not a sentence's 'CUDA: Out of memory error in
+    # a ...': no program prints 'memory error' after those words, a user naming one does)
+    r"|\bCUDA ?: ?out of memory\b(?!\s+error\b)",
     re.IGNORECASE,
 )
 #: torch's DataLoader re-raising what failed in its pinning thread (page-locking host RAM)
@@ -753,9 +787,13 @@ _RX_JAVA_OOM = re.compile(
 )
 #: MLX's Metal allocator on Apple silicon: '[malloc_or_wait] Unable to allocate N bytes.' (also
 #: '[metal::malloc]'): the unified memory's Metal budget
+#: the Java VM's message as an issue's title without its type ('# GC overhead limit exceeded')
+_RX_JAVA_GC_TITLE = re.compile(r"^#+ GC overhead limit exceeded\s*$", _M)
 _RX_MLX_MALLOC = re.compile(r"\[malloc_or_wait\] Unable to allocate (\d+) bytes\b")
 #: .NET's OutOfMemoryException (the CLR's heap, or a native allocation it wraps): host memory
 _RX_DOTNET_OOM = re.compile(r"\bSystem\.OutOfMemoryException\b")
+#: the same raised with its message ('System.OutOfMemoryException: Insufficient memory ...')
+_RX_DOTNET_OOM_TYPED = re.compile(r"\bSystem\.OutOfMemoryException: ")
 #: a GPU driver's own words for an application asking for more device memory than there is
 #: (NVIDIA's OpenGL driver's crash dialog, hard-wrapped as the dialog shows it)
 _RX_DRIVER_GPU_MEMORY = re.compile(
@@ -1704,7 +1742,7 @@ def _vllm_startup_free(body: str, report: _Report | None) -> _Detected | None:
     m = _find(_RX_VLLM_STARTUP_FREE, body, "on startup is less than")
     if m is None:
         return None
-    backend = Backend.CUDA if m.group(1) else _UNKNOWN
+    backend = Backend.XPU if m.group(1) else Backend.CUDA if m.group(2) else _UNKNOWN
     return "vllm-startup-free-memory", _GPU, backend, m.start(), False
 
 
@@ -2034,6 +2072,12 @@ _CHECKS: tuple[_Check, ...] = (
         "container-memory-limit", _KILLED, _CPU, (_RX_CONTAINER_LIMIT, ("Memory limit exceeded",))
     ),
     _rule("ggml-metal-alloc", _MPS, Backend.MPS, (_RX_GGML_METAL, ("failed to allocate",))),
+    _rule(
+        "ggml-metal-buffer-maximum",
+        _MPS,
+        Backend.MPS,
+        (_RX_GGML_METAL_MAX, ("than buffer maximum",)),
+    ),
     _rule("miopen-buffer-oom", _GPU, Backend.ROCM, (_RX_MIOPEN_BUFFER, ("to allocate buffer",))),
     _rule("driver-gpu-memory", _GPU, _UNKNOWN, (_RX_DRIVER_GPU_MEMORY, ("more GPU memory than",))),
     _rule("dlib-cuda-oom", _GPU, Backend.CUDA, (_RX_DLIB_CUDA_OOM, ("reason: out of memory",))),
@@ -2154,13 +2198,26 @@ _CHECKS: tuple[_Check, ...] = (
     _numpy_untyped,
     _ray_kill,
     # (before the generic OOM exception: Java's OutOfMemoryError is its own VM's heap)
-    _rule("java-heap-oom", _RAM, _CPU, (_RX_JAVA_OOM, ("OutOfMemoryError",))),
+    _rule(
+        "java-heap-oom",
+        _RAM,
+        _CPU,
+        (_RX_JAVA_OOM, ("OutOfMemoryError",)),
+        (_RX_JAVA_GC_TITLE, ("GC overhead limit",)),
+    ),
     _rule("dotnet-oom", _RAM, _CPU, (_RX_DOTNET_OOM, ("System.OutOfMemoryException",))),
     _rule("mlx-malloc-oom", _MPS, Backend.MPS, (_RX_MLX_MALLOC, ("[malloc_or_wait]",))),
     _rule("rmm-device-oom", _GPU, Backend.CUDA, (_RX_RMM_OOM, ("std::bad_alloc: ",))),
     _rule("cupy-oom", _GPU, Backend.CUDA, (_RX_CUPY_OOM, ("to allocate", "allocated so far"))),
-    _rule("faiss-gpu-oom", _GPU, Backend.CUDA, (_RX_FAISS_OOM, ("cudaMalloc",))),
+    _rule(
+        "faiss-gpu-oom",
+        _GPU,
+        Backend.CUDA,
+        (_RX_FAISS_OOM, ("cudaMalloc",)),
+        (_RX_FAISS_TITLE, ("to cudaMalloc",)),
+    ),
     _rule("dask-nanny-restart", _KILLED, _CPU, (_RX_DASK_NANNY, ("memory budget",))),
+    _rule("loky-worker-sigkill", _KILLED, _CPU, (_RX_LOKY_SIGKILL, ("{SIGKILL(-9)",))),
     _rule("sglang-no-kv-memory", _GPU, _UNKNOWN, (_RX_SGLANG_NO_KV, ("for the KV cache",))),
     _rule(
         "yolox-label-assignment-oom",
@@ -2239,7 +2296,7 @@ _CHECKS: tuple[_Check, ...] = (
         _CPU,
         (_RX_BASH_KILLED, ("Killed",)),
         (_RX_BARE_KILLED, ("Killed",)),
-        (_RX_ZSH_KILLED, ("killed  ",)),
+        (_RX_ZSH_KILLED, ("killed  ", "zsh: killed")),
         (_RX_ZH_KILLED, ("已杀死",)),
     ),
     _rule(
@@ -2318,6 +2375,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "vllm-no-cache-memory":  # (a title: the raise line's tail, then the exception)
         m = _RX_VLLM_NO_CACHE_TYPE.search(body)
         return m.group(1) if m else None
+    if rule == "dotnet-oom":  # (after a title's tag: '# [BUG] System.OutOfMemoryException: ...')
+        m = _RX_DOTNET_OOM_TYPED.search(body)
+        return "System.OutOfMemoryException" if m else None
     if rule == "mps-invalid-buffer":
         m = _RX_MPS_BUFFER.search(body)
         return m.group(1) if m and m.group(1) else None
@@ -2430,6 +2490,7 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "mmap-enomem": _RX_MMAP,
     "metal-command-buffer-oom": _RX_METAL_OOM,
     "miopen-buffer-oom": _RX_MIOPEN_BUFFER,
+    "ggml-metal-buffer-maximum": _RX_GGML_METAL_MAX,
 }
 
 
@@ -2507,15 +2568,15 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_CUPY_OOM.search(body)
         if m:
             if m.group(1) or m.group(3):
-                fields["requested_bytes"] = int(m.group(1) or m.group(3))
+                fields["requested_bytes"] = int((m.group(1) or m.group(3)).replace(",", ""))
             if m.group(2):
                 fields["reserved_bytes"] = int(m.group(2))  # (what the pool holds)
             if m.group(4):
-                fields["allocated_bytes"] = int(m.group(4))
+                fields["allocated_bytes"] = int(m.group(4).replace(",", ""))
     elif rule == "faiss-gpu-oom":
         m = _RX_FAISS_OOM.search(body)
         if m:
-            fields["requested_bytes"] = int(m.group(1) or m.group(4))
+            fields["requested_bytes"] = int(m.group(1) or m.group(4) or m.group(5))
             if m.group(2) or m.group(3):
                 fields["gpu_index"] = int(m.group(2) or m.group(3))
     elif rule == "windows-low-virtual-memory":
@@ -2526,11 +2587,11 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
     elif rule == "vllm-startup-free-memory":
         m = _RX_VLLM_STARTUP_FREE.search(body)
         if m:
-            if m.group(1):
-                fields["gpu_index"] = int(m.group(1))
-            fields["free_bytes"] = size_bytes(m.group(2), "GiB")
-            fields["total_bytes"] = size_bytes(m.group(3), "GiB")
-            fields["requested_bytes"] = size_bytes(m.group(4), "GiB")
+            if m.group(2):
+                fields["gpu_index"] = int(m.group(2))
+            fields["free_bytes"] = size_bytes(m.group(3), "GiB")
+            fields["total_bytes"] = size_bytes(m.group(4), "GiB")
+            fields["requested_bytes"] = size_bytes(m.group(5), "GiB")
     elif rule == "ray-memory-monitor-kill":
         m = _RX_RAY_VICTIM_PID.search(body)
         if m:
