@@ -3615,3 +3615,58 @@ def test_round_24_held_shapes() -> None:
         )
     )
     assert _event("RuntimeError: CUDA: out of memory").pool is Pool.GPU
+
+
+def test_round_25_tune_shapes() -> None:
+    """Round 25's tune part: Slurm 21.08's 'oom_kill event in StepId=', kraken2's database
+    load, RAPIDS Spark's failed RMM allocation, earlyoom's kill line cut inside its VmRSS and
+    its 1.0 wording, the driver API's page-locked allocator as pinned host memory, and torch's
+    'bytes' hard-wrapped inside the word. Each with its near-miss."""
+    slurm = list(
+        iter_findings(
+            [
+                "slurmstepd: error: Detected 1 oom_kill event in StepId=440575.0. Some of the step tasks have been OOM Killed.",
+                "srun: error: nid001277: tasks 1-3: Out Of Memory",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.killer, dict(f.event.extra).get("scope")) for f in slurm] == [
+        (1, "kernel", "cgroup")
+    ]
+
+    kraken = _event("Loading database information...Failed attempt to allocate 32185178696bytes;")
+    assert (kraken.pool, kraken.requested_bytes) == (Pool.RAM, 32185178696)
+
+    spark = _event(
+        "21/11/04 21:13:46:119 INFO DeviceMemoryEventHandler: Device allocation of 345571976 bytes "
+        "failed, device store has 0 bytes. Total RMM allocated is 9319438848 bytes."
+    )
+    assert (spark.pool, spark.backend, spark.requested_bytes, spark.allocated_bytes) == (
+        Pool.GPU,
+        Backend.CUDA,
+        345571976,
+        9319438848,
+    )
+
+    cut = _event(
+        'earlyoom[26328]: sending SIGTERM to process 63745 uid 1000 "python3": badness 748, VmRSS 538'
+    )
+    assert (cut.killed_pid, cut.killer) == (63745, "earlyoom")
+    assert "vm_rss_bytes" not in dict(cut.extra)
+    v1 = _event("Killing process 'bash' with signal 15, pid: 5874, badness: 538, VmRSS: 3160 MiB")
+    assert (v1.killed_pid, dict(v1.extra)["vm_rss_bytes"]) == (5874, 3160 * 1024**2)
+    assert not list(
+        iter_findings(["Killing process 'bash' with signal 0, pid: 1, badness: 0, VmRSS: 1 MiB"])
+    )
+
+    pinned = _event("ERROR: failed on cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY - out of memory")
+    assert (pinned.pool, dict(pinned.extra).get("host_memory")) == (Pool.RAM, "pinned")
+    device = _event("ERROR: failed on cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY - out of memory")
+    assert device.pool is Pool.GPU
+
+    wrapped = _event(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 83.82 GiB. GPU 0 has a "
+        "total capacity of 79.35 GiB of which 78.40 GiB is free. Of the allocated memory 0 bytes "
+        "is allocated by PyTorch, and 0 b\nytes is reserved by PyTorch but unallocated."
+    )
+    assert wrapped.reserved_unallocated_bytes == 0

@@ -259,8 +259,15 @@ def test_oomd_lines(
             None,
             20000,
         ),
+        (
+            "Killing process 'python' with signal 15, pid: 1234, badness: 538, VmRSS: 20000 MiB",
+            1234,
+            "SIGTERM",
+            None,
+            20000,
+        ),
     ],
-    ids=["v1.9", "v1.8-oom-score", "2024-badness-cmdline", "2020-uid", "2019", "pre-2019"],
+    ids=["v1.9", "v1.8-oom-score", "2024-badness-cmdline", "2020-uid", "2019", "pre-2019", "v1.0"],
 )
 def test_earlyoom_kill_lines(
     text: str, pid: int, signal: str, uid: int | None, rss_mib: int
@@ -269,6 +276,22 @@ def test_earlyoom_kill_lines(
     assert kill is not None
     assert (kill.pid, kill.signal, kill.uid, kill.name) == (pid, signal, uid, "python")
     assert kill.vm_rss_bytes == rss_mib * MiB
+
+
+def test_earlyoom_kill_line_cut_inside_its_rss_is_still_a_kill() -> None:
+    """A paste cut inside the VmRSS figure still names the victim; its size is not shown."""
+    kill = parse_earlyoom_line(
+        'earlyoom[26328]: sending SIGTERM to process 63745 uid 1000 "python3": badness 748, VmRSS 538'
+    )
+    assert kill is not None
+    assert (kill.pid, kill.name, kill.vm_rss_bytes) == (63745, "python3", None)
+    # a figure followed by anything but its unit is no kill line of earlyoom's
+    assert (
+        parse_earlyoom_line(
+            'sending SIGTERM to process 63745 uid 1000 "python3": badness 748, VmRSS 538 pages'
+        )
+        is None
+    )
 
 
 def test_earlyoom_self_test_and_reports_are_not_kills() -> None:

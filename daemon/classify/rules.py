@@ -165,7 +165,12 @@ _RX_WORKER_KILLED = re.compile(
 )
 #: Slurm's step daemon reporting the kernel's cgroup OOM killer in the job's cgroup
 #: ('... in StepId=123.batch cgroup', older Slurm '... in step 123.batch cgroup')
-_RX_SLURM_OOM = re.compile(r"\bDetected \d+ oom-kill event\(s\) in (?:step )?\S+ cgroup")
+_RX_SLURM_OOM = re.compile(
+    r"\bDetected \d+ oom-kill event\(s\) in (?:step )?\S+ cgroup"
+    # (Slurm 21.08 on: 'Detected 1 oom_kill event in StepId=440575.0. Some of the step tasks
+    # have been OOM Killed.')
+    r"|\bDetected \d+ oom_kill events? in StepId=\S+? Some of (?:the )?step tasks have been OOM Killed"
+)
 #: Talos Linux's own userspace OOM controller killing a cgroup ('[talos] Sending SIGKILL to
 #: cgroup {"component": "controller-runtime", "controller": "runtime.OOMController", ...}'):
 #: none of the killers this watchdog names, so the event names none
@@ -304,6 +309,15 @@ _RX_RMM_OOM = re.compile(
 _RX_LOKY_SIGKILL = re.compile(
     r"\bTerminatedWorkerError: A worker process managed by the executor was unexpectedly"
     r" terminated\.[^\n]*(?:\n[^\n]*){0,2}?The exit codes of the workers are \{SIGKILL\(-9\)"
+)
+#: kraken2 (and its kin) failing to load a database into host RAM: 'Failed attempt to allocate
+#: 32185178696bytes;' then 'you may not have enough free memory to load this database.'
+_RX_DB_LOAD_ALLOC = re.compile(r"\bFailed attempt to allocate (\d+) ?bytes;")
+#: RAPIDS Accelerator for Spark's handler of a failed RMM allocation, before it spills: 'Device
+#: allocation of N bytes failed, device store has S bytes. Total RMM allocated is A bytes.'
+_RX_SPARK_RMM_ALLOC = re.compile(
+    r"\bDevice allocation of (\d+) bytes failed, device store has \d+ bytes\."
+    r"(?: Total RMM allocated is (\d+) bytes\b)?"
 )
 #: dask's nanny restarting a worker past its memory budget (a killer of its own, like earlyoom;
 #: two blanks before 'Restarting' in some versions, or a console's wrap inside it)
@@ -964,12 +978,15 @@ _RX_RESERVED_UNALLOC = re.compile(
     # introduces that figure, so a message cut right after it (or inside the word, at the
     # end of its line) still gives it
     # (torch 1.0-1.3's '; X cached)', its closing bracket cut off with the paste's end)
-    r"and " + _SIZE + r" is reserv(?:ed\b|e?$)|;\s*" + _SIZE + r" cached(?:\)|[ \t]*$)",
+    r"and " + _SIZE + r" is reserv(?:ed\b|e?$)|;\s*" + _SIZE + r" cached(?:\)|[ \t]*$)"
+    # (a console's hard wrap inside 'bytes': 'and 0 b' / 'ytes is reserved by PyTorch ...')
+    r"|and (\d+) (b)\r?\nytes is reserv",
     _M,
 )
 _RESERVED_UNALLOC_BRANCHES = (
     (re.compile(r"and " + _SIZE + r" is reserv(?:ed\b|e?$)", _M), "is reserv"),
     (re.compile(r";\s*" + _SIZE + r" cached(?:\)|[ \t]*$)", _M), " cached"),
+    (re.compile(r"and (\d+) (b)\r?\nytes is reserv"), "ytes is reserv"),
 )
 _RX_RESERVED = re.compile(_SIZE + r"\s+reserved\s+in total\b")  # \s+: a message hard-wrapped here
 _RX_ALLOWED = re.compile(r"[;.] " + _SIZE + r" allowed;")  # torch>=2.1: "... is free. X allowed;"
@@ -2218,6 +2235,13 @@ _CHECKS: tuple[_Check, ...] = (
     ),
     _rule("dask-nanny-restart", _KILLED, _CPU, (_RX_DASK_NANNY, ("memory budget",))),
     _rule("loky-worker-sigkill", _KILLED, _CPU, (_RX_LOKY_SIGKILL, ("{SIGKILL(-9)",))),
+    _rule("database-load-alloc", _RAM, _CPU, (_RX_DB_LOAD_ALLOC, ("Failed attempt to allocate",))),
+    _rule(
+        "spark-rapids-rmm-alloc",
+        _GPU,
+        Backend.CUDA,
+        (_RX_SPARK_RMM_ALLOC, ("bytes failed, device store",)),
+    ),
     _rule("sglang-no-kv-memory", _GPU, _UNKNOWN, (_RX_SGLANG_NO_KV, ("for the KV cache",))),
     _rule(
         "yolox-label-assignment-oom",
@@ -2275,7 +2299,7 @@ _CHECKS: tuple[_Check, ...] = (
         _CPU,
         (_RX_WORKER_KILLED, ("is killed by signal: Killed",)),
     ),
-    _rule("slurm-cgroup-oom", _KILLED, _CPU, (_RX_SLURM_OOM, ("oom-kill event",))),
+    _rule("slurm-cgroup-oom", _KILLED, _CPU, (_RX_SLURM_OOM, ("oom-kill event", "oom_kill event"))),
     _rule("talos-oom-controller", _KILLED, _CPU, (_RX_TALOS_OOM, ("OOMController",))),
     _rule("colab-ram-crash", _KILLED, _CPU, (_RX_COLAB_RAM, ("all available RAM",))),
     _rule("compiler-killed", _KILLED, _CPU, (_RX_COMPILER_KILLED, ("Killed",))),
@@ -2337,6 +2361,8 @@ _PINNED_MARKS: tuple[str, ...] = (
     "bytes on host",  # TensorFlow's cuda_driver: failed to alloc N bytes on host: CUDA_ERROR_...
     "pinned host memory",
     "cudaMallocHost",  # the runtime's page-locked allocator (dlib, ninfer, TensorRT samples)
+    "cuMemAllocHost",  # the driver API's (PG-Strom: 'failed on cuMemAllocHost: CUDA_ERROR_...')
+    "cuMemHostAlloc",
 )
 
 
@@ -2491,6 +2517,7 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "metal-command-buffer-oom": _RX_METAL_OOM,
     "miopen-buffer-oom": _RX_MIOPEN_BUFFER,
     "ggml-metal-buffer-maximum": _RX_GGML_METAL_MAX,
+    "database-load-alloc": _RX_DB_LOAD_ALLOC,
 }
 
 
@@ -2573,6 +2600,12 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
                 fields["reserved_bytes"] = int(m.group(2))  # (what the pool holds)
             if m.group(4):
                 fields["allocated_bytes"] = int(m.group(4).replace(",", ""))
+    elif rule == "spark-rapids-rmm-alloc":
+        m = _RX_SPARK_RMM_ALLOC.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1))
+            if m.group(2):
+                fields["allocated_bytes"] = int(m.group(2))
     elif rule == "faiss-gpu-oom":
         m = _RX_FAISS_OOM.search(body)
         if m:
@@ -2724,7 +2757,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["killed_pid"] = kill.pid
             extra.append(("signal", kill.signal))
             extra.append(("process_name", kill.name))
-            extra.append(("vm_rss_bytes", kill.vm_rss_bytes))
+            if kill.vm_rss_bytes is not None:  # (a line cut inside its figure shows none)
+                extra.append(("vm_rss_bytes", kill.vm_rss_bytes))
         fields["killer"] = "earlyoom"
     elif rule == "nohang-kill":
         fields["killer"] = "nohang"

@@ -28,9 +28,15 @@ __all__ = [
 EARLYOOM_KILL = re.compile(
     r"sending (?P<sig>SIG[A-Z]+|\S+(?: \(no-op signal\))?) to process (?P<pid>\d+)"
     r"(?: uid (?P<uid>\d+))? \"(?P<name>[^\"\n]*)\":"
-    r"(?: (?:badness|oom_score) (?P<score>-?\d+),)?(?: oom_score_adj -?\d+,)? VmRSS (?P<rss>\d+) MiB"
+    r"(?: (?:badness|oom_score) (?P<score>-?\d+),)?(?: oom_score_adj -?\d+,)?"
+    # (a paste may cut the line inside its VmRSS figure: the kill is still told, its size not)
+    r" VmRSS (?:(?P<rss>\d+) MiB|\d*(?=\n|$))"
     r"|killing process (?P<old_pid>\d+) \"(?P<old_name>[^\"\n]*)\" with signal (?P<signum>\d+): "
     r"badness -?\d+, VmRSS (?P<old_rss>\d+) MiB"
+    # (earlyoom 1.0-1.1: "Killing process 'bash' with signal 15, pid: 5874, badness: 538, VmRSS:
+    # 3160 MiB")
+    r"|Killing process '(?P<v1_name>[^'\n]*)' with signal (?P<v1_signum>\d+), pid: (?P<v1_pid>\d+),"
+    r" badness: -?\d+, VmRSS: (?P<v1_rss>\d+) MiB"
 )
 #: literals one of which every kill line holds (the classifier's gate before the pattern)
 EARLYOOM_GATES = ("sending SIG", "with signal ")
@@ -52,17 +58,18 @@ class EarlyoomKill:
 
 def earlyoom_kill_of(m: re.Match[str], text: str) -> EarlyoomKill | None:
     """The kill an ``EARLYOOM_KILL`` match announces, or None for the self-test (pure)."""
-    if m.group("old_pid") is not None:
-        signum = int(m.group("signum"))
-        if signum == 0:
-            return None
-        return EarlyoomKill(
-            pid=int(m.group("old_pid")),
-            signal=_SIGNAL_NAMES.get(signum, str(signum)),
-            name=m.group("old_name"),
-            text=text,
-            vm_rss_bytes=int(m.group("old_rss")) * 1024 * 1024,
-        )
+    for old in ("old", "v1"):
+        if m.group(f"{old}_pid") is not None:
+            signum = int(m.group(f"{old}_signum" if old == "v1" else "signum"))
+            if signum == 0:
+                return None
+            return EarlyoomKill(
+                pid=int(m.group(f"{old}_pid")),
+                signal=_SIGNAL_NAMES.get(signum, str(signum)),
+                name=m.group(f"{old}_name"),
+                text=text,
+                vm_rss_bytes=int(m.group(f"{old}_rss")) * 1024 * 1024,
+            )
     sig = m.group("sig")
     if not sig.startswith("SIG"):
         return None  # the start-up self-test with the no-op signal
@@ -72,7 +79,7 @@ def earlyoom_kill_of(m: re.Match[str], text: str) -> EarlyoomKill | None:
         name=m.group("name"),
         text=text,
         uid=int(m.group("uid")) if m.group("uid") else None,
-        vm_rss_bytes=int(m.group("rss")) * 1024 * 1024,
+        vm_rss_bytes=int(m.group("rss")) * 1024 * 1024 if m.group("rss") else None,
     )
 
 
