@@ -3670,3 +3670,40 @@ def test_round_25_tune_shapes() -> None:
         "is allocated by PyTorch, and 0 b\nytes is reserved by PyTorch but unallocated."
     )
     assert wrapped.reserved_unallocated_bytes == 0
+
+
+def test_round_25_held_shapes() -> None:
+    """Round 25's held part, once spent: Slurm 21.08's first sentence alone as a title (and
+    its copy in the body folded), flux's job shell relaying a cgroup kill, earlyoom's old -k
+    mode asking the kernel's killer, Metal's debug layer refusing a buffer over its limit.
+    Each with its near-miss."""
+    title = list(
+        iter_findings(
+            [
+                "# slurmstepd: error: Detected 1 oom_kill event in StepId=11300781.0.",
+                "",
+                "slurmstepd: error: Detected 1 oom_kill event in StepId=11300781.0. Some of the step tasks have been OOM Killed.",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count, f.event.killer) for f in title] == [(1, 2, "kernel")]
+    assert not list(iter_findings(["# why is there an oom_kill event in StepId=1.0 on my job", ""]))
+
+    flux = _event(
+        "29.475s: flux-shell[0]: ERROR: oom: Memory cgroup out of memory: killed 1 task on picl7."
+    )
+    assert (flux.pool, flux.killer, dict(flux.extra)["scope"]) == (
+        Pool.KILLED_BY_OS,
+        "kernel",
+        "cgroup",
+    )
+
+    sysrq = list(
+        iter_findings(["Invoking oom killer: done", "Low memory!", "Invoking oom killer: done"])
+    )
+    assert [(f.line_no, f.event.count, f.event.killer) for f in sysrq] == [(1, 2, "kernel")]
+    assert not list(iter_findings(["earlyoom will not be invoking oom killer: done with that"]))
+
+    metal = _event("newBufferWith*:length 0x6692c000 must not exceed 1024 MB.")
+    assert (metal.pool, metal.requested_bytes) == (Pool.UNIFIED_MPS, 0x6692C000)
+    assert not list(iter_findings(["the length must not exceed 1024 MB."]))

@@ -74,6 +74,9 @@ NEEDLES: tuple[str, ...] = (
     "than buffer maximum",  # ggml-metal: "buffer 'data' size N is larger than buffer maximum of M"
     "GC overhead limit",  # the Java VM's heap: 'GC overhead limit exceeded' (a title without its type)
     "to cudaMalloc",  # faiss: 'Failed to cudaMalloc' (a title holding only its head)
+    "oom_kill event",  # Slurm 21.08 on: 'Detected 1 oom_kill event in StepId=...' (a title)
+    "Invoking oom killer",  # earlyoom's old -k mode, the kernel's killer asked: 'Invoking oom killer: done'
+    "newBufferWith",  # Metal's debug layer refusing a buffer over its limit (iOS)
 )
 
 _K = KIB
@@ -127,6 +130,9 @@ def has_needle(text: str) -> bool:
         or "than buffer maximum" in text
         or "GC overhead limit" in text
         or "to cudaMalloc" in text
+        or "oom_kill event" in text
+        or "Invoking oom killer" in text
+        or "newBufferWith" in text
     )
 
 
@@ -169,7 +175,23 @@ _RX_SLURM_OOM = re.compile(
     r"\bDetected \d+ oom-kill event\(s\) in (?:step )?\S+ cgroup"
     # (Slurm 21.08 on: 'Detected 1 oom_kill event in StepId=440575.0. Some of the step tasks
     # have been OOM Killed.')
-    r"|\bDetected \d+ oom_kill events? in StepId=\S+? Some of (?:the )?step tasks have been OOM Killed"
+    # (its first sentence alone is a title's: '# slurmstepd: error: Detected 1 oom_kill event in
+    # StepId=11300781.0.')
+    r"|\bDetected \d+ oom_kill events? in StepId=\S+?(?:\.? Some of (?:the )?step tasks have been OOM"
+    r" Killed|\.[ \t]*$)",
+    _M,
+)
+#: flux's job shell relaying the kernel's cgroup OOM kill it read from memory.events
+_RX_FLUX_SHELL_OOM = re.compile(
+    r"\bflux-shell\[\d+\]: ERROR: oom: Memory cgroup out of memory: killed \d+ tasks?\b"
+)
+#: earlyoom before 1.0 run with -k: it asks the kernel's own killer to act (sysrq 'f')
+_RX_EARLYOOM_SYSRQ = re.compile(r"^Invoking oom killer: done\b", _M)
+#: Metal's debug layer refusing a buffer over the device's single-buffer limit (iOS, ggml):
+#: "failed assertion `Buffer Validation' / 'newBufferWith*:length 0x6692c000 must not exceed
+#: 1024 MB.'"
+_RX_METAL_BUFFER_LIMIT = re.compile(
+    r"\bnewBufferWith\*?\w*:length (0x[0-9a-fA-F]+|\d+) must not exceed \d+ MB\b"
 )
 #: Talos Linux's own userspace OOM controller killing a cgroup ('[talos] Sending SIGKILL to
 #: cgroup {"component": "controller-runtime", "controller": "runtime.OOMController", ...}'):
@@ -2300,6 +2322,14 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_WORKER_KILLED, ("is killed by signal: Killed",)),
     ),
     _rule("slurm-cgroup-oom", _KILLED, _CPU, (_RX_SLURM_OOM, ("oom-kill event", "oom_kill event"))),
+    _rule("flux-shell-oom", _KILLED, _CPU, (_RX_FLUX_SHELL_OOM, ("ERROR: oom: Memory cgroup",))),
+    _rule("earlyoom-kernel-killer", _KILLED, _CPU, (_RX_EARLYOOM_SYSRQ, ("Invoking oom killer",))),
+    _rule(
+        "metal-buffer-limit",
+        _MPS,
+        Backend.MPS,
+        (_RX_METAL_BUFFER_LIMIT, ("must not exceed",)),
+    ),
     _rule("talos-oom-controller", _KILLED, _CPU, (_RX_TALOS_OOM, ("OOMController",))),
     _rule("colab-ram-crash", _KILLED, _CPU, (_RX_COLAB_RAM, ("all available RAM",))),
     _rule("compiler-killed", _KILLED, _CPU, (_RX_COMPILER_KILLED, ("Killed",))),
@@ -2788,9 +2818,15 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_TALOS_OOM.search(body)
         if m:
             extra.append(("signal", m.group(1)))
-    elif rule == "slurm-cgroup-oom":
+    elif rule in ("slurm-cgroup-oom", "flux-shell-oom"):
         fields["killer"] = "kernel"
         extra.append(("scope", "cgroup"))
+    elif rule == "earlyoom-kernel-killer":
+        fields["killer"] = "kernel"
+    elif rule == "metal-buffer-limit":
+        m = _RX_METAL_BUFFER_LIMIT.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1), 0)
     elif rule == "oom-killer-said":
         fields["killer"] = "kernel"
     elif rule == "shell-killed":
