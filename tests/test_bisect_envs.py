@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 from wheels import STANDIN_RUNTIME, ballast_source, repack_closure, write_wheel
 
-from oom_sentinel.bisect.state.envs import EnvCache, EnvUnavailable, disk_usage, lock_for
+from oom_sentinel.bisect.state.envs import (
+    EnvCache,
+    EnvUnavailable,
+    disk_usage,
+    lock_for,
+    new_requirement_lines,
+)
 from oom_sentinel.bisect.state.states import State, packages_from_freeze
 
 
@@ -83,6 +89,11 @@ def test_a_state_gets_exactly_its_packages_and_a_second_use_is_cached(
     }
     assert cache.python_for(lock_for({**runtime, "sentinel-ballast": "1.0"})) == py1
     assert cache.last == "cached"
+    # its bytecode is compiled, as pip's installs are: a start does not compile it again
+    site = Path(
+        _run(py1, "import sentinel_ballast, os; print(os.path.dirname(sentinel_ballast.__file__))")
+    )
+    assert list((site / "__pycache__").glob("__init__.*.pyc")), sorted(site.iterdir())
 
 
 def test_envs_share_files_with_the_cache_through_hard_links(
@@ -233,3 +244,15 @@ def test_pip_freeze_lines_become_a_package_set_and_a_state_dimension() -> None:
     assert State.from_json(b.to_json()) == b
     # a state without packages reads and writes as before issue 14
     assert "packages" not in State.of("a" * 40).to_json()
+
+
+def test_only_requirement_lines_the_update_changed_are_installed_for_a_commit_between() -> None:
+    """A line the file held at both endpoints was lived with in both recorded sets (v0.8.0's
+    torchaudio, which its torch build cannot have): no reason for an env of its own. A line
+    the update added or bumped is one; a repo the good endpoint lacked brings all its lines."""
+    v080 = "torch\ntorchaudio\nnumpy>=1.25.0\n# non essential:\nkornia>=0.7.1\n"
+    assert new_requirement_lines(v080, [v080, v080]) == ""
+    assert new_requirement_lines(v080 + "spandrel  # new\n", [v080, v080]) == "spandrel\n"
+    bumped = "sentinel-ballast==2.0\n"
+    assert new_requirement_lines(bumped, ["sentinel-ballast\n", bumped]) == bumped
+    assert new_requirement_lines("a\nb\n", [None, "a\nb\n"]) == "a\nb\n"

@@ -1158,7 +1158,13 @@ def _state_python(
     from oom_sentinel.bisect.measure.replay import Measurement, Peaks
     from oom_sentinel.bisect.search.verdict import Skip
     from oom_sentinel.bisect.state import gitrepo
-    from oom_sentinel.bisect.state.envs import DEFAULT_MAX_BYTES, EnvCache, EnvUnavailable, lock_for
+    from oom_sentinel.bisect.state.envs import (
+        DEFAULT_MAX_BYTES,
+        EnvCache,
+        EnvUnavailable,
+        lock_for,
+        new_requirement_lines,
+    )
 
     cache = EnvCache(
         sess.paths.envs, python, max_bytes=s.extra.get("env_cache_max_bytes") or DEFAULT_MAX_BYTES
@@ -1175,16 +1181,28 @@ def _state_python(
         return frozenset(cache.problems(lock))
 
     def requirements(state: State) -> str:
-        """The moved repos' requirements.txt files, as the workspace shows them now."""
+        """What the moved repos' requirements.txt files, as the workspace shows them now, ask
+        for beyond what they asked for at both endpoints alike (``new_requirement_lines``): a
+        line both recorded states had was lived with in their package sets (v0.8.0 lists
+        torchaudio, which its own torch build cannot have), so installing it only for the
+        commits between would measure those in another environment than the endpoints."""
         texts = []
         for span in s.spans:
             value = state.value(span.repo)
             if is_package(span.repo) or not gitrepo.is_commit_id(value):
                 continue
             folder = ws.comfyui if span.repo == CORE else ws.custom_nodes / node_name(span.repo)
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                texts.append((folder / "requirements.txt").read_text("utf-8"))
-        return "\n".join(texts)
+            try:
+                now = (folder / "requirements.txt").read_text("utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            recorded = [
+                gitrepo.file_at(folder, end, "requirements.txt", f"the {span.repo} repository")
+                for end in (s.good.value(span.repo), s.bad.value(span.repo))
+                if gitrepo.is_commit_id(end)
+            ]
+            texts.append(new_requirement_lines(now, recorded))
+        return "\n".join(t for t in texts if t)
 
     def choose(state: State) -> str | Any:
         lock = lock_for(state.packages)

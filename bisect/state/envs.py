@@ -29,11 +29,16 @@ those builds are published. Any other index comes from uv's own settings (``UV_I
 ``UV_FIND_LINKS``, ``uv.toml``), as the user has them.
 
 A commit between two recorded states has no recorded package set. When the search measures
-one (a repo's bisect, or a mix of the endpoints), the ``requirements.txt`` of the repos it
-moved are installed on top of the state's set (``python_with_requirements``), as
-ComfyUI-Manager does after it checks out a node: ``uv pip install --dry-run`` first, and only
-when that would change something, an env of its own (the lock plus those requirements,
-cached by both hashes). The recorded endpoints run exactly as recorded.
+one (a repo's bisect, or a mix of the endpoints), what the ``requirements.txt`` of the repos
+it moved asks for beyond what that file asked for at both endpoints alike
+(``new_requirement_lines``: a line both recorded states had was lived with in their sets) is
+installed on top of the state's set (``python_with_requirements``), as ComfyUI-Manager does
+after it checks out a node: ``uv pip install --dry-run`` first, and only when that would
+change something, an env of its own (the lock plus those requirements, cached by both
+hashes). The recorded endpoints run exactly as recorded. Every env is built with its
+bytecode compiled, as pip installs: without it each start compiles torch and ComfyUI's
+packages again, seconds slower and, on a real v0.8.0, ~145 MB larger, which a state would
+show as a regression of its own.
 
 uv is the ``uv`` distribution from PyPI (a dependency of oom-sentinel), run through its CLI:
 ``uv.find_uv_bin()`` locates the binary the wheel ships.
@@ -61,6 +66,7 @@ __all__ = [
     "EnvUnavailable",
     "Lock",
     "lock_for",
+    "new_requirement_lines",
     "uv_binary",
 ]
 
@@ -71,6 +77,24 @@ _LOCK_FILE = "lock.txt"
 _PROBLEMS = "problems.txt"
 _TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "triton", "xformers"})
 _TORCH_LOCAL_RE = re.compile(r"\+((?:cu|rocm)\d[\d.]*|cpu|xpu)$")
+
+
+def new_requirement_lines(now: str, recorded: Sequence[str | None]) -> str:
+    """The lines of requirements.txt text ``now`` that are not in every one of the
+    ``recorded`` texts (the same file at the endpoints' commits; None where a commit had
+    none), compared without comments and surrounding blanks, in ``now``'s order; '' when
+    there are none. A line the file held at both endpoints did not change with the update:
+    both recorded package sets lived with it as they were, so it is no reason for another env
+    (v0.8.0 lists torchaudio, which its own torch build cannot have beside it). A line the
+    update added or changed is (a bump to ``pkg==2.0`` at a commit between)."""
+
+    def norm(line: str) -> str:
+        return "" if line.lstrip().startswith("#") else line.split(" #", 1)[0].strip()
+
+    texts = [{norm(ln) for ln in (text or "").splitlines()} for text in recorded]
+    kept = set.intersection(*texts) if texts else set()
+    new = [norm(ln) for ln in now.splitlines() if norm(ln) and norm(ln) not in kept]
+    return "".join(ln + "\n" for ln in new)
 
 
 class EnvUnavailable(SentinelError):
@@ -296,9 +320,13 @@ class EnvCache:
             if made.returncode != 0:
                 raise SentinelError(f"uv venv with {self.base_python}: {_tail(made.stderr)}")
             (tmp / _LOCK_FILE).write_text(lock.text())
+            # (--compile-bytecode: pip compiles what it installs and uv does not by default; an
+            # env without bytecode compiles torch and ComfyUI's packages on every start, which
+            # adds seconds and, measured on a real v0.8.0, ~145 MB to the server's resident
+            # size: a state in such an env would read as a regression of its own)
             synced = self._uv(
-                "pip", "sync", "--strict", "--link-mode", "hardlink", "--python",
-                str(_venv_python(tmp)), str(tmp / _LOCK_FILE),
+                "pip", "sync", "--strict", "--link-mode", "hardlink", "--compile-bytecode",
+                "--python", str(_venv_python(tmp)), str(tmp / _LOCK_FILE),
             )  # fmt: skip
             if synced.returncode != 0:
                 raise EnvUnavailable(
@@ -306,8 +334,8 @@ class EnvCache:
                 )
             if requirements is not None:
                 added = self._uv(
-                    "pip", "install", "--link-mode", "hardlink", "--python",
-                    str(_venv_python(tmp)), "-r", str(requirements),
+                    "pip", "install", "--link-mode", "hardlink", "--compile-bytecode",
+                    "--python", str(_venv_python(tmp)), "-r", str(requirements),
                 )  # fmt: skip
                 if added.returncode != 0:
                     raise EnvUnavailable(

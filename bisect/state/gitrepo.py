@@ -176,6 +176,23 @@ def commit_info(repo: Path, sha: str, what: str) -> CommitInfo:
     return CommitInfo(sha=hexsha, subject=subject, author=author, date=date, files=tuple(files))
 
 
+def file_at(repo: Path, sha: str, path: str, what: str) -> str | None:
+    """The text of ``path`` in commit ``sha`` of ``repo`` (None: the commit has no such file,
+    or it is not UTF-8 text)."""
+    with _open(repo, what) as r:
+        try:
+            blob = r.commit(sha).tree / path
+            data: bytes = blob.data_stream.read()
+        except KeyError:
+            return None
+        except _git_error() as exc:
+            raise BisectError(f"{what}: cannot read {path} at {sha}: {_reason(exc)}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def core_node_entries(repo: Path, commits: Sequence[str], what: str) -> frozenset[str]:
     """Names directly under ``custom_nodes/`` that the core's tree tracks as files or folders
     at any of ``commits`` (ComfyUI ships ``websocket_image_save.py`` and
