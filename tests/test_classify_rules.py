@@ -3707,3 +3707,72 @@ def test_round_25_held_shapes() -> None:
     metal = _event("newBufferWith*:length 0x6692c000 must not exceed 1024 MB.")
     assert (metal.pool, metal.requested_bytes) == (Pool.UNIFIED_MPS, 0x6692C000)
     assert not list(iter_findings(["the length must not exceed 1024 MB."]))
+
+
+def test_round_26_tune_shapes() -> None:
+    """Round 26's tune part: the non-ML software beside ComfyUI (Go's runtime, PostgreSQL,
+    MySQL's sort buffer, Electron's renderer, V8's fatal handler as a crash frame, macOS's
+    malloc, gcc's kill in another locale, Blender Cycles, NVENC) and the accelerators (amdgpu's
+    command submission, ggml's 'ROCm error', FlashInfer's workspace), and torch's 'this process
+    has 0 bytes memory in use' deriving no outside figure. Each with its near-miss."""
+    assert _event("fatal error: runtime: out of memory").pool is Pool.RAM
+    pg = _event(
+        "{ [Error: out of memory] severity: 'ERROR', code: '53200', detail: 'Failed on request of size 16.' }"
+    )
+    assert (pg.pool, pg.requested_bytes) == (Pool.RAM, 16)
+    typed = _event("org.postgresql.util.PSQLException: FATAL: out of memory")
+    assert (typed.pool, typed.exception_type) == (Pool.RAM, "org.postgresql.util.PSQLException")
+    sort = _event(
+        "SQLSTATE[HY001]: Memory allocation error: 1038 Out of sort memory, consider increasing"
+    )
+    assert sort.pool is Pool.RAM
+
+    for electron in (
+        "Renderer process oom - see https://www.electronjs.org/docs/tutorial/application-debugging",
+        "  reason: 'oom',",
+    ):
+        assert [f.event.pool for f in iter_findings([electron])] == [Pool.RAM], electron
+    assert not list(iter_findings(["the reason: oom errors happen when the renderer leaks"]))
+    frame = _event(
+        "2   libnode.dylib  0x0000000104463d12 v8::internal::V8::FatalProcessOutOfMemory(char const*, bool) + 594"
+    )
+    assert frame.pool is Pool.RAM
+
+    mac = _event(
+        "blender(400,0xa19571a8) malloc: *** mach_vm_map(size=193413120) failed (error code=3)"
+    )
+    assert (mac.pool, mac.requested_bytes) == (Pool.RAM, 193413120)
+    assert [f.line_no for f in iter_findings(["# error: can't allocate region", ""])] == [1]
+
+    morto = _event("c++: fatal error: Morto signal terminated program lto1")
+    assert morto.pool is Pool.KILLED_BY_OS
+    assert not list(
+        iter_findings(["c++: fatal error: Segmentation fault signal terminated program cc1plus"])
+    )
+
+    assert _event("System is out of GPU and shared host memory").backend is Backend.CUDA
+    assert (
+        _event("[h264_nvenc @ 0x1] OpenEncodeSessionEx failed: out of memory (10)").pool is Pool.GPU
+    )
+    cs = _event("amdgpu 0000:03:00.0: [drm] *ERROR* Not enough memory for command submission!")
+    assert (cs.pool, cs.backend) == (Pool.GPU, Backend.ROCM)
+    assert _event("ollama[3010374]: ROCm error: out of memory").backend is Backend.ROCM
+    fi = _event(
+        "RuntimeError: Failed to allocate memory for batch_prefill_tmp_v with size 435814400 and "
+        "alignment 16 in AlignedAllocator"
+    )
+    assert (fi.pool, fi.requested_bytes) == (Pool.GPU, 435814400)
+
+    zero = _event(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.88 GiB. GPU 3 has a total "
+        "capacity of 21.96 GiB of which 1.29 GiB is free. Including non-PyTorch memory, this process "
+        "has 0 bytes memory in use. Of the allocated memory 19.02 GiB is allocated by PyTorch"
+    )
+    assert (zero.process_used_bytes, zero.other_process_named) == (0, False)
+    assert "outside_process_bytes" not in dict(zero.extra)
+    seen = _event(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.88 GiB. GPU 3 has a total "
+        "capacity of 21.96 GiB of which 1.29 GiB is free. Including non-PyTorch memory, this process "
+        "has 2.00 GiB memory in use. Of the allocated memory 1.50 GiB is allocated by PyTorch"
+    )
+    assert seen.other_process_named and dict(seen.extra)["outside_process_bytes"] > 0

@@ -77,6 +77,12 @@ NEEDLES: tuple[str, ...] = (
     "oom_kill event",  # Slurm 21.08 on: 'Detected 1 oom_kill event in StepId=...' (a title)
     "Invoking oom killer",  # earlyoom's old -k mode, the kernel's killer asked: 'Invoking oom killer: done'
     "newBufferWith",  # Metal's debug layer refusing a buffer over its limit (iOS)
+    "signal terminated program",  # gcc's report of a killed cc1plus in any locale ('Morto signal ...')
+    "process oom",  # Electron: 'Renderer process oom - see https://www.electronjs.org/...'
+    "reason: oom",  # Electron's render-process-gone details printed as an object
+    "reason: 'oom'",  # (the same as Node's util.inspect quotes it)
+    "OutOfMemory(",  # V8's fatal handler as a crash report's frame: 'V8::FatalProcessOutOfMemory('
+    "mach_vm_map(",  # macOS's malloc: '*** mach_vm_map(size=193413120) failed (error code=3)'
 )
 
 _K = KIB
@@ -133,6 +139,12 @@ def has_needle(text: str) -> bool:
         or "oom_kill event" in text
         or "Invoking oom killer" in text
         or "newBufferWith" in text
+        or "signal terminated program" in text
+        or "process oom" in text
+        or "reason: oom" in text
+        or "reason: 'oom'" in text
+        or "OutOfMemory(" in text
+        or "mach_vm_map(" in text
     )
 
 
@@ -203,6 +215,8 @@ _RX_TALOS_OOM = re.compile(
 #: kernels, flash-attn, a wheel from source): the same SIGKILL a shell reports as 'Killed'
 _RX_COMPILER_KILLED = re.compile(
     r"\binternal compiler error: Killed \(program \w+\)|\bfatal error: Killed signal terminated program \w+"
+    # (the signal's name is strsignal()'s, in the locale's language: pt_BR 'Morto', de 'Getötet')
+    r"|\bfatal error: (?:Morto|Getötet|Tué|Ucciso|Matado|Завершено|已杀死) signal terminated program \w+"
     r"|\bcollect2: (?:fatal error: )?ld terminated with signal 9 \[Killed\]"  # the linker
 )
 #: ENOMEM where the build or the tool tried to start a process or take memory: Go's
@@ -341,6 +355,42 @@ _RX_SPARK_RMM_ALLOC = re.compile(
     r"\bDevice allocation of (\d+) bytes failed, device store has \d+ bytes\."
     r"(?: Total RMM allocated is (\d+) bytes\b)?"
 )
+#: Go's runtime failing to get memory from the OS (it aborts the program)
+_RX_GO_RUNTIME_OOM = re.compile(r"\bfatal error: runtime: out of memory\b")
+#: PostgreSQL's server refusing memory (SQLSTATE 53200), its detail naming the request: 'ERROR:
+#: out of memory' / 'DETAIL: Failed on request of size 16 in memory context "..."' (or the
+#: detail's label in the server's language: 'Подробности:', '详细：')
+_RX_PG_OOM = re.compile(r"\bout of memory\b[^\n]{0,200}?\bFailed on request of size (\d+)\b")
+#: the same without its detail (on a line of its own): the client's exception names PostgreSQL
+_RX_PG_OOM_TYPED = re.compile(
+    r"\b(?:PSQLException|PG::OutOfMemory|PostgreSQLSeverity\.\w+ 53200)\b[^\n]{0,40}?\bout of memory\b"
+)
+#: the exception a PostgreSQL client raises for it (JDBC's, Ruby pg's)
+_RX_PG_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)+PSQLException|PG::OutOfMemory)\b")
+#: MySQL's sort buffer (error 1038), as PDO relays it: 'SQLSTATE[HY001]: Memory allocation
+#: error: 1038 Out of sort memory'
+_RX_MYSQL_SORT_OOM = re.compile(r"\bMemory allocation error: 1038 Out of sort memory\b")
+#: Blender Cycles' CUDA device running out of both pools
+_RX_CYCLES_OOM = re.compile(r"\bSystem is out of GPU and shared host memory\b")
+#: the amdgpu kernel driver refusing a command submission for want of memory (VRAM or GTT)
+_RX_AMDGPU_CS_NOMEM_MSG = re.compile(
+    r"\bamdgpu [0-9a-f:.]+: \[drm\] \*ERROR\* Not enough memory for command submission!"
+)
+#: FlashInfer's workspace allocator: 'Failed to allocate memory for batch_prefill_tmp_v with
+#: size 435814400 and alignment 16 in AlignedAllocator'
+_RX_FLASHINFER_ALIGNED = re.compile(
+    r"\bFailed to allocate memory for \w+ with size (\d+) and alignment \d+ in AlignedAllocator\b"
+)
+#: NVIDIA's video encoder refusing a session (FFmpeg's nvenc, Livepeer): 'OpenEncodeSessionEx
+#: failed: out of memory (10)'
+_RX_NVENC_OOM = re.compile(r"\bOpenEncodeSessionEx failed: out of memory\b")
+#: macOS's malloc failing to map a region: 'malloc: *** mach_vm_map(size=193413120) failed
+#: (error code=3)' then '*** error: can't allocate region'; a title may hold the second alone
+_RX_MACH_VM_MAP = re.compile(
+    r"\bmalloc: \*\*\* mach_vm_map\(size=(\d+)\) failed \(error code=3\)"
+    r"|^#+ error: can't allocate region\b",
+    _M,
+)
 #: dask's nanny restarting a worker past its memory budget (a killer of its own, like earlyoom;
 #: two blanks before 'Restarting' in some versions, or a console's wrap inside it)
 _RX_DASK_NANNY = re.compile(r"\bWorker exceeded \d+% memory budget\.\s+Restart")
@@ -457,7 +507,7 @@ _RX_ALLOC_ON_DEVICE = re.compile(
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
-    r"\b(CUDA|HIP) (?:driver |runtime )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b|\bhipError_t\(1002\)"
+    r"\b(CUDA|HIP|ROCm) (?:driver |runtime )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b|\bhipError_t\(1002\)"
     r"|(?<![A-Za-z0-9_])(CUDA)_ERROR_OUT_OF_MEMORY(?![A-Za-z0-9_])"  # the driver API's name (Triton, CuPy, numba, ...)
     # a check macro naming the runtime call, then the runtime's error string (camp, RAJA:
     # 'campHipErrchk(hipStreamCreate(&s)) out of memory .../resource/hip.hpp:154')
@@ -632,7 +682,14 @@ _RX_HOST_LIB_ALLOC = re.compile(
     r"|\boneapi::mkl::[\w:]*: cannot allocate memory on host\b"  # oneMKL's (SYCL builds)
 )
 #: Electron's renderer (ComfyUI Desktop's window) killed for running out of memory
-_RX_RENDERER_OOM = re.compile(r"\brender-process-gone\b[^\n]*\breason=oom\b")
+_RX_RENDERER_OOM = re.compile(
+    r"\brender-process-gone\b[^\n]*\breason=oom\b"
+    r"|\bRenderer process oom\b"  # (electron-log's line for the same event)
+    # (its details object printed: '{ ... exitCode: -536870904, reason: oom }', the key alone
+    # on its line)
+    r"|^[ \t]*reason: ['\"]?oom['\"]?,?[ \t]*$",
+    _M,
+)
 #: Windows' E_OUTOFMEMORY message (DirectML's devices and the host's heap both raise it)
 _RX_WIN_OUTOFMEMORY = re.compile(  # (ERROR_OUTOFMEMORY's text, and ERROR_NOT_ENOUGH_MEMORY's)
     r"Not enough memory resources are available to (?:complete this operation|process this command)"
@@ -811,7 +868,10 @@ _RX_TRT_RESIZE = re.compile(
 _RX_MACOS_APP_MEMORY = re.compile(r"\bYour system has run out of application memory\b")
 #: V8 (Node.js: the frontend's builds, Electron) at its heap limit: 'FATAL ERROR: Reached heap
 #: limit Allocation failed - JavaScript heap out of memory' (a limit of its own, not the host's)
-_RX_V8_HEAP = re.compile(r"\bAllocation failed - JavaScript heap out of memory\b")
+_RX_V8_HEAP = re.compile(
+    r"\bAllocation failed - JavaScript heap out of memory\b"
+    r"|\bv8::internal::V8::FatalProcessOutOfMemory\("  # (a crash report's frame: V8's OOM handler)
+)
 #: the Java virtual machine's heap running out: HotSpot's 'java.lang.OutOfMemoryError: Java
 #: heap space' / 'GC overhead limit exceeded', Android's 'Failed to allocate a N byte
 #: allocation with M free bytes' (ART logs it as 'Throwing OutOfMemoryError "Failed ..."')
@@ -962,7 +1022,9 @@ _RX_TOTAL = re.compile(  # (a paste's stray blank may split the word: '4.00 GiB 
     r"total capac(?:i)?ty ?of " + _SIZE + r"|" + _SIZE + r" ?to ?tal ?capacity"
 )
 #: (``;`` then the figure; a hard wrap with a Markdown quote or heading mark may sit between)
-_RX_FREE = re.compile(r"of which " + _SIZE + r"\s+is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]")
+_RX_FREE = re.compile(
+    r"of\s+which " + _SIZE + r"\s+is free|;\s+(?:[#>]+\s+)?" + _SIZE + r" free[;)]"
+)
 #: (a wrapped console may paste a run of blanks between the figure and its unit)
 _RX_PROCESS = re.compile(
     r"Process (\d+) has " + _SIZE.replace(r")\s?(", r")\s*(") + r" memory in use"
@@ -1297,7 +1359,9 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         fields.get("free_bytes"),
         fields.get("process_used_bytes"),
     )
-    if not named and total is not None and free is not None and used is not None:
+    # (torch says 'this process has 0 bytes memory in use' where it cannot see its own use, in
+    # a container or a worker process: no outside figure can be derived from that)
+    if not named and total is not None and free is not None and used:
         outside = total - free - used
         if outside >= _OTHERS_MIN_BYTES:
             named = True
@@ -1705,7 +1769,11 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
     ):
         m = _RX_CUDA_ERROR_OOM.search(body, m.end())
     if m:
-        rocm = (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "hip").lower() == "hip"
+        # (ggml's ROCm build names its backend: 'ROCm error: out of memory')
+        rocm = (m.group(1) or m.group(2) or m.group(3) or m.group(4) or "hip").lower() in (
+            "hip",
+            "rocm",
+        )
         rocm = rocm or "`hipError" in body  # ROCm's torch keeps CUDA's words, its hint says HIP
         # (ggml's ROCm build too: the call it names under the error is HIP's)
         rocm = rocm or ("current device: " in body and _RX_GGML_HIP_CALL.search(body) is not None)
@@ -2190,7 +2258,12 @@ _CHECKS: tuple[_Check, ...] = (
         _CPU,
         (_RX_HOST_LIB_ALLOC, ("Insufficient memory", "mkl_malloc", "memory on host")),
     ),
-    _rule("renderer-oom", _RAM, _CPU, (_RX_RENDERER_OOM, ("reason=oom",))),
+    _rule(
+        "renderer-oom",
+        _RAM,
+        _CPU,
+        (_RX_RENDERER_OOM, ("reason=oom", "process oom", "reason: oom", "reason: 'oom'")),
+    ),
     _windows_outofmemory,
     _tf_exhausted,
     _rule("itex-bfc-oom", _GPU, Backend.XPU, (_RX_ITEX_BFC, ("itex/core/devices/bfc",))),
@@ -2258,6 +2331,30 @@ _CHECKS: tuple[_Check, ...] = (
     _rule("dask-nanny-restart", _KILLED, _CPU, (_RX_DASK_NANNY, ("memory budget",))),
     _rule("loky-worker-sigkill", _KILLED, _CPU, (_RX_LOKY_SIGKILL, ("{SIGKILL(-9)",))),
     _rule("database-load-alloc", _RAM, _CPU, (_RX_DB_LOAD_ALLOC, ("Failed attempt to allocate",))),
+    _rule("go-runtime-oom", _RAM, _CPU, (_RX_GO_RUNTIME_OOM, ("runtime: out of memory",))),
+    _rule(
+        "postgres-oom",
+        _RAM,
+        _CPU,
+        (_RX_PG_OOM, ("Failed on request of size",)),
+        (_RX_PG_OOM_TYPED, ("PSQLException", "PG::OutOfMemory", "53200")),
+    ),
+    _rule("mysql-sort-oom", _RAM, _CPU, (_RX_MYSQL_SORT_OOM, ("Out of sort memory",))),
+    _rule("cycles-gpu-oom", _GPU, Backend.CUDA, (_RX_CYCLES_OOM, ("out of GPU and shared",))),
+    _rule(
+        "amdgpu-cs-no-memory",
+        _GPU,
+        Backend.ROCM,
+        (_RX_AMDGPU_CS_NOMEM_MSG, ("for command submission",)),
+    ),
+    _rule(
+        "flashinfer-workspace-oom",
+        _GPU,
+        Backend.CUDA,
+        (_RX_FLASHINFER_ALIGNED, ("in AlignedAllocator",)),
+    ),
+    _rule("nvenc-oom", _GPU, Backend.CUDA, (_RX_NVENC_OOM, ("OpenEncodeSessionEx failed",))),
+    _rule("macos-malloc-region", _RAM, _CPU, (_RX_MACH_VM_MAP, ("mach_vm_map", "allocate region"))),
     _rule(
         "spark-rapids-rmm-alloc",
         _GPU,
@@ -2297,7 +2394,9 @@ _CHECKS: tuple[_Check, ...] = (
     _rule("vllm-no-cache-memory", _GPU, _UNKNOWN, (_RX_VLLM_NO_CACHE, ("for the cache blocks",))),
     _ggml_buffer,
     _nv_fatal_alloc,
-    _rule("v8-heap-oom", _RAM, _CPU, (_RX_V8_HEAP, ("JavaScript heap",))),
+    _rule(
+        "v8-heap-oom", _RAM, _CPU, (_RX_V8_HEAP, ("JavaScript heap", "FatalProcessOutOfMemory("))
+    ),
     _rule(
         "tensorrt-tactic-oom",
         _GPU,
@@ -2332,7 +2431,12 @@ _CHECKS: tuple[_Check, ...] = (
     ),
     _rule("talos-oom-controller", _KILLED, _CPU, (_RX_TALOS_OOM, ("OOMController",))),
     _rule("colab-ram-crash", _KILLED, _CPU, (_RX_COLAB_RAM, ("all available RAM",))),
-    _rule("compiler-killed", _KILLED, _CPU, (_RX_COMPILER_KILLED, ("Killed",))),
+    _rule(
+        "compiler-killed",
+        _KILLED,
+        _CPU,
+        (_RX_COMPILER_KILLED, ("Killed", "signal terminated program")),
+    ),
     _rule("gcc-memory-exhausted", _RAM, _CPU, (_RX_GCC_VM_EXHAUSTED, ("memory exhausted",))),
     _rule("fork-enomem", _RAM, _CPU, (_RX_FORK_ENOMEM, ("cannot allocate memory",))),
     _rule(
@@ -2430,6 +2534,9 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         return m.group(1) if m else None
     if rule == "vllm-no-cache-memory":  # (a title: the raise line's tail, then the exception)
         m = _RX_VLLM_NO_CACHE_TYPE.search(body)
+        return m.group(1) if m else None
+    if rule == "postgres-oom":  # (the client's exception, glued to a title's words or a lead)
+        m = _RX_PG_TYPE.search(body)
         return m.group(1) if m else None
     if rule == "dotnet-oom":  # (after a title's tag: '# [BUG] System.OutOfMemoryException: ...')
         m = _RX_DOTNET_OOM_TYPED.search(body)
@@ -2548,6 +2655,9 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "miopen-buffer-oom": _RX_MIOPEN_BUFFER,
     "ggml-metal-buffer-maximum": _RX_GGML_METAL_MAX,
     "database-load-alloc": _RX_DB_LOAD_ALLOC,
+    "postgres-oom": _RX_PG_OOM,
+    "flashinfer-workspace-oom": _RX_FLASHINFER_ALIGNED,
+    "macos-malloc-region": _RX_MACH_VM_MAP,
 }
 
 
