@@ -372,10 +372,6 @@ _RX_PG_TYPE = re.compile(r"((?:[A-Za-z_]\w*\.)+PSQLException|PG::OutOfMemory)\b"
 _RX_MYSQL_SORT_OOM = re.compile(r"\bMemory allocation error: 1038 Out of sort memory\b")
 #: Blender Cycles' CUDA device running out of both pools
 _RX_CYCLES_OOM = re.compile(r"\bSystem is out of GPU and shared host memory\b")
-#: the amdgpu kernel driver refusing a command submission for want of memory (VRAM or GTT)
-_RX_AMDGPU_CS_NOMEM_MSG = re.compile(
-    r"\bamdgpu [0-9a-f:.]+: \[drm\] \*ERROR\* Not enough memory for command submission!"
-)
 #: FlashInfer's workspace allocator: 'Failed to allocate memory for batch_prefill_tmp_v with
 #: size 435814400 and alignment 16 in AlignedAllocator'
 _RX_FLASHINFER_ALIGNED = re.compile(
@@ -569,9 +565,11 @@ _RX_OPENVINO_GPU_OOM = re.compile(
     r"\[GPU\] CL_OUT_OF_RESOURCES\b|\bCL_OUT_OF_RESOURCES exception\b|\[GPU\] out of GPU resources\b"
     r"|GPU plugin can't finish correctly\. Please try to update the driver or reduce memory consumption"
 )
-#: the amdgpu kernel driver refusing a command submission for want of VRAM
+#: the amdgpu kernel driver refusing a command submission for want of VRAM (or GTT); newer
+#: kernels prefix the device instead of the function ('amdgpu 0000:03:00.0: [drm] *ERROR* ...')
 _RX_AMDGPU_CS_NOMEM = re.compile(
-    r"\[drm:amdgpu_cs_ioctl \[amdgpu\]\] \*ERROR\* Not enough memory for command submission"
+    r"(?:\[drm:amdgpu_cs_ioctl \[amdgpu\]\]|\bamdgpu [0-9a-f:.]+: \[drm\]) \*ERROR\* Not enough"
+    r" memory for command submission"
 )
 #: ... and the same runtimes out of host RAM (oneAPI's allocations on the host side)
 _RX_XPU_HOST_OOM = re.compile(
@@ -2341,12 +2339,6 @@ _CHECKS: tuple[_Check, ...] = (
     ),
     _rule("mysql-sort-oom", _RAM, _CPU, (_RX_MYSQL_SORT_OOM, ("Out of sort memory",))),
     _rule("cycles-gpu-oom", _GPU, Backend.CUDA, (_RX_CYCLES_OOM, ("out of GPU and shared",))),
-    _rule(
-        "amdgpu-cs-no-memory",
-        _GPU,
-        Backend.ROCM,
-        (_RX_AMDGPU_CS_NOMEM_MSG, ("for command submission",)),
-    ),
     _rule(
         "flashinfer-workspace-oom",
         _GPU,

@@ -6,8 +6,10 @@ They once held a pattern each and drifted (the classifier's missed the pre-2019 
 ``oom_score_adj``), so the wording lives here. It is earlyoom's own across its versions:
 ``sending SIGTERM to process <pid> uid <uid> "<name>": oom_score <n>, VmRSS <n> MiB`` (older:
 ``badness``; before 2020 no uid; ``oom_score_adj`` in some), and before 2019 ``killing process
-<pid> "<name>" with signal <n>: badness <n>, VmRSS <n> MiB``. Its start-up self-test sends
-the no-op signal 0 and is no kill.
+<pid> "<name>" with signal <n>: badness <n>, VmRSS <n> MiB`` (1.0-1.1: ``Killing process
+'<name>' with signal <n>, pid: <pid>, badness: <n>, VmRSS: <n> MiB``). A paste cut inside the
+VmRSS figure still tells the kill, without its size. Its start-up self-test sends the no-op
+signal 0 and is no kill.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ EARLYOOM_KILL = re.compile(
     r"(?: (?:badness|oom_score) (?P<score>-?\d+),)?(?: oom_score_adj -?\d+,)?"
     # (a paste may cut the line inside its VmRSS figure: the kill is still told, its size not)
     r" VmRSS (?:(?P<rss>\d+) MiB|\d*(?=\n|$))"
-    r"|killing process (?P<old_pid>\d+) \"(?P<old_name>[^\"\n]*)\" with signal (?P<signum>\d+): "
+    r"|killing process (?P<old_pid>\d+) \"(?P<old_name>[^\"\n]*)\" with signal (?P<old_signum>\d+): "
     r"badness -?\d+, VmRSS (?P<old_rss>\d+) MiB"
     # (earlyoom 1.0-1.1: "Killing process 'bash' with signal 15, pid: 5874, badness: 538, VmRSS:
     # 3160 MiB")
@@ -60,7 +62,7 @@ def earlyoom_kill_of(m: re.Match[str], text: str) -> EarlyoomKill | None:
     """The kill an ``EARLYOOM_KILL`` match announces, or None for the self-test (pure)."""
     for old in ("old", "v1"):
         if m.group(f"{old}_pid") is not None:
-            signum = int(m.group(f"{old}_signum" if old == "v1" else "signum"))
+            signum = int(m.group(f"{old}_signum"))
             if signum == 0:
                 return None
             return EarlyoomKill(
