@@ -3776,3 +3776,96 @@ def test_round_26_tune_shapes() -> None:
         "has 2.00 GiB memory in use. Of the allocated memory 1.50 GiB is allocated by PyTorch"
     )
     assert seen.other_process_named and dict(seen.extra)["outside_process_bytes"] > 0
+
+
+def test_round_26_held_shapes() -> None:
+    """Round 26's held part, once spent: ollama's layout refusal, TGI's prefill refusal as the
+    router relays it, RADV's failed buffer with its size on the next line, a ROCm backend's
+    own allocator, MLX's buffer limit before its '[metal::malloc]' tag, Go's VirtualAlloc at
+    the commit limit, Redis's maxmemory, MySQL's and InnoDB's refusals, Mono's nested
+    OutOfMemoryException, the Kotlin daemon's heap, Chrome's crash page, Emscripten's abort,
+    gcc's kill in zh_CN, V8's message cut in a title, 'CUDA Error:' capitalised; and source
+    code naming CUDA's error codes, ggml_vulkan asking for a memory type the device lacks.
+    Each with its near-miss."""
+    assert _event("memory layout cannot be allocated with num_gpu = 26").pool is Pool.GPU
+    assert _event("Error: 500 Internal Server Error: memory layout cannot be allocated")
+    assert not list(iter_findings(["i got this 500 error, memory layout cannot be allocated"]))
+    tgi = _event(
+        "Server error: Not enough memory to handle 256 prefill tokens. You need to decrease"
+    )
+    assert (tgi.pool, tgi.backend) == (Pool.GPU, Backend.UNKNOWN)
+
+    radv = list(
+        iter_findings(
+            [
+                "radv/amdgpu: Failed to allocate a buffer:",
+                "radv/amdgpu:    size      : 4269813760 bytes",
+                "radv/amdgpu:    alignment : 262144 bytes",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.requested_bytes) for f in radv] == [(1, 4269813760)]
+    ds4 = _event("ds4: ROCm tensor fill f32 launch failed: out of memory")
+    assert (ds4.pool, ds4.backend) == (Pool.GPU, Backend.ROCM)
+    mlx = _event(
+        "libc++abi: terminating due to uncaught exception of type std::runtime_error: Attempting "
+        "to allocate 19081554496 bytes which is greater than the maximum allowed buffer size of "
+        "17179869184 bytes."
+    )
+    assert (mlx.pool, mlx.requested_bytes, mlx.exception_type) == (
+        Pool.UNIFIED_MPS,
+        19081554496,
+        "std::runtime_error",
+    )
+    assert not list(iter_findings(["std::runtime_error: Attempting to allocate 12 bytes"]))
+
+    go = _event("runtime: VirtualAlloc of 299704320 bytes failed with errno=1455")
+    assert (go.pool, go.requested_bytes) == (Pool.SWAP_PAGEFILE, 299704320)
+    redis = _event(
+        "RedisException: OOM command not allowed when used memory > 'maxmemory'. in /x.php:2212"
+    )
+    assert (redis.pool, redis.exception_type) == (Pool.RAM, "RedisException")
+    mysql = _event("There was an SQL error: Out of memory (Needed 2091016 bytes) - SELECT 1")
+    assert (mysql.pool, mysql.requested_bytes) == (Pool.RAM, 2091016)
+    innodb = _event("InnoDB: mmap(137363456 bytes) failed; errno 12")
+    assert (innodb.pool, innodb.requested_bytes) == (Pool.RAM, 137363456)
+    mono = _event(
+        "Couldn't extract exception string from exception (another exception of class "
+        "'OutOfMemoryException' was thrown while processing the stack trace)"
+    )
+    assert (mono.pool, mono.exception_type) == (Pool.RAM, "OutOfMemoryException")
+    assert _event("   > Not enough memory to run compilation. Try to increase it").pool is Pool.RAM
+    assert _event("# Error Code: Out of memory").pool is Pool.RAM
+    assert not list(iter_findings(["I saw an Error Code: Out of memory on the page"]))
+    wasm = list(iter_findings(["OOM", "exception thrown: abort(OOM). Build with -s ASSERTIONS=1"]))
+    assert [(f.line_no, f.event.pool) for f in wasm] == [(1, Pool.RAM)]
+    zh = _event("gcc: 致命错误：已杀死 signal terminated program cc1")
+    assert zh.pool is Pool.KILLED_BY_OS
+
+    v8 = list(
+        iter_findings(
+            [
+                "# FATAL ERROR: Reached heap limit Allocation failed",
+                "",
+                "FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count) for f in v8] == [(1, 2)]
+    assert not list(iter_findings(["# Reached heap limit Allocation failed, why?"]))
+
+    vllm = _event(
+        "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"
+    )
+    assert (vllm.backend, vllm.exception_type) == (Backend.CUDA, "RuntimeError")
+    for code in (
+        "if (ret == CUDA_ERROR_OUT_OF_MEMORY) {",
+        "    return cudaErrorMemoryAllocation;",
+        '    std::cerr << "[x.cpp] cuMemCreate CUDA_ERROR_OUT_OF_MEMORY (may be fine)" << std::endl;',
+    ):
+        assert not list(iter_findings([code])), code
+    assert _event("cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY").pool is Pool.GPU
+    assert not list(
+        iter_findings(["ggml_vulkan: No suitable memory type found: ErrorOutOfDeviceMemory"])
+    )
+    assert _event("ggml_vulkan: Device memory allocation of size 1 failed: ErrorOutOfDeviceMemory")

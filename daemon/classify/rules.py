@@ -83,6 +83,8 @@ NEEDLES: tuple[str, ...] = (
     "reason: 'oom'",  # (the same as Node's util.inspect quotes it)
     "OutOfMemory(",  # V8's fatal handler as a crash report's frame: 'V8::FatalProcessOutOfMemory('
     "mach_vm_map(",  # macOS's malloc: '*** mach_vm_map(size=193413120) failed (error code=3)'
+    "errno=1455",  # Go's runtime on Windows: 'VirtualAlloc of N bytes failed with errno=1455'
+    "; errno 12",  # InnoDB's buffer pool: 'InnoDB: mmap(N bytes) failed; errno 12'
 )
 
 _K = KIB
@@ -145,6 +147,8 @@ def has_needle(text: str) -> bool:
         or "reason: 'oom'" in text
         or "OutOfMemory(" in text
         or "mach_vm_map(" in text
+        or "errno=1455" in text
+        or "; errno 12" in text
     )
 
 
@@ -217,6 +221,7 @@ _RX_COMPILER_KILLED = re.compile(
     r"\binternal compiler error: Killed \(program \w+\)|\bfatal error: Killed signal terminated program \w+"
     # (the signal's name is strsignal()'s, in the locale's language: pt_BR 'Morto', de 'Getötet')
     r"|\bfatal error: (?:Morto|Getötet|Tué|Ucciso|Matado|Завершено|已杀死) signal terminated program \w+"
+    r"|致命错误[:：] ?(?:已杀死|Killed) signal terminated program \w+"  # (zh_CN's own 'fatal error')
     r"|\bcollect2: (?:fatal error: )?ld terminated with signal 9 \[Killed\]"  # the linker
 )
 #: ENOMEM where the build or the tool tried to start a process or take memory: Go's
@@ -380,6 +385,45 @@ _RX_FLASHINFER_ALIGNED = re.compile(
 #: NVIDIA's video encoder refusing a session (FFmpeg's nvenc, Livepeer): 'OpenEncodeSessionEx
 #: failed: out of memory (10)'
 _RX_NVENC_OOM = re.compile(r"\bOpenEncodeSessionEx failed: out of memory\b")
+#: ollama's scheduler failing to lay a model out over the GPU (and then system RAM): 'memory
+#: layout cannot be allocated' as the server logs it, or the CLI relays its 500 after 'Error: '
+#: (not a user's sentence quoting it after a comma)
+_RX_OLLAMA_LAYOUT = re.compile(r"(?:^|: |=\")memory layout cannot be allocated\b", _M)
+#: text-generation-inference's warmup refusing the prefill batch its GPU cannot hold, as the
+#: router relays it without the RuntimeError ('Server error: Not enough memory to handle 256
+#: prefill tokens. You need to decrease ...')
+_RX_TGI_PREFILL = re.compile(r"\bNot enough memory to handle \d+ prefill tokens\b")
+#: Mesa's RADV (the Vulkan driver for AMD GPUs) failing a buffer: 'radv/amdgpu: Failed to
+#: allocate a buffer:', then its size on the next line ('radv/amdgpu:    size : N bytes')
+_RX_RADV_BUFFER = re.compile(
+    r"\bradv/amdgpu: Failed to allocate a buffer:(?:[ \t]*\n[^\n]*?\bsize\s*: (\d+) bytes)?"
+)
+#: a ROCm backend's own allocations and launches refused for memory (antirez's ds4: 'ds4: ROCm
+#: tensor alloc failed: out of memory', '... tensor fill f32 launch failed: out of memory')
+_RX_ROCM_OWN_OOM = re.compile(r"\bROCm (?:[\w.]+ ){1,6}failed: out of memory\b")
+#: Go's runtime on Windows when VirtualAlloc hits the commit limit (errno 1455,
+#: ERROR_COMMITMENT_LIMIT: the paging file), before its 'fatal error: out of memory'
+_RX_GO_VIRTUALALLOC_1455 = re.compile(
+    r"\bruntime: VirtualAlloc of (\d+) bytes failed with errno=1455\b"
+)
+#: Redis refusing a write at its maxmemory cap (the client relays the server's words)
+_RX_REDIS_MAXMEMORY = re.compile(r"\bOOM command not allowed when used memory > 'maxmemory'")
+#: MySQL's ER_OUT_OF_RESOURCES / client 'Out of memory (Needed N bytes)' (the server's older
+#: 'Out of memory; restart server and try again (needed N bytes)')
+_RX_MYSQL_OOM = re.compile(
+    r"\bOut of memory(?:; restart server and try again)? \([Nn]eeded (\d+) bytes\)"
+)
+#: InnoDB's large allocation for its buffer pool refused by the kernel (ENOMEM)
+_RX_INNODB_MMAP = re.compile(r"\bInnoDB: mmap\((\d+) bytes\) failed; errno 12\b")
+#: Mono (Unity's scripting runtime) failing to format an exception because the heap is gone
+_RX_MONO_OOM_NESTED = re.compile(
+    r"\banother exception of class '(OutOfMemoryException)' was thrown\b"
+)
+#: the Kotlin compiler daemon refusing to start for want of heap (the Gradle plugin's words)
+_RX_KOTLIN_COMPILE_MEMORY = re.compile(r"\bNot enough memory to run compilation\b")
+#: Chrome's crash page under 'Aw, Snap!' / 'Oops, something went wrong': 'Error code: Out of
+#: Memory', pasted alone on its line (or as a title)
+_RX_CHROME_PAGE_OOM = re.compile(r"^(?:#+ )?Error [Cc]ode: Out of [Mm]emory\b", _M)
 #: macOS's malloc failing to map a region: 'malloc: *** mach_vm_map(size=193413120) failed
 #: (error code=3)' then '*** error: can't allocate region'; a title may hold the second alone
 _RX_MACH_VM_MAP = re.compile(
@@ -416,7 +460,12 @@ _RX_WIN_LOW_VIRTUAL = re.compile(
     r"\bWindows successfully diagnosed a low virtual memory condition\b"
 )
 #: Emscripten's heap (a WebAssembly build in the browser or Node): host RAM as far as it knows
-_RX_EMSCRIPTEN_OOM = re.compile(r"\bCannot enlarge memory arrays to size (\d+) bytes \(OOM\)")
+_RX_EMSCRIPTEN_OOM = re.compile(
+    r"\bCannot enlarge memory arrays to size (\d+) bytes \(OOM\)"
+    # its abort without assertions: 'exception thrown: abort(OOM). Build with -s ASSERTIONS=1',
+    # the runtime's bare 'OOM' printed on the line before it
+    r"|(?m:^)OOM\n(?=[^\n]*\babort\(OOM\))|\babort\(OOM\)"
+)
 #: PaddlePaddle's GPU allocator: 'Out of memory error on GPU 0. Cannot allocate 98.000244MB memory
 #: on GPU 0, 6.000000GB memory has been allocated and available memory is only 0.000000B.'
 _RX_PADDLE_OOM = re.compile(
@@ -468,7 +517,11 @@ _RX_GGML_METAL_MAX = re.compile(
 _RX_METAL_OOM = re.compile(
     r"\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b"
     r"|\bMTLCommandBufferErrorDomain Code=8 \"Insufficient Memory"  # Swift's MetalExecutionError
-    r"|\[metal::malloc\] Attempting to allocate (\d+) bytes"  # MLX, over Metal's buffer limit
+    # MLX over Metal's buffer limit ('[metal::malloc] Attempting to allocate N bytes ...'; before
+    # that tag, libc++abi's 'std::runtime_error: Attempting to allocate N bytes which is greater
+    # than the maximum allowed buffer size of M bytes.')
+    r"|(?:\[metal::malloc\]|std::runtime_error:(?= Attempting to allocate \d+ bytes which is greater"
+    r" than the maximum allowed buffer size\b)) Attempting to allocate (\d+) bytes"
     r"|\[METAL\] Command buffer execution failed: Insufficient Memory\b"  # (its code cut off)
 )
 _RX_SWIFT_ERROR_TYPE = re.compile(r"\b([A-Za-z_]\w*Error): Error Domain=MTL")
@@ -503,8 +556,9 @@ _RX_ALLOC_ON_DEVICE = re.compile(
     _M,
 )
 _RX_CUDA_ERROR_OOM = re.compile(
-    r"\b(CUDA|HIP|ROCm) (?:driver |runtime )?error: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b|\bhipError_t\(1002\)"
-    r"|(?<![A-Za-z0-9_])(CUDA)_ERROR_OUT_OF_MEMORY(?![A-Za-z0-9_])"  # the driver API's name (Triton, CuPy, numba, ...)
+    r"\b(CUDA|HIP|ROCm) (?:driver |runtime )?[Ee]rror: ?out of memory|\b(cuda|hip)ErrorMemoryAllocation\b|hipErrorOutOfMemory|\bHIP_ERROR_OutOfMemory\b|\bhipError_t\(1002\)"
+    # the driver API's name (Triton, CuPy, numba, ...), not source comparing a result with it
+    r"|(?<![A-Za-z0-9_])(CUDA)_ERROR_OUT_OF_MEMORY(?![A-Za-z0-9_])"
     # a check macro naming the runtime call, then the runtime's error string (camp, RAJA:
     # 'campHipErrchk(hipStreamCreate(&s)) out of memory .../resource/hip.hpp:154')
     r"|\b(cuda|hip)[A-Z]\w*\((?:[^()\n]|\([^()\n]*\))*\)\)? out of memory\b"
@@ -550,7 +604,10 @@ _RX_XPU_DEVICE_OOM = re.compile(
 #: the C name, or vulkan.hpp's enumerator as ggml prints it. Vulkan is none of the backends
 #: this watchdog names, so the backend stays unknown.
 _RX_VULKAN_DEVICE_OOM = re.compile(
-    r"\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|(?<![A-Za-z0-9_])e?ErrorOutOfDeviceMemory\b"
+    # (ggml_vulkan's 'No suitable memory type found: ErrorOutOfDeviceMemory' is a request for a
+    # memory type the device lacks, HostCached on a Raspberry Pi: nothing ran out)
+    r"\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b"
+    r"|(?<![A-Za-z0-9_])(?<!No suitable memory type found: )e?ErrorOutOfDeviceMemory\b"
     # ggml_vulkan's own line for it, with the size it asked for
     # (a title may paste it without the 'ggml_vulkan: ' it was logged under)
     r"|\b(?:ggml_vulkan: )?Device memory allocation of size (\d+) failed\b"
@@ -867,7 +924,11 @@ _RX_MACOS_APP_MEMORY = re.compile(r"\bYour system has run out of application mem
 #: V8 (Node.js: the frontend's builds, Electron) at its heap limit: 'FATAL ERROR: Reached heap
 #: limit Allocation failed - JavaScript heap out of memory' (a limit of its own, not the host's)
 _RX_V8_HEAP = re.compile(
-    r"\bAllocation failed - JavaScript heap out of memory\b"
+    r"(?m)\bAllocation failed - JavaScript heap out of memory\b"
+    # (a title cut at GitHub's limit or by the user before ' - JavaScript heap out of memory')
+    # (its message read from 'Allocation failed', as in the body's copy, so the two fold)
+    r"|(?:(?<=^# FATAL ERROR: Reached heap limit )"
+    r"|(?<=^# FATAL ERROR: Ineffective mark-compacts near heap limit ))Allocation failed(?=\s*$)"
     r"|\bv8::internal::V8::FatalProcessOutOfMemory\("  # (a crash report's frame: V8's OOM handler)
 )
 #: the Java virtual machine's heap running out: HotSpot's 'java.lang.OutOfMemoryError: Java
@@ -1753,6 +1814,7 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
         _RX_CUDA_ERROR_OOM,
         body,
         "error: out of memory",
+        "Error: out of memory",
         "error:out of memory",
         "ErrorMemoryAllocation",
         "ErrorOutOfMemory",
@@ -1764,6 +1826,7 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
     while m is not None and (
         (m.group(3) and (_name_ends_title(body, m) or _name_starts_title_prose(body, m)))
         or (m.group(1) is None and m.group(4) is None and _name_quoted_in_prose(body, m))
+        or ((m.group(2) or m.group(3)) and _in_source(body, m.start()))
     ):
         m = _RX_CUDA_ERROR_OOM.search(body, m.end())
     if m:
@@ -1786,6 +1849,22 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
     if m:
         return "cuda-error-oom", _GPU, Backend.CUDA, m.start(), False
     return None
+
+
+#: source code naming an error code: compared with, returned, a switch's case, or inside the
+#: string literal of a statement that prints it ('if (ret == CUDA_ERROR_OUT_OF_MEMORY) {',
+#: 'return cudaErrorMemoryAllocation;', 'std::cerr << "... CUDA_ERROR_OUT_OF_MEMORY ..."')
+_RX_SOURCE_BEFORE = re.compile(
+    r"(?:(?:\breturn|==|!=|\bcase)\s*\(?"
+    r"|(?:<<|\b(?:f?printf|puts|fputs|perror|print|LOG\w*)\()[^\"\n]*\"[^\"\n]*)$"
+)
+
+
+def _in_source(body: str, pos: int) -> bool:
+    """The error's name at ``pos`` is source code a pull request quotes, not a line the
+    program printed (a log never holds a comparison, a return or a print statement)."""
+    line = body[body.rfind("\n", 0, pos) + 1 : pos]
+    return _RX_SOURCE_BEFORE.search(line) is not None
 
 
 def _title_start(body: str, pos: int) -> int | None:
@@ -2190,7 +2269,10 @@ _CHECKS: tuple[_Check, ...] = (
         "metal-command-buffer-oom",
         _MPS,
         Backend.MPS,
-        (_RX_METAL_OOM, ("ErrorOutOfMemory", "Insufficient Memory", "metal::malloc")),
+        (
+            _RX_METAL_OOM,
+            ("ErrorOutOfMemory", "Insufficient Memory", "metal::malloc", "allowed buffer size"),
+        ),
     ),
     _rule("mps-invalid-buffer", _MPS, Backend.MPS, (_RX_MPS_BUFFER, ("nvalid buffer",))),
     _torch_device,
@@ -2279,7 +2361,9 @@ _CHECKS: tuple[_Check, ...] = (
         ),
     ),
     _onnx_arena,
-    _rule("emscripten-oom", _RAM, _CPU, (_RX_EMSCRIPTEN_OOM, ("Cannot enlarge memory",))),
+    _rule(
+        "emscripten-oom", _RAM, _CPU, (_RX_EMSCRIPTEN_OOM, ("Cannot enlarge memory", "abort(OOM)"))
+    ),
     _rule("ffmpeg-enomem", _RAM, _CPU, (_RX_FFMPEG_ENOMEM, (": Out of memory",))),
     _rule("errno-enomem", _RAM, _CPU, (_RX_ERRNO_ENOMEM, ("[Errno 12]",))),
     _rule("rust-alloc-failed", _RAM, _CPU, (_RX_RUST_ALLOC, ("memory allocation of",))),
@@ -2346,6 +2430,23 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_FLASHINFER_ALIGNED, ("in AlignedAllocator",)),
     ),
     _rule("nvenc-oom", _GPU, Backend.CUDA, (_RX_NVENC_OOM, ("OpenEncodeSessionEx failed",))),
+    _rule("ollama-memory-layout", _GPU, _UNKNOWN, (_RX_OLLAMA_LAYOUT, ("memory layout cannot",))),
+    _rule("radv-buffer-alloc", _GPU, _UNKNOWN, (_RX_RADV_BUFFER, ("Failed to allocate a buffer",))),
+    _rule("rocm-own-oom", _GPU, Backend.ROCM, (_RX_ROCM_OWN_OOM, ("failed: out of memory",))),
+    _rule(
+        "go-virtualalloc-pagefile",
+        Pool.SWAP_PAGEFILE,
+        _CPU,
+        (_RX_GO_VIRTUALALLOC_1455, ("errno=1455",)),
+    ),
+    _rule("redis-maxmemory", _RAM, _CPU, (_RX_REDIS_MAXMEMORY, ("OOM command not allowed",))),
+    _rule("mysql-oom", _RAM, _CPU, (_RX_MYSQL_OOM, ("eeded ",))),
+    _rule("innodb-mmap-enomem", _RAM, _CPU, (_RX_INNODB_MMAP, ("failed; errno 12",))),
+    _rule("mono-oom-nested", _RAM, _CPU, (_RX_MONO_OOM_NESTED, ("'OutOfMemoryException'",))),
+    _rule(
+        "kotlin-compile-memory", _RAM, _CPU, (_RX_KOTLIN_COMPILE_MEMORY, ("to run compilation",))
+    ),
+    _rule("chrome-page-oom", _RAM, _CPU, (_RX_CHROME_PAGE_OOM, ("ode: Out of",))),
     _rule("macos-malloc-region", _RAM, _CPU, (_RX_MACH_VM_MAP, ("mach_vm_map", "allocate region"))),
     _rule(
         "spark-rapids-rmm-alloc",
@@ -2384,10 +2485,14 @@ _CHECKS: tuple[_Check, ...] = (
         "acestep-vram-preflight", _GPU, _UNKNOWN, (_RX_ACESTEP_PREFLIGHT, ("sufficient free VRAM",))
     ),
     _rule("vllm-no-cache-memory", _GPU, _UNKNOWN, (_RX_VLLM_NO_CACHE, ("for the cache blocks",))),
+    _rule("tgi-prefill-memory", _GPU, _UNKNOWN, (_RX_TGI_PREFILL, ("prefill tokens",))),
     _ggml_buffer,
     _nv_fatal_alloc,
     _rule(
-        "v8-heap-oom", _RAM, _CPU, (_RX_V8_HEAP, ("JavaScript heap", "FatalProcessOutOfMemory("))
+        "v8-heap-oom",
+        _RAM,
+        _CPU,
+        (_RX_V8_HEAP, ("JavaScript heap", "FatalProcessOutOfMemory(", "limit Allocation failed")),
     ),
     _rule(
         "tensorrt-tactic-oom",
@@ -2552,6 +2657,8 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         return m.group(1) if m else None
     if rule == "cxx-bad-alloc":
         return "std::bad_alloc"
+    if rule == "mono-oom-nested":
+        return "OutOfMemoryException"  # (the class the runtime names in its own sentence)
     if rule == "java-heap-oom":
         m = _RX_JAVA_OOM.search(body)
         return (m.group(1) or m.group(2) or m.group(3)) if m else None
@@ -2650,6 +2757,10 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "postgres-oom": _RX_PG_OOM,
     "flashinfer-workspace-oom": _RX_FLASHINFER_ALIGNED,
     "macos-malloc-region": _RX_MACH_VM_MAP,
+    "radv-buffer-alloc": _RX_RADV_BUFFER,
+    "go-virtualalloc-pagefile": _RX_GO_VIRTUALALLOC_1455,
+    "mysql-oom": _RX_MYSQL_OOM,
+    "innodb-mmap-enomem": _RX_INNODB_MMAP,
 }
 
 

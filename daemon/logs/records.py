@@ -67,6 +67,8 @@ _CONTINUATION = re.compile(
     r"|See documentation for Memory|Stopped to avoid memory problems"
     r"|Ran out of memory \(used over "  # a host's reason under its 'Instance failed: <id>'
     r"|Memory on the node \(IP: "  # Ray's victim line under its memory monitor's kill
+    r"|radv/amdgpu: {2,}\w+ +: "  # Mesa RADV's fields under 'Failed to allocate a buffer:'
+    r"|exception thrown: abort\(OOM\)"  # Emscripten's abort under the runtime's bare 'OOM'
     r"|:\s*\d[\d.,]* ?[KMGT]i?B\b)"  # the PyTorch limit's value, its column spacing collapsed
 )
 #: the later sentences of torch's device and MPS messages: a line starting with one continues a
