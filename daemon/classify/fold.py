@@ -366,6 +366,15 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # failed.' then the Vulkan result it got; C++'s 'terminate called after throwing an
         # instance of 'std::bad_alloc'' then its 'what():  std::bad_alloc'
         return Finding(cand.record, _combine(primary=a, secondary=b), cand.line_no, end)
+    if (
+        a.rule == b.rule == "dxvk-alloc-failed"
+        and a.requested_bytes is not None
+        and b.requested_bytes is None
+        and new.line_no - cand.end_line_no <= 1
+    ):
+        # DXVK logs the failed allocation's block, then the error it throws with the same
+        # words and no figures: one failure (the next block is the next failure)
+        return replace(cand, end_line_no=end)
     if a.rule == b.rule == "shell-killed" and not _title_copy(cand, new):
         return None  # each 'Killed' is the shell reporting one process's death (a title
         # copying the body's line is the user's copy of it: counted below)
@@ -454,6 +463,9 @@ _RX_KILL_CHOICE = re.compile(r"(?:Memory cgroup )?[Oo]ut of memory: Kill process
 #: ComfyUI's exception header (a tqdm bar may be glued before either)
 _RX_REPORT_LEAD = re.compile(
     r"(?:[^\n]*?(?:[Ee]rror|[Ff]ailed)[^\n]*?: |!!! Exception during processing !!! )$"
+    # (or the relay names the failure in its own words right before the code: yuzu's 'Failed to
+    # initialize GPU: Vulkan initialization error VK_ERROR_...')
+    r"|[^\n]*?[Ff]ailed[^\n]*?: [^\n]*? error $"
 )
 _RX_DIGITS = re.compile(r"\d+")
 #: how many lines may separate two layers' reports of one failure (a progress bar between)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from oom_sentinel.daemon.classify.events import Backend, OomEvent, OtherProcess, Pool
-from oom_sentinel.daemon.core.units import KIB, size_bytes
+from oom_sentinel.daemon.core.units import KIB, MIB, size_bytes
 from oom_sentinel.daemon.kernel.earlyoom import (
     EARLYOOM_GATES,
     EARLYOOM_KILL,
@@ -396,7 +396,7 @@ _RX_TGI_PREFILL = re.compile(r"\bNot enough memory to handle \d+ prefill tokens\
 #: Mesa's RADV (the Vulkan driver for AMD GPUs) failing a buffer: 'radv/amdgpu: Failed to
 #: allocate a buffer:', then its size on the next line ('radv/amdgpu:    size : N bytes')
 _RX_RADV_BUFFER = re.compile(
-    r"\bradv/amdgpu: Failed to allocate a buffer:(?:[ \t]*\n[^\n]*?\bsize\s*: (\d+) bytes)?"
+    r"(?<![\w/])(?:radv/)?amdgpu: Failed to allocate a buffer:(?:[ \t]*\n[^\n]*?\bsize\s*: (\d+) bytes)?"
 )
 #: a ROCm backend's own allocations and launches refused for memory (antirez's ds4: 'ds4: ROCm
 #: tensor alloc failed: out of memory', '... tensor fill f32 launch failed: out of memory')
@@ -424,6 +424,49 @@ _RX_KOTLIN_COMPILE_MEMORY = re.compile(r"\bNot enough memory to run compilation\
 #: Chrome's crash page under 'Aw, Snap!' / 'Oops, something went wrong': 'Error code: Out of
 #: Memory', pasted alone on its line (or as a title)
 _RX_CHROME_PAGE_OOM = re.compile(r"^(?:#+ )?Error [Cc]ode: Out of [Mm]emory\b", _M)
+#: NVIDIA Omniverse Kit's Vulkan layer (Isaac Sim, Isaac Lab): '[carb.graphics-vulkan.plugin]
+#: Out of GPU memory allocating resource 'MemoryManager-allocate' [size: unknown]'
+_RX_CARB_VULKAN_OOM = re.compile(r"\bOut of GPU memory allocating resource\b")
+#: tiny-cuda-nn's GPU memory arena (instant-ngp, nerfstudio's tcnn): 'Could not allocate memory:
+#: .../gpu_memory.h:112 cudaMalloc(&rawptr, ...) failed with error out of memory' (a paste may
+#: cut its last word)
+_RX_TCNN_ALLOC = re.compile(r"\bCould not allocate memory: [^\n]*?\bcudaMalloc\(")
+#: Unreal Engine's dialog when the GPU cannot hold a rendering resource
+_RX_UNREAL_VIDEO_MEMORY = re.compile(
+    r"\b[Oo]ut of video memory trying to allocate a rendering resource\b"
+)
+#: Source 2's renderer (Counter-Strike 2, Dota 2) on Vulkan: its device-local allocation failed
+#: and it goes on in system memory ('vmaAllocateMemory failed for DEVICE_LOCAL memory indicating
+#: video memory is full, trying again in system memory as a fallback.')
+_RX_SOURCE2_VRAM_FALLBACK = re.compile(
+    r"\bvmaAllocateMemory failed for DEVICE_LOCAL memory indicating video memory is full, trying"
+    r" again in system memory\b"
+)
+#: DXVK's allocator (Wine and Proton's Direct3D over Vulkan): 'DxvkMemoryAllocator: Memory
+#: allocation failed', then its 'Size:', 'Mem flags:' (0x1, device-local: VRAM; without that bit
+#: host memory) and one 'Heap N: ... M MB total' line per heap
+_RX_DXVK_ALLOC = re.compile(r"\bDxvkMemoryAllocator: Memory allocation failed\b")
+_RX_DXVK_SIZE = re.compile(r"^(?:err: +)?Size: +(\d+)\s*$", _M)
+_RX_DXVK_FLAGS = re.compile(r"^(?:err: +)?Mem flags: +0x([0-9a-fA-F]+)\s*$", _M)
+_RX_DXVK_HEAP = re.compile(r"^(?:err: +)?Heap \d+: [^\n]*?, (\d+) MB total\s*$", _M)
+#: Unity's allocator: 'Could not allocate memory: System out of memory!'
+_RX_UNITY_OOM = re.compile(r"\bCould not allocate memory: System out of memory!")
+#: a Vulkan program's own words for VK_ERROR_OUT_OF_DEVICE_MEMORY (the result's description:
+#: Tempest's 'std::system_error(Out of device memory)', vkd3d's '... : Out of device memory'),
+#: after a bracket, a colon or alone on its line (not a user's 'I get out of device memory')
+_RX_OUT_OF_DEVICE_MEMORY = re.compile(r"(?:^|(?<=\()|(?<=: ))Out of device memory\b", _M)
+_RX_CXX_SYSTEM_ERROR = re.compile(r"\b(std::system_error)\(Out of device memory\)")
+#: GLib's g_malloc aborting ('(gimp:6970): GLib-ERROR **: ...: gmem.c:105: failed to allocate N
+#: bytes'): host RAM, or a bogus size asked of it
+_RX_GLIB_ALLOC = re.compile(r"\bgmem\.c:\d+: failed to allocate (\d+) bytes\b")
+#: Unreal Engine's allocator: 'Ran out of memory allocating N bytes with alignment A' (after a
+#: 'LogWindows: Error: ' or under its 'Fatal error: [File:...] [Line: N]' header), 'Last error
+#: msg:' naming the paging file when Windows' commit limit refused it
+_RX_UNREAL_OOM = re.compile(
+    r"(?:(?:LowLevelFatalError|Fatal error:) \[File:[^\]\n]*\] \[Line: \d+\][^\n]*\n"
+    r"(?:[^\n]*\n){0,2}?)?"
+    r"Ran out of memory allocating (\d+)(?: \([\d.]+ [KMGT]i?B\))? bytes with alignment \d+\b"
+)
 #: macOS's malloc failing to map a region: 'malloc: *** mach_vm_map(size=193413120) failed
 #: (error code=3)' then '*** error: can't allocate region'; a title may hold the second alone
 _RX_MACH_VM_MAP = re.compile(
@@ -774,6 +817,8 @@ _RX_XLA_OOM = re.compile(
     # (a title may put the user's '*' for the figure)
     r"\b(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out ?\n?of memory (?:while trying to allocate|allocating) (?:(\d+)|\*) bytes\b"
     r"|Failed to allocate request for [\d.]+ ?[KMGT]i?B \((\d+)B\) on device ordinal (\d+))"
+    # (a title holding the type and the message's head alone: '# RuntimeError: Resource exhausted')
+    r"|(?m:^)#+ (?:[\w.]*Error: )?(?:RESOURCE_EXHAUSTED|Resource exhausted)(?=\s*$)"
 )
 #: Intel Extension for TensorFlow's BFC allocator on an Intel GPU, at error level and with the
 #: exact request: 'E itex/core/devices/bfc_allocator.cc:101] Allocator ran out of memory trying
@@ -840,6 +885,8 @@ _RX_MPS_BUFFER = re.compile(
 #: an uncatchable C++ exception ending the process (``terminate called after throwing an
 #: instance of 'c10::AcceleratorError'``)
 _RX_CXX_TERMINATE = re.compile(r"instance of '([\w:]+)'")
+#: a C++ exception an emulator's thread reports thrown ('RSX: class std::runtime_error thrown:')
+_RX_CXX_THROWN = re.compile(r"\bclass (std::\w+) thrown\b")
 #: custom-node packs' own OOM stops and hints, worded as their sources print them (the pack's
 #: text is often all a paste has: VideoHelperSuite raises it instead of a torch message, and
 #: SUPIR prints its hint before re-raising, so a cut traceback may end before torch's line)
@@ -1890,7 +1937,7 @@ _RX_QUOTED_NAME_GOES_ON = re.compile(r"` +[a-z~(]")
 
 
 #: the user's words going on after an error's name ('... on multiple and single GPU set up')
-_RX_PROSE_GOES_ON = re.compile(r" +(?:on|in|when|with|while|after|for|during)\b")
+_RX_PROSE_GOES_ON = re.compile(r"(?: \(\d+\))? +(?:on|in|when|with|while|after|for|during)\b")
 
 
 def _name_starts_title_prose(body: str, m: re.Match[str]) -> bool:
@@ -1957,7 +2004,37 @@ def _vulkan_device(body: str, report: _Report | None) -> _Detected | None:
     )
     while m is not None and m.group(1) is None and _name_ends_title(body, m):
         m = _RX_VULKAN_DEVICE_OOM.search(body, m.end())
-    return ("vulkan-device-oom", _GPU, _UNKNOWN, m.start(), False) if m else None
+    if m is None:
+        return None
+    start = m.start()
+    if "terminate called" in body:  # the abort's first line is where the failure shows
+        t = _RX_TERMINATE_WHAT.search(body, max(0, start - 300), start)
+        start = t.start() if t else start
+    return "vulkan-device-oom", _GPU, _UNKNOWN, start, False
+
+
+def _dxvk_alloc(body: str, report: _Report | None) -> _Detected | None:
+    """DXVK's failed allocation (``_RX_DXVK_ALLOC``): device memory when its flags ask for
+    device-local memory (or do not show), host memory when they do not (a 32-bit game out of
+    address space, mapped memory)."""
+    m = _find(_RX_DXVK_ALLOC, body, "Memory allocation failed")
+    if m is None:
+        return None
+    flags = _RX_DXVK_FLAGS.search(body, m.end())
+    host = flags is not None and not int(flags.group(1), 16) & 1
+    return "dxvk-alloc-failed", _RAM if host else _GPU, _CPU if host else _UNKNOWN, m.start(), False
+
+
+def _unreal_oom(body: str, report: _Report | None) -> _Detected | None:
+    """Unreal Engine's allocator refused (``_RX_UNREAL_OOM``), placed at its fatal-error header
+    when the record holds it: the paging file when Windows' last error names it, else RAM."""
+    m = _find(_RX_UNREAL_OOM, body, "Ran out of memory allocating")
+    if m is None:
+        return None
+    rest = body[m.end() : body.find("\n", m.end()) if "\n" in body[m.end() :] else len(body)]
+    if "paging file is too small" in rest:
+        return "unreal-oom", Pool.SWAP_PAGEFILE, _CPU, m.start(), False
+    return "unreal-oom", _RAM, _CPU, m.start(), False
 
 
 def _library_alloc(body: str, report: _Report | None) -> _Detected | None:
@@ -2300,6 +2377,12 @@ _CHECKS: tuple[_Check, ...] = (
     ),
     _vulkan_device,
     _rule(
+        "vulkan-out-of-device-memory",
+        _GPU,
+        _UNKNOWN,
+        (_RX_OUT_OF_DEVICE_MEMORY, ("Out of device memory",)),
+    ),
+    _rule(
         "amdgpu-cs-nomem",
         _GPU,
         Backend.ROCM,
@@ -2330,6 +2413,7 @@ _CHECKS: tuple[_Check, ...] = (
             ),
         ),
     ),
+    _unreal_oom,
     _pagefile,
     _cpu_allocator,
     _rule(
@@ -2447,6 +2531,19 @@ _CHECKS: tuple[_Check, ...] = (
         "kotlin-compile-memory", _RAM, _CPU, (_RX_KOTLIN_COMPILE_MEMORY, ("to run compilation",))
     ),
     _rule("chrome-page-oom", _RAM, _CPU, (_RX_CHROME_PAGE_OOM, ("ode: Out of",))),
+    _rule("carb-vulkan-oom", _GPU, _UNKNOWN, (_RX_CARB_VULKAN_OOM, ("allocating resource",))),
+    _rule("tcnn-cudamalloc", _GPU, Backend.CUDA, (_RX_TCNN_ALLOC, ("Could not allocate memory",))),
+    _rule("unreal-video-memory", _GPU, _UNKNOWN, (_RX_UNREAL_VIDEO_MEMORY, ("of video memory",))),
+    _rule(
+        "source2-vram-fallback",
+        _GPU,
+        _UNKNOWN,
+        (_RX_SOURCE2_VRAM_FALLBACK, ("vmaAllocateMemory failed",)),
+        recovered=True,
+    ),
+    _dxvk_alloc,
+    _rule("unity-oom", _RAM, _CPU, (_RX_UNITY_OOM, ("System out of memory!",))),
+    _rule("glib-alloc-failed", _RAM, _CPU, (_RX_GLIB_ALLOC, ("failed to allocate",))),
     _rule("macos-malloc-region", _RAM, _CPU, (_RX_MACH_VM_MAP, ("mach_vm_map", "allocate region"))),
     _rule(
         "spark-rapids-rmm-alloc",
@@ -2657,6 +2754,12 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         return m.group(1) if m else None
     if rule == "cxx-bad-alloc":
         return "std::bad_alloc"
+    if rule == "vulkan-out-of-device-memory" and "system_error(" in body:
+        m = _RX_CXX_SYSTEM_ERROR.search(body)
+        return m.group(1) if m else None
+    if rule == "vulkan-device-oom" and ("class std::" in body or "instance of '" in body):
+        m = _RX_CXX_THROWN.search(body) or _RX_CXX_TERMINATE.search(body)
+        return m.group(1) if m else None
     if rule == "mono-oom-nested":
         return "OutOfMemoryException"  # (the class the runtime names in its own sentence)
     if rule == "java-heap-oom":
@@ -2761,6 +2864,7 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "go-virtualalloc-pagefile": _RX_GO_VIRTUALALLOC_1455,
     "mysql-oom": _RX_MYSQL_OOM,
     "innodb-mmap-enomem": _RX_INNODB_MMAP,
+    "glib-alloc-failed": _RX_GLIB_ALLOC,
 }
 
 
@@ -2769,6 +2873,17 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_ORT_GPU.search(body)  # onnxruntime's CUDA provider names the device
         if m:
             fields["gpu_index"] = int(m.group(1))
+    if rule == "dxvk-alloc-failed":
+        m = _RX_DXVK_SIZE.search(body)
+        fields["requested_bytes"] = int(m.group(1)) if m else None
+        heaps = _RX_DXVK_HEAP.findall(body)
+        if len(heaps) == 1:  # (one heap: the card's whole memory; DXVK's MB are MiB)
+            fields["total_bytes"] = int(heaps[0]) * MIB
+        return
+    if rule == "unreal-oom":
+        m = _RX_UNREAL_OOM.search(body)
+        fields["requested_bytes"] = int(m.group(1)) if m else None
+        return
     if (exact := _EXACT_REQUEST.get(rule)) is not None:
         m = exact.search(body)
         if m and m.group(1):

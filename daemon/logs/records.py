@@ -67,7 +67,11 @@ _CONTINUATION = re.compile(
     r"|See documentation for Memory|Stopped to avoid memory problems"
     r"|Ran out of memory \(used over "  # a host's reason under its 'Instance failed: <id>'
     r"|Memory on the node \(IP: "  # Ray's victim line under its memory monitor's kill
-    r"|radv/amdgpu: {2,}\w+ +: "  # Mesa RADV's fields under 'Failed to allocate a buffer:'
+    r"|(?:radv/)?amdgpu: {2,}\w+ +: "  # Mesa's fields under 'Failed to allocate a buffer:'
+    r"|(?:err: +)?(?:Size|Alignment|Mem flags|Mem types): +(?:0x)?[0-9a-fA-F]+\s*$"  # DXVK's
+    r"|(?:err: +)?Heap \d+: \d+ MB allocated"  # (its heaps under the same failure)
+    # Unreal's fatal error: the nested header, the thread's words, the allocator's refusal
+    r"|Rendering thread exception:|LowLevelFatalError \[File:|Ran out of memory allocating \d"
     r"|exception thrown: abort\(OOM\)"  # Emscripten's abort under the runtime's bare 'OOM'
     r"|:\s*\d[\d.,]* ?[KMGT]i?B\b)"  # the PyTorch limit's value, its column spacing collapsed
 )
