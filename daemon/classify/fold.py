@@ -375,6 +375,21 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # DXVK logs the failed allocation's block, then the error it throws with the same
         # words and no figures: one failure (the next block is the next failure)
         return replace(cand, end_line_no=end)
+    if a.rule == b.rule == "unity-oom" and new.line_no - cand.end_line_no <= 1:
+        # Unity's allocator tells one failure line by line: its four probes, 'DynamicHeapAllocator
+        # out of memory', 'Could not allocate memory: System out of memory!' (a probe logged
+        # twice is still the same probe)
+        return Finding(cand.record, _combine(primary=a, secondary=b), cand.line_no, end)
+    if (
+        a.rule == "tf-bfc-oom"
+        and b.rule == "xla-resource-exhausted"
+        and b.pool is Pool.GPU
+        and new.line_no - cand.end_line_no <= 2
+    ):
+        # BFC's refusal, its usage bar, then the runtime's RESOURCE_EXHAUSTED for the same
+        # buffer: one failure, its exact size the runtime's (BFC's is rounded)
+        merged = replace(_combine(primary=a, secondary=b), requested_bytes=b.requested_bytes)
+        return Finding(cand.record, merged, cand.line_no, end)
     if a.rule == b.rule == "shell-killed" and not _title_copy(cand, new):
         return None  # each 'Killed' is the shell reporting one process's death (a title
         # copying the body's line is the user's copy of it: counted below)
@@ -616,7 +631,9 @@ def _sigterm_then_shell_kill(a: OomEvent, b: OomEvent) -> bool:
 
 
 #: rules whose failure is printed over two lines, each of which a rule reads
-_TOLD_TWICE = frozenset({"vulkan-device-oom", "cxx-bad-alloc"})
+_TOLD_TWICE = frozenset(
+    {"vulkan-device-oom", "cxx-bad-alloc", "vulkan-out-of-device-memory", "gl-out-of-memory"}
+)
 
 
 def _compatible(a: OomEvent, b: OomEvent) -> bool:

@@ -433,7 +433,48 @@ _RX_CARB_VULKAN_OOM = re.compile(r"\bOut of GPU memory allocating resource\b")
 _RX_TCNN_ALLOC = re.compile(r"\bCould not allocate memory: [^\n]*?\bcudaMalloc\(")
 #: Unreal Engine's dialog when the GPU cannot hold a rendering resource
 _RX_UNREAL_VIDEO_MEMORY = re.compile(
-    r"\b[Oo]ut of video memory trying to allocate a rendering resource\b"
+    r"(?<![A-Za-z])[Oo]ut of video memory trying to allocate a (?:rendering resource|texture)\b"
+)
+#: PhysX's GPU allocator (Isaac Gym, Omniverse): 'PxgCudaDeviceMemoryAllocator fail to allocate
+#: memory N bytes!! Result = 2' (2 is CUDA_ERROR_OUT_OF_MEMORY)
+_RX_PHYSX_ALLOC = re.compile(
+    r"\bPxgCudaDeviceMemoryAllocator fail to allocate memory (\d+) bytes!! Result = 2\b"
+)
+#: LAMMPS' GPU package: 'ERROR: Insufficient memory on accelerator (src/GPU/gpu_extra.h:38)'
+_RX_ACCELERATOR_MEMORY = re.compile(r"\bInsufficient memory on accelerator\b")
+#: CUDA programs' own check macros printing the runtime's error string: SPECFEM's 'CUDA error
+#: !!!!! <out of memory> !!!!!', FASTDock's 'Error out of memory at .../cuda_grid_lig.cu:174'
+_RX_CUDA_CHECK_OOM = re.compile(
+    r"\bCUDA error !+ <out of memory> !+|\bError out of memory at \S+\.cuh?:\d+"
+)
+#: DirectDraw's DDERR_OUTOFVIDEOMEMORY (dxdiag, old games): 'HRESULT = 0x8876017c (Out of video
+#: memory)'
+_RX_DDRAW_VIDEO_MEMORY = re.compile(r"\b0x8876017[cC]\b|\bDDERR_OUTOFVIDEOMEMORY\b")
+#: Wine's virtual memory manager refusing an allocation (a 32-bit prefix out of address space):
+#: 'err:virtual:allocate_virtual_memory out of memory for allocation, base (nil) size 00670000'
+_RX_WINE_VIRTUAL = re.compile(
+    r"\ballocate_virtual_memory out of memory for allocation, base \S+ size ([0-9a-fA-F]+)\b"
+)
+#: vkd3d-proton's device allocation going on in system memory (a warning, the frame goes on)
+_RX_VKD3D_FALLBACK = re.compile(r"\bMemory allocation failed, falling back to system memory\b")
+#: Unity's heap allocator: 'DynamicHeapAllocator allocation probe 1 failed - Could not get memory
+#: for large allocation N.' (four probes), then '... out of memory - ...' and 'Could not allocate
+#: memory: System out of memory!': one failure told by its lines
+_RX_UNITY_HEAP = re.compile(
+    r"\bDynamicHeapAllocator (?:allocation probe \d+ failed|out of memory) - Could not get memory"
+    r" for large allocation (\d+)\b"
+)
+#: OpenGL's GL_OUT_OF_MEMORY (WebGL in Chrome and Electron: '[.WebGL-...] GL_OUT_OF_MEMORY: Error
+#: allocating Texture2D. HRESULT: 0x8007000E'): the GPU's memory, whatever ANGLE's HRESULT says
+_RX_GL_OOM = re.compile(r"\bGL_OUT_OF_MEMORY\b")
+#: TensorFlow's and XLA's BFC allocator failing an allocation: 'Allocator (GPU_0_bfc) ran out of
+#: memory trying to allocate 47.20GiB (rounded to 50677266944)requested by op' (its warning that
+#: says 'the caller indicates that this is not a failure' is worded otherwise); a host BFC
+#: (xla_gpu_host_bfc, gpu_host_bfc) is pinned host RAM
+_RX_TF_BFC_ROUNDED = re.compile(
+    r"\bAllocator \((\w+)\) ran out of memory trying to allocate "
+    + _SIZE
+    + r" \(rounded to (\d+)\)\s*requested by op\b"
 )
 #: Source 2's renderer (Counter-Strike 2, Dota 2) on Vulkan: its device-local allocation failed
 #: and it goes on in system memory ('vmaAllocateMemory failed for DEVICE_LOCAL memory indicating
@@ -454,7 +495,13 @@ _RX_UNITY_OOM = re.compile(r"\bCould not allocate memory: System out of memory!"
 #: a Vulkan program's own words for VK_ERROR_OUT_OF_DEVICE_MEMORY (the result's description:
 #: Tempest's 'std::system_error(Out of device memory)', vkd3d's '... : Out of device memory'),
 #: after a bracket, a colon or alone on its line (not a user's 'I get out of device memory')
-_RX_OUT_OF_DEVICE_MEMORY = re.compile(r"(?:^|(?<=\()|(?<=: ))Out of device memory\b", _M)
+_RX_OUT_OF_DEVICE_MEMORY = re.compile(
+    r"(?:^|(?<=\()|(?<=: ))Out of device memory\b"
+    # (vkd3d-proton's line before its 'hresult_from_vk_result: Out of device memory.': vr -2 is
+    # VK_ERROR_OUT_OF_DEVICE_MEMORY)
+    r"|\bvkd3d_allocate_device_memory: Failed to allocate device memory, vr -2\b",
+    _M,
+)
 _RX_CXX_SYSTEM_ERROR = re.compile(r"\b(std::system_error)\(Out of device memory\)")
 #: GLib's g_malloc aborting ('(gimp:6970): GLib-ERROR **: ...: gmem.c:105: failed to allocate N
 #: bytes'): host RAM, or a bogus size asked of it
@@ -679,7 +726,9 @@ _RX_XPU_HOST_OOM = re.compile(
 #: 30649.55 MiB on device 0: cudaMalloc failed``, TensorFlow's ``failed to alloc 374391296 bytes
 #: on host``
 _RX_CUDA_ERROR_REQUEST = re.compile(
-    r"\ballocating " + _SIZE + r" on device (\d+): cudaMalloc|\bfailed to alloc (\d+) bytes on "
+    r"\ballocating "
+    + _SIZE
+    + r" on device (\d+): cudaMalloc|\bfailed to alloc (\d+) bytes (?:on |unified memory)"
     r"|\bfailed to allocate \S+ \((\d+) bytes\) from device"  # TensorFlow's stream executor
     r"|\bRequested amount of GPU memory \((\d+) bytes\)"  # TensorRT
     r"|\bfailed to allocate (\d+(?:\.\d+)?)([KMGT]) from device"  # TensorFlow, 2^10 units
@@ -942,8 +991,9 @@ _RX_VLLM_NO_CACHE_TYPE = re.compile(
 #: 'fatal   : Memory allocation failure' (a title collapses its spaces)
 _RX_NV_FATAL_ALLOC = re.compile(r"^(?:#+ )?fatal\s+: (Memory allocation failure)\b", _M)
 #: comfy-aimdo's VRAM allocator (ComfyUI's dynamic VRAM loading) out of its device range: a
-#: MemoryError, but of VRAM ('MemoryError: VBAR OOM'). (Its 'VBAR allocation failed', when
-#: the address space could not be reserved at all, stays a plain MemoryError.)
+#: MemoryError, but of VRAM ('MemoryError: VBAR OOM'). (Its 'VBAR allocation failed' is no
+#: memory running out: the virtual address space for the range could not be reserved, a
+#: driver's or a vGPU's limit; every label of it in the corpus reads so.)
 _RX_VBAR_OOM = re.compile(r"MemoryError: VBAR OOM\b")
 #: NCCL's own CUDA check (torch.distributed's collectives): 'include/alloc.h:178 NCCL WARN Cuda
 #: failure 'out of memory''. (Its next line, 'Failed to CUDA calloc N bytes', holds no needle.)
@@ -1871,7 +1921,10 @@ def _cuda_error(body: str, report: _Report | None) -> _Detected | None:
         ") out of memory",
     )
     while m is not None and (
-        (m.group(3) and (_name_ends_title(body, m) or _name_starts_title_prose(body, m)))
+        (
+            (m.group(2) or m.group(3))
+            and (_name_ends_title(body, m) or _name_starts_title_prose(body, m))
+        )
         or (m.group(1) is None and m.group(4) is None and _name_quoted_in_prose(body, m))
         or ((m.group(2) or m.group(3)) and _in_source(body, m.start()))
     ):
@@ -1926,7 +1979,9 @@ def _name_ends_title(body: str, m: re.Match[str]) -> bool:
     as a title naming torch's type is (``_type_printed``). After a colon, an equals sign, a
     bracket or a quote, or alone under the heading mark, it is the printed name."""
     line_start = _title_start(body, m.start())
-    if line_start is None or not _RX_TYPE_ENDS_LINE.match(body, m.end()):
+    if line_start is None or not (
+        _RX_TYPE_ENDS_LINE.match(body, m.end()) or _RX_USER_NOUN_ENDS_LINE.match(body, m.end())
+    ):
         return False
     lead = body[line_start + 2 : m.start()].rstrip(" ")
     return bool(lead) and lead[-1] not in ":=([{'\"`"
@@ -1937,17 +1992,25 @@ _RX_QUOTED_NAME_GOES_ON = re.compile(r"` +[a-z~(]")
 
 
 #: the user's words going on after an error's name ('... on multiple and single GPU set up')
-_RX_PROSE_GOES_ON = re.compile(r"(?: \(\d+\))? +(?:on|in|when|with|while|after|for|during)\b")
+#: the user's noun after an error's name ending a title ('... causing CUDA_ERROR_OUT_OF_MEMORY
+#: issues')
+_RX_USER_NOUN_ENDS_LINE = re.compile(r" (?:issues?|errors?|problems?)[^\S\n]*(?:\n|$)")
+#: a tracker's tag opening a title ('[BUG] ', '[Bug]: '), or nothing
+_RX_TITLE_LEAD_TAG = re.compile(r"(?:\[[\w -]{1,20}\]:? )?")
+_RX_PROSE_GOES_ON = re.compile(
+    r"(?: \(\d+\))?(?: (?:issues?|errors?|problems?))? +(?:on|in|when|with|while|after|for|during)\b"
+)
 
 
 def _name_starts_title_prose(body: str, m: re.Match[str]) -> bool:
     """A driver error's name opening an issue title that goes on in the user's words
     ('# CUDA_ERROR_OUT_OF_MEMORY on multiple and single GPU set up (1080Ti)'): the user naming
     the failure, as the name ending such a title is (``_name_ends_title``)."""
-    return (
-        _title_start(body, m.start()) == m.start() - 2
-        and _RX_PROSE_GOES_ON.match(body, m.end()) is not None
-    )
+    start = _title_start(body, m.start())
+    if start is None or _RX_PROSE_GOES_ON.match(body, m.end()) is None:
+        return False
+    # (after the heading mark, or a tracker's tag: '# [BUG] cudaErrorMemoryAllocation with ...')
+    return _RX_TITLE_LEAD_TAG.fullmatch(body, start + 2, m.start()) is not None
 
 
 def _name_quoted_in_prose(body: str, m: re.Match[str]) -> bool:
@@ -2138,6 +2201,16 @@ def _windows_outofmemory(body: str, report: _Report | None) -> _Detected | None:
     return "windows-outofmemory", pool, backend, m.start(), False
 
 
+def _tf_bfc_rounded(body: str, report: _Report | None) -> _Detected | None:
+    """BFC's failed allocation (``_RX_TF_BFC_ROUNDED``): a host allocator's is pinned RAM."""
+    m = _find(_RX_TF_BFC_ROUNDED, body, "requested by op")
+    if m is None:
+        return None
+    if "host" in m.group(1).lower():
+        return "tf-bfc-host-oom", _RAM, Backend.CUDA, m.start(), False
+    return "tf-bfc-oom", _GPU, _UNKNOWN, m.start(), False
+
+
 def _tf_exhausted(body: str, report: _Report | None) -> _Detected | None:
     """TensorFlow's allocator; tensorflow-directml's kernels are named dml_*."""
     m = _find(
@@ -2197,6 +2270,10 @@ def _oom_exception(body: str, report: _Report | None) -> _Detected | None:
             return "oom-exception", _GPU, _UNKNOWN, start, False
         if _RX_VBAR_OOM.match(body, start):
             return "aimdo-vbar-oom", _GPU, Backend.CUDA, start, False
+        if "VBAR allocation failed" in body[start : start + 120]:
+            # aimdo could not reserve the address space: no memory ran out (the type's line,
+            # or an Error Report's type field above its message)
+            return None
         if _find(_RX_NUMPY, body, "Unable to allocate"):
             return "numpy-alloc", _RAM, _CPU, start, False
         return "memory-error", _RAM, _CPU, start, False
@@ -2207,6 +2284,8 @@ def _oom_exception(body: str, report: _Report | None) -> _Detected | None:
         if m:
             return "numpy-alloc", _RAM, _CPU, m.start(), False
     if report is not None and report.exception_type.endswith(("OutOfMemoryError", "MemoryError")):
+        if "VBAR allocation failed" in (report.message or "")[:40]:
+            return None  # (aimdo's address-space reservation, as above)
         type_name, start = report.exception_type, report.position
         if type_name.endswith("OutOfMemoryError"):
             return "oom-exception", _GPU, _UNKNOWN, start, False
@@ -2380,7 +2459,7 @@ _CHECKS: tuple[_Check, ...] = (
         "vulkan-out-of-device-memory",
         _GPU,
         _UNKNOWN,
-        (_RX_OUT_OF_DEVICE_MEMORY, ("Out of device memory",)),
+        (_RX_OUT_OF_DEVICE_MEMORY, ("Out of device memory", "device memory, vr -2")),
     ),
     _rule(
         "amdgpu-cs-nomem",
@@ -2428,7 +2507,9 @@ _CHECKS: tuple[_Check, ...] = (
         _CPU,
         (_RX_RENDERER_OOM, ("reason=oom", "process oom", "reason: oom", "reason: 'oom'")),
     ),
+    _rule("gl-out-of-memory", _GPU, _UNKNOWN, (_RX_GL_OOM, ("GL_OUT_OF_MEMORY",))),
     _windows_outofmemory,
+    _tf_bfc_rounded,
     _tf_exhausted,
     _rule("itex-bfc-oom", _GPU, Backend.XPU, (_RX_ITEX_BFC, ("itex/core/devices/bfc",))),
     _rule(
@@ -2542,7 +2623,37 @@ _CHECKS: tuple[_Check, ...] = (
         recovered=True,
     ),
     _dxvk_alloc,
-    _rule("unity-oom", _RAM, _CPU, (_RX_UNITY_OOM, ("System out of memory!",))),
+    _rule(
+        "unity-oom",
+        _RAM,
+        _CPU,
+        (_RX_UNITY_HEAP, ("DynamicHeapAllocator",)),
+        (_RX_UNITY_OOM, ("System out of memory!",)),
+    ),
+    _rule("physx-gpu-alloc", _GPU, Backend.CUDA, (_RX_PHYSX_ALLOC, ("fail to allocate memory",))),
+    _rule(
+        "accelerator-memory", _GPU, _UNKNOWN, (_RX_ACCELERATOR_MEMORY, ("memory on accelerator",))
+    ),
+    _rule(
+        "cuda-check-oom",
+        _GPU,
+        Backend.CUDA,
+        (_RX_CUDA_CHECK_OOM, ("<out of memory>", "out of memory at")),
+    ),
+    _rule(
+        "ddraw-video-memory",
+        _GPU,
+        _UNKNOWN,
+        (_RX_DDRAW_VIDEO_MEMORY, ("8876017", "OUTOFVIDEOMEMORY")),
+    ),
+    _rule("wine-virtual-memory", _RAM, _CPU, (_RX_WINE_VIRTUAL, ("allocate_virtual_memory",))),
+    _rule(
+        "vkd3d-fallback",
+        _GPU,
+        _UNKNOWN,
+        (_RX_VKD3D_FALLBACK, ("falling back to system memory",)),
+        recovered=True,
+    ),
     _rule("glib-alloc-failed", _RAM, _CPU, (_RX_GLIB_ALLOC, ("failed to allocate",))),
     _rule("macos-malloc-region", _RAM, _CPU, (_RX_MACH_VM_MAP, ("mach_vm_map", "allocate region"))),
     _rule(
@@ -2865,6 +2976,8 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "mysql-oom": _RX_MYSQL_OOM,
     "innodb-mmap-enomem": _RX_INNODB_MMAP,
     "glib-alloc-failed": _RX_GLIB_ALLOC,
+    "physx-gpu-alloc": _RX_PHYSX_ALLOC,
+    "unity-oom": _RX_UNITY_HEAP,
 }
 
 
@@ -2883,6 +2996,19 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
     if rule == "unreal-oom":
         m = _RX_UNREAL_OOM.search(body)
         fields["requested_bytes"] = int(m.group(1)) if m else None
+        return
+    if rule == "wine-virtual-memory":
+        m = _RX_WINE_VIRTUAL.search(body)
+        fields["requested_bytes"] = int(m.group(1), 16) if m else None
+        return
+    if rule in ("tf-bfc-oom", "tf-bfc-host-oom"):
+        m = _RX_TF_BFC_ROUNDED.search(body)
+        fields["requested_bytes"] = int(m.group(4)) if m else None
+        m = _RX_TF_BFC_GPU.search(body)
+        if m:
+            fields["gpu_index"] = int(m.group(1))
+        if rule == "tf-bfc-host-oom":
+            extra.append(("host_memory", "pinned"))
         return
     if (exact := _EXACT_REQUEST.get(rule)) is not None:
         m = exact.search(body)
