@@ -42,7 +42,7 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 27
+HELD_ROUND = 28
 
 
 def round_of(case: dict[str, Any]) -> int:
@@ -373,6 +373,26 @@ KNOWN_MISSES = {
     "lost_shape_obs_cuda_surface_init_cuarray3dcreate_cuda_error_out_of_memory_replay_buffer.txt": "the dialog retyped twice, once quoted and once in backticks inside a list item's sentence, 8 lines apart: the two copies' messages differ in what follows, and the classifier folds only identical ones; the label counts one observation (count 2)",
     "swap_pagefile_ue4_docker_title_logwindows_ran_out_of_memory_maintainer_reply.txt": "the maintainer's backticked quote of the message's last sentence inside a reply is read as the user's words; the label folds it with the title (count 2)",
     "lost_shape_ryujinx_retyped_vulkanexception_erroroutofdevicememory_wrapped_lines.txt": "the retyped type is broken over two lines ('Ryujinx.Graphics.Vulkan' / 'VulkanException: ...'), so the event is read on the second line with the short type; the label rejoins them",
+    "jax_alphafold3_bfc_gpu_0_47_20gib_resource_exhausted_4090.txt": "the label reads CUDA from the title's words (an RTX 4090, CUDA_ERROR_OUT_OF_MEMORY named by the user); BFC's and pjrt's lines name no runtime",
+    "localized_ja_title_localcolabfold_unified_memory_2147483648_gpu_0_bfc.txt": "the label reads CUDA for BFC's line from the cuda_driver lines before it, records of their own; BFC's line names no runtime",
+    "numba_cudaapierror_cumemalloc_out_of_memory_dask_cuda_spill.txt": "tornado's callback line (the exception's repr) and the traceback's final CudaAPIError line ten lines later are two records; the label reads them as one failure with the final line's type",
+    "jax_title_xlaruntimeerror_resource_exhausted_bare_alphafold_singularity_v100.txt": "the title 'XlaRuntimeError: RESOURCE_EXHAUSTED' (the status alone) holds no needle, and the label reads CUDA from the user's V100",
+    "taichi_cuda_driver_cuda_error_out_of_memory_while_calling_malloc_sparse_pointer.txt": "the user's sentence 'it shows CUDA_ERROR_OUT_OF_MEMORY.' is read as the printed name: the driver's name is read wherever it stands outside a title",
+    "kokkos_lammps_cudacreatetextureobject_cudaerrormemoryallocation_titan_v.txt": "the user's sentence naming cudaErrorMemoryAllocation is read as the printed name, and the label leaves out the std::runtime_error the terminate line names",
+    "gpu_recovered_vkd3d_falling_back_to_system_memory_sf6_rebar_rx9060xt.txt": "the title quotes vkd3d's warning in double quotes among the user's words; a quote of the whole message counts as printed, the label reads it as the user's",
+    "gpu_ruffle_wgpu_error_out_of_memory_panic_error_report_extension.txt": "wgpu's 'wgpu error: Out of Memory' on the line after Rust's 'panicked at' is read by no rule (a bare 'Out of Memory' is too common to read alone)",
+    "localized_zh_rknn_android_rk3568_failed_to_allocate_handle_failed_to_malloc_npu_memory_iommu_disabled.txt": "RKNN's 'failed to allocate handle' / 'failed to malloc npu memory!, size: N' is read by no rule, and the label places the failure on the handle line, a record apart from the size",
+    "rknn_llm_rk3588_chatglm3_errno_14_bad_address_failed_to_malloc_npu_memory_4022861824.txt": "RKNN's 'failed to allocate handle, ... errno: 14' / 'failed to malloc npu memory, size: N' is read by no rule (errno 14 is EFAULT, not ENOMEM: the label reads the runtime's words)",
+    "ram_coreml_yolact_ios_malloc_cant_allocate_region_espresso_memory_allocation_error_12.txt": "macOS's 'malloc: can't allocate region' with its mach_vm_map line wrapped to start with ':' is two records, and neither shape is read",
+    "tensorrt_trtexec_jetson_orin_nx_tactic_device_request_insufficient_skipping_tactic_three_recovered.txt": "two identical 'Tactic Device request: 4226MB ...' lines three lines apart (two tactics) are folded as a repeat (count 2); the label reads each tactic's skip as its own event",
+    "heroku_r14_memory_quota_exceeded_title_and_log_157pct_owasp_blt.txt": "the dyno's usage ('Process running mem=807M(157.7%)') is on the log line before, a record of its own, so the label's usage is not read",
+    "killed_lambda_step_function_cause_runtime_exited_signal_killed_json_s3_find_forget_pr.txt": "Lambda's 'Runtime exited with error: signal: killed' holds no needle, and a SIGKILL alone does not say memory (a timeout ends the same way)",
+    "localized_report_ja_flyio_oom_email_out_of_memory_killed_process_513_ruby.txt": "the title (Fly.io's email subject, '... ran out of memory and crashed') is read as the user's words",
+    "killed_circleci_lerna_yarn_package_killed_exit_code_137_cypress_unit_tests.txt": "lerna's prefixed '@packages/net-stubbing: Killed' is not the shell's bare 'Killed' line, and yarn's 'exit code 137' alone does not say memory",
+    "killed_heroku_r15_memory_quota_vastly_exceeded_stopping_sigkill_status_137_clonebot.txt": "the dyno's usage ('Process running mem=1214M(237.2%)') is on the log line before, a record of its own, so the label's usage is not read",
+    "ram_gradle_daemon_forwarder_thread_and_javac_java_heap_space_micrometer.txt": "two OutOfMemoryErrors of two threads four lines apart are folded as a repeat (count 2); the label reads two failures",
+    "ram_libreoffice_uno_runtimeexception_cpp_threw_st9bad_alloc_pyoo_two_versions.txt": "the UNO exception printed twice (with and without its source path) is read as three events with the wrapper's type; the label folds the title with the first copy and names the innermost std::bad_alloc",
+    "killed_pyqtgraph_process_finished_exit_code_137_sigkill_large_roi_linux.txt": "PyCharm's 'exit code 137 (interrupted by signal 9: SIGKILL)' holds no needle, and a SIGKILL alone does not say memory (as the other PyCharm case)",
 }
 
 

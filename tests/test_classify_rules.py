@@ -4105,3 +4105,93 @@ def test_round_27_held_shapes() -> None:
     ):
         assert not list(iter_findings([title, ""])), title
     assert _event("# CUDA_ERROR_OUT_OF_MEMORY: out of memory").pool is Pool.GPU
+
+
+def test_round_28_tune_shapes() -> None:
+    """Round 28's tune part: edge devices (iOS's per-app memory limit, TensorRT's tactic skips
+    on Jetson, torch_npu's Ascend message with its NPU index), cloud platforms (Heroku's R14
+    and R15, Lambda's Runtime.OutOfMemory, ECS's container kill, IIS's memory recycle) and
+    desktop runtimes (Chromium's renderer OOM code in Electron's dialog, V8's newer banners and
+    its OOM handler's frame as the same failure, Gradle's thrashing daemon, UNO's relayed
+    bad_alloc, Qt's null image). Each with its near-miss."""
+    ios = _event(
+        "* thread #53, stop reason = EXC_RESOURCE (RESOURCE_TYPE_MEMORY: high watermark memory "
+        "limit exceeded) (limit=1450 MB)"
+    )
+    assert (ios.pool, dict(ios.extra)["allowed_bytes"]) == (Pool.KILLED_BY_OS, 1450 * 1024**2)
+    old = _event("stop reason = EXC_RESOURCE RESOURCE_TYPE_MEMORY (limit=1450 MB, unused=0x0)")
+    assert old.pool is Pool.KILLED_BY_OS
+    assert not list(iter_findings(["EXC_RESOURCE RESOURCE_TYPE_CPU (limit=50%, observed=100%)"]))
+    trt = _event(
+        "[W] [TRT] Tactic Device request: 4229MB Available: 2658MB. Device memory is "
+        "insufficient to use tactic."
+    )
+    assert (trt.recovered, trt.requested_bytes, trt.free_bytes) == (
+        True,
+        4229 * 1024**2,
+        2658 * 1024**2,
+    )
+    npu = _event(
+        "RuntimeError: NPU out of memory. Tried to allocate 3.47 GiB (NPU 0; 60.97 GiB total "
+        "capacity; 58.92 GiB already allocated; 1.66 GiB free; 58.95 GiB reserved in total)"
+    )
+    assert (npu.pool, npu.backend, npu.gpu_index, npu.requested_bytes) == (
+        Pool.GPU,
+        Backend.UNKNOWN,
+        0,
+        round(3.47 * 1024**3),
+    )
+
+    assert _event("heroku[web.1]: Error R14 (Memory quota exceeded)").pool is Pool.RAM
+    assert _event("heroku[web.1]: Error R15 (Memory quota vastly exceeded)").pool is (
+        Pool.KILLED_BY_OS
+    )
+    assert not list(iter_findings(["heroku[web.1]: Error R10 (Boot timeout)"]))
+    assert _event("failing with the error message `Error Type: Runtime.OutOfMemory`.").pool is (
+        Pool.KILLED_BY_OS
+    )
+    assert _event(
+        "Status reason\tOutOfMemoryError: Container killed due to memory usage Exit Code\t137"
+    ).pool is (Pool.KILLED_BY_OS)
+    iis = _event(
+        "Worker Process requested recycle due to 'Percent Memory' limit. Memory Used: 2007666688 "
+        "out of 2147012608 available. Exceeded 90 Percent of Memory"
+    )
+    assert (iis.pool, iis.total_bytes, dict(iis.extra)["usage_bytes"]) == (
+        Pool.KILLED_BY_OS,
+        2147012608,
+        2007666688,
+    )
+
+    for dialog in (
+        "\"The window terminated unexpecterdly (reason: 'oom', code: '-536870904'\"",
+        "{ the window terminated unexpectedly (reason : 'oom' , code:'536870904' )}",
+        '# 窗口意外终止，原因:"oom, 代码:-536870904"',
+    ):
+        assert _event(dialog).pool is Pool.RAM, dialog
+    assert not list(
+        iter_findings(
+            ["The window terminated unexpectedly (reason: 'crashed', code: '-1073741819')"]
+        )
+    )
+    v8 = list(
+        iter_findings(
+            [
+                "# Fatal JavaScript out of memory: Reached heap limit",
+                "",
+                "# Fatal JavaScript out of memory: Reached heap limit",
+                "    3   deno   0x0101b0f440 v8::internal::V8::FatalProcessOutOfMemory(v8::internal::"
+                "Isolate*, char const*, v8::OOMDetails const&) + 616",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.count) for f in v8] == [(1, 2)]
+    assert _event("# Fatal process out of memory: Oilpan: CagedHeap reservation.").pool is Pool.RAM
+    assert _event(
+        "The Daemon will expire immediately since the JVM garbage collector is thrashing."
+    ).pool is (Pool.RAM)
+    assert not list(iter_findings(["The Daemon will expire after the build after running out"]))
+    uno = _event("com.sun.star.uno.RuntimeException: C++ code threw St9bad_alloc: std::bad_alloc")
+    assert uno.pool is Pool.RAM
+    qimage = _event("QImage: out of memory, returning null image")
+    assert (qimage.pool, qimage.recovered) == (Pool.RAM, True)

@@ -375,6 +375,13 @@ def _merge(cand: Finding, new: Finding, cand_header_only: bool, found: _Found) -
         # DXVK logs the failed allocation's block, then the error it throws with the same
         # words and no figures: one failure (the next block is the next failure)
         return replace(cand, end_line_no=end)
+    if (
+        a.rule == b.rule == "v8-heap-oom"
+        and "FatalProcessOutOfMemory(" in b.message
+        and "FatalProcessOutOfMemory(" not in a.message
+    ):
+        # V8's message, then its native stack naming the OOM handler: the same failure's frames
+        return replace(cand, end_line_no=end)
     if a.rule == b.rule == "unity-oom" and new.line_no - cand.end_line_no <= 1:
         # Unity's allocator tells one failure line by line: its four probes, 'DynamicHeapAllocator
         # out of memory', 'Could not allocate memory: System out of memory!' (a probe logged

@@ -85,6 +85,9 @@ NEEDLES: tuple[str, ...] = (
     "mach_vm_map(",  # macOS's malloc: '*** mach_vm_map(size=193413120) failed (error code=3)'
     "errno=1455",  # Go's runtime on Windows: 'VirtualAlloc of N bytes failed with errno=1455'
     "; errno 12",  # InnoDB's buffer pool: 'InnoDB: mmap(N bytes) failed; errno 12'
+    "RESOURCE_TYPE_MEMORY",  # iOS's per-app limit: 'EXC_RESOURCE (RESOURCE_TYPE_MEMORY: ...)'
+    "536870904",  # Chromium's renderer OOM exit code in Electron's dialog ('code: -536870904')
+    "collector is thrashing",  # Gradle's daemon: '... since the JVM garbage collector is thrashing'
 )
 
 _K = KIB
@@ -149,6 +152,9 @@ def has_needle(text: str) -> bool:
         or "mach_vm_map(" in text
         or "errno=1455" in text
         or "; errno 12" in text
+        or "RESOURCE_TYPE_MEMORY" in text
+        or "536870904" in text
+        or "collector is thrashing" in text
     )
 
 
@@ -239,6 +245,7 @@ _RX_BAD_ALLOC = re.compile(
     r"[Tt]erminate called after throwing an instance of 'std::bad_alloc'|\bwhat\(\):\s+std::bad_alloc\b"
     # (a library's status with the exception's what() after it: onnxruntime's 'Load model
     # from ... failed:std::bad_alloc')
+    r"|\bthrew St9bad_alloc\b"  # (UNO's bridge relaying it: 'C++ code threw St9bad_alloc: ...')
     r"|\b(?:failed|FAILED_ALLOCATION|[A-Za-z]*Error): ?std::bad_alloc\b(?!: )"  # (TensorRT's FAILED_ALLOCATION:, XGBoostError:)
 )
 #: gcc's (libiberty's xmalloc) own words when an allocation fails while compiling
@@ -274,24 +281,24 @@ _CJK_OR_PUNCT = "\u3000-\u303f" + _CJK
 
 _RX_TORCH_DEVICE = re.compile(
     # (a hand-retyped 'CUDA out of the memory. Tried to allocate ...' is the same message)
-    r"(CUDA|HIP|XPU) out of (?:the )?memory(?:[.,]?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
+    r"(CUDA|HIP|XPU|NPU) out of (?:the )?memory(?:[.,]?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
     # inside a CJK sentence ('一直显示CUDA out of memory，'), hyphenated or not: what the
     # user saw, named in the sentence; the full-width punctuation or CJK after it says so.
     # (Not in an English sentence: 'If you get CUDA out of memory errors, try --lowvram' is
     # a tip a node pack may print at start-up.)
     # (or its full stop, then the sentence goes on in CJK: '(에러) CUDA out of memory. 문의 드립니다.')
-    rf"|(CUDA|HIP|XPU) out[ -]of[ -]memory(?=[{_CJK_OR_PUNCT}]|\.\s*[{_CJK}])"
-    rf"|(?<=[{_CJK}])(CUDA|HIP|XPU) out[ -]of[ -]memory\b"
+    rf"|(CUDA|HIP|XPU|NPU) out[ -]of[ -]memory(?=[{_CJK_OR_PUNCT}]|\.\s*[{_CJK}])"
+    rf"|(?<=[{_CJK}])(CUDA|HIP|XPU|NPU) out[ -]of[ -]memory\b"
     # quoted, as the error's own words ('throwing exception: "CUDA out of memory" even ...')
-    r"|(?<=[\"'`*\u201c])(CUDA|HIP|XPU) out of memory\.?(?=[\"'`*\u201d])"
+    r"|(?<=[\"'`*\u201c])(CUDA|HIP|XPU|NPU) out of memory\.?(?=[\"'`*\u201d])"
     # right after its exception type, wherever that is ('... 一直报torch.cuda.OutOfMemoryError: CUDA out of memory')
-    r"|(?<=Error: )(CUDA|HIP|XPU) out of memory\b",
+    r"|(?<=Error: )(CUDA|HIP|XPU|NPU) out of memory\b",
     _M,
 )
 _RX_TORCH_DEVICE_LINE = re.compile(
     # (an issue title: a Markdown heading mark, a vendor's or a capitalised word before it)
     r"^(?:#+ )?(?:\[\w+\]:? ?)?(?:\S+Error: |!!! Exception during processing !!! |[A-Z][A-Za-z]{1,10} )?"
-    r"(CUDA|HIP|XPU) out of memory\b",
+    r"(CUDA|HIP|XPU|NPU) out of memory\b",
     _M,
 )
 #: Ray's memory monitor killing a task or an actor when its node runs low on RAM (a killer of
@@ -464,6 +471,41 @@ _RX_UNITY_HEAP = re.compile(
     r"\bDynamicHeapAllocator (?:allocation probe \d+ failed|out of memory) - Could not get memory"
     r" for large allocation (\d+)\b"
 )
+#: iOS's memory limit for an app (jetsam's per-process limit, caught by the debugger): 'stop
+#: reason = EXC_RESOURCE (RESOURCE_TYPE_MEMORY: high watermark memory limit exceeded)
+#: (limit=1450 MB)', older 'EXC_RESOURCE RESOURCE_TYPE_MEMORY (limit=1450 MB, unused=0x0)'
+_RX_IOS_EXC_RESOURCE = re.compile(
+    r"\bEXC_RESOURCE \(?RESOURCE_TYPE_MEMORY\b[^\n]{0,80}?\(limit=(\d+) MB\b"
+)
+#: TensorRT's builder skipping a tactic whose workspace the device cannot hold (it goes on with
+#: another): 'Tactic Device request: 4229MB Available: 2658MB. Device memory is insufficient to
+#: use tactic.'
+_RX_TRT_TACTIC_DEVICE = re.compile(
+    r"\bTactic Device request: (\d+)MB Available: (\d+)MB\. Device memory is insufficient"
+)
+#: Heroku's router: a dyno over its memory quota (R14, swapping) and far over it (R15, killed)
+_RX_HEROKU_R14 = re.compile(r"\bError R14 \(Memory quota exceeded\)")
+_RX_HEROKU_R15 = re.compile(r"\bError R15 \(Memory quota vastly exceeded\)")
+#: AWS Lambda's runtime killed at the function's memory size
+_RX_LAMBDA_OOM = re.compile(r"\bError Type: Runtime\.OutOfMemory\b")
+#: Amazon ECS's stopped reason for a container its memory limit killed
+_RX_ECS_OOM = re.compile(r"\bOutOfMemoryError: Container killed due to memory usage\b")
+#: IIS / Azure App Service recycling a worker at its memory limit: 'Worker Process requested
+#: recycle due to 'Percent Memory' limit. Memory Used: N out of M available.'
+_RX_IIS_RECYCLE = re.compile(
+    r"\bWorker Process requested recycle due to 'Percent Memory' limit\.(?: Memory Used: (\d+) out of"
+    r" (\d+) available\b)?"
+)
+#: Chromium's exit code for a renderer out of memory (0xE0000008 as a signed int) in Electron's
+#: crash dialog (VS Code: 'The window terminated unexpectedly (reason: 'oom', code:
+#: '-536870904')'), however it is retyped or translated
+_RX_CHROMIUM_OOM_CODE = re.compile(r"\boom\b[^\n]{0,16}?(?:code|代码)\s*:\s*'?-?536870904\b")
+#: Gradle's daemon giving up on a heap its garbage collector thrashes in (the build fails)
+_RX_GRADLE_GC_THRASH = re.compile(
+    r"\bThe Daemon will expire immediately since the JVM garbage collector is thrashing\b"
+)
+#: Qt's image allocation failing (it returns a null image and the program goes on)
+_RX_QIMAGE_OOM = re.compile(r"\bQImage: out of memory, returning null image\b")
 #: OpenGL's GL_OUT_OF_MEMORY (WebGL in Chrome and Electron: '[.WebGL-...] GL_OUT_OF_MEMORY: Error
 #: allocating Texture2D. HRESULT: 0x8007000E'): the GPU's memory, whatever ANGLE's HRESULT says
 _RX_GL_OOM = re.compile(r"\bGL_OUT_OF_MEMORY\b")
@@ -1027,6 +1069,9 @@ _RX_V8_HEAP = re.compile(
     r"|(?:(?<=^# FATAL ERROR: Reached heap limit )"
     r"|(?<=^# FATAL ERROR: Ineffective mark-compacts near heap limit ))Allocation failed(?=\s*$)"
     r"|\bv8::internal::V8::FatalProcessOutOfMemory\("  # (a crash report's frame: V8's OOM handler)
+    # (newer V8, Deno's banner: 'Fatal JavaScript out of memory: Reached heap limit'; and
+    # V8's own allocations failing: '# Fatal process out of memory: Oilpan: CagedHeap ...')
+    r"|\bFatal JavaScript out of memory: |\bFatal process out of memory: "
 )
 #: the Java virtual machine's heap running out: HotSpot's 'java.lang.OutOfMemoryError: Java
 #: heap space' / 'GC overhead limit exceeded', Android's 'Failed to allocate a N byte
@@ -1170,7 +1215,7 @@ _QUOTES = frozenset("\"'`")
 
 # numbers in torch's allocator messages (new style since torch 2.1, old style before, XPU both)
 _RX_TRIED = re.compile(r"Tried to allocate\s" + _SIZE)  # (a hard wrap may follow the words)
-_RX_GPU_INDEX = re.compile(r"\bGPU\s+(\d+)\b")
+_RX_GPU_INDEX = re.compile(r"\b[GN]PU\s+(\d+)\b")  # (torch_npu writes NPU N)
 #: onnxruntime's CUDA provider's failure line: 'CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED ;
 #: GPU=0 ; hostname=... ; file=... ; expr=cublasCreate(&cublas_handle_);'
 _RX_ORT_GPU = re.compile(r"\bCU[A-Z]* failure \d+: [^;\n]* ; GPU=(\d+) ;")
@@ -1349,7 +1394,7 @@ _RX_IPYTHON_HEADER = re.compile(
 _RX_ASCII_TYPE_TAIL = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*$")
 _RX_PROSE_GLUED_TYPE = re.compile(r"[a-z]+((?:OutOf)?MemoryError)")
 _RX_DUNDER_GLUED = re.compile(r"^__\w+?__(?=[A-Za-z])")
-_DEVICE_OOM_RULES = frozenset({"cuda-oom", "hip-oom", "xpu-oom"})
+_DEVICE_OOM_RULES = frozenset({"cuda-oom", "hip-oom", "xpu-oom", "npu-oom"})
 
 
 #: what follows the phrase where a lower-cased paste of torch's message ends its first sentence
@@ -1810,7 +1855,8 @@ def _torch_device(body: str, report: _Report | None) -> _Detected | None:
         return None
     m, group = found
     dev = m.group(group)
-    backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU}[dev]
+    # (torch_npu's Ascend NPU keeps torch's message; it is none of the backends named here)
+    backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU, "NPU": _UNKNOWN}[dev]
     return f"{dev.lower()}-oom", _GPU, backend, m.start(group), False
 
 
@@ -2655,6 +2701,27 @@ _CHECKS: tuple[_Check, ...] = (
         recovered=True,
     ),
     _rule("glib-alloc-failed", _RAM, _CPU, (_RX_GLIB_ALLOC, ("failed to allocate",))),
+    _rule("ios-memory-limit", _KILLED, _CPU, (_RX_IOS_EXC_RESOURCE, ("RESOURCE_TYPE_MEMORY",))),
+    _rule(
+        "tensorrt-tactic-device",
+        _GPU,
+        Backend.CUDA,
+        (_RX_TRT_TACTIC_DEVICE, ("Device memory is insufficient",)),
+        recovered=True,
+    ),
+    _rule("heroku-memory-quota", _RAM, _CPU, (_RX_HEROKU_R14, ("Memory quota exceeded",))),
+    _rule("heroku-memory-kill", _KILLED, _CPU, (_RX_HEROKU_R15, ("quota vastly exceeded",))),
+    _rule("lambda-out-of-memory", _KILLED, _CPU, (_RX_LAMBDA_OOM, ("Runtime.OutOfMemory",))),
+    _rule("ecs-container-oom", _KILLED, _CPU, (_RX_ECS_OOM, ("Container killed due to memory",))),
+    _rule("iis-memory-recycle", _KILLED, _CPU, (_RX_IIS_RECYCLE, ("'Percent Memory' limit",))),
+    _rule("chromium-oom-exit", _RAM, _CPU, (_RX_CHROMIUM_OOM_CODE, ("536870904",))),
+    _rule(
+        "gradle-gc-thrashing",
+        _RAM,
+        _CPU,
+        (_RX_GRADLE_GC_THRASH, ("garbage collector is thrashing",)),
+    ),
+    _rule("qimage-oom", _RAM, _CPU, (_RX_QIMAGE_OOM, ("QImage: out of memory",)), recovered=True),
     _rule("macos-malloc-region", _RAM, _CPU, (_RX_MACH_VM_MAP, ("mach_vm_map", "allocate region"))),
     _rule(
         "spark-rapids-rmm-alloc",
@@ -2700,7 +2767,16 @@ _CHECKS: tuple[_Check, ...] = (
         "v8-heap-oom",
         _RAM,
         _CPU,
-        (_RX_V8_HEAP, ("JavaScript heap", "FatalProcessOutOfMemory(", "limit Allocation failed")),
+        (
+            _RX_V8_HEAP,
+            (
+                "JavaScript heap",
+                "FatalProcessOutOfMemory(",
+                "limit Allocation failed",
+                "JavaScript out of memory",
+                "process out of memory",
+            ),
+        ),
     ),
     _rule(
         "tensorrt-tactic-oom",
@@ -2852,7 +2928,7 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "cpu-allocator" and "[enforce fail at " in body:
         m = _RX_ENFORCE_TYPE.search(body)
         return m.group(1) if m else None
-    if rule in ("cuda-oom", "hip-oom", "xpu-oom") and (
+    if rule in _DEVICE_OOM_RULES and (
         "OutOfMemoryError: " in body or "OutOfMemoryError('" in body or 'OutOfMemoryError("' in body
     ):
         m = _RX_INLINE_OOM_TYPE.search(body)
@@ -2997,6 +3073,23 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_UNREAL_OOM.search(body)
         fields["requested_bytes"] = int(m.group(1)) if m else None
         return
+    if rule == "ios-memory-limit":
+        m = _RX_IOS_EXC_RESOURCE.search(body)
+        if m:
+            extra.append(("allowed_bytes", int(m.group(1)) * MIB))  # (iOS's MB are MiB)
+        return
+    if rule == "tensorrt-tactic-device":
+        m = _RX_TRT_TACTIC_DEVICE.search(body)
+        if m:
+            fields["requested_bytes"] = int(m.group(1)) * MIB
+            fields["free_bytes"] = int(m.group(2)) * MIB
+        return
+    if rule == "iis-memory-recycle":
+        m = _RX_IIS_RECYCLE.search(body)
+        if m and m.group(1):
+            extra.append(("usage_bytes", int(m.group(1))))
+            fields["total_bytes"] = int(m.group(2))
+        return
     if rule == "wine-virtual-memory":
         m = _RX_WINE_VIRTUAL.search(body)
         fields["requested_bytes"] = int(m.group(1), 16) if m else None
@@ -3015,7 +3108,9 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m and m.group(1):
             fields["requested_bytes"] = int(m.group(1))
         return
-    if rule.startswith(("cuda-oom", "hip-oom", "xpu-oom", "oom-exception", "cuda-alloc", "comfy-")):
+    if rule.startswith(
+        ("cuda-oom", "hip-oom", "xpu-oom", "npu-oom", "oom-exception", "cuda-alloc", "comfy-")
+    ):
         fields["requested_bytes"] = _size(_find(_RX_TRIED, body, "Tried to allocate"))
         m = _find(_RX_TOTAL, body, "capac")
         if m:
@@ -3051,7 +3146,7 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         allowed = _size(_find(_RX_ALLOWED, body, " allowed;"))
         if allowed is not None:
             extra.append(("allowed_bytes", allowed))
-        m = _find(_RX_GPU_INDEX, body, "GPU")
+        m = _find(_RX_GPU_INDEX, body, "GPU", "NPU")
         if m:
             fields["gpu_index"] = int(m.group(1))
     if rule == "cuda-exceed-allowed":
