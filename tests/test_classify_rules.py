@@ -4195,3 +4195,83 @@ def test_round_28_tune_shapes() -> None:
     assert uno.pool is Pool.RAM
     qimage = _event("QImage: out of memory, returning null image")
     assert (qimage.pool, qimage.recovered) == (Pool.RAM, True)
+
+
+def test_round_28_held_shapes() -> None:
+    """Round 28's held part, once spent: the toolchains' heap (MSVC's C1060 and C1002,
+    LNK1102, LLVM), Bun, Xcode's and Kaggle's memory kills, Safari's reload, Photopea, Cloud
+    Run's limit with its figures, runc's and the ECS agent's OOM kills, ECS's stopped reason
+    without an exception type, Android's lmkd and its FATAL EXCEPTION header, ART's growth
+    limit as the heap's total, Adreno's KGSL, RKNN's NPU handle, OpenCL's host memory,
+    jetson-utils' mapped allocation, and GitHub Actions' per-line stamps. Each with its
+    near-miss."""
+    for line in (
+        "payload.h(16957): fatal error C1060: compiler is out of heap space",
+        "x.cpp(365): fatal error C1002: compiler is out of heap space in pass 2",
+        "LINK : fatal error LNK1102: out of memory",
+        "9>LINK : LLVM error : out of memory",
+        "panic(main thread): attempt to unwrap error: OutOfMemory",
+        "Bun ran out of memory",
+        "This webpage was reloaded because it was using significant memory",
+        "Not enough RAM! (Need 3043MB )",
+        "jetson.utils -- cudaAllocMapped() failed to allocate memory",
+        "Error: CL_OUT_OF_HOST_MEMORY",
+    ):
+        assert _event(line).pool in (Pool.RAM, Pool.GPU), line
+    assert not list(iter_findings(["warning C4756: overflow in constant arithmetic"]))
+    assert _event("Not enough RAM! (Need 3043MB )").requested_bytes == 3043 * 1024**2
+    for kill in (
+        "Message from debugger: Terminated due to memory issue",
+        "Your notebook tried to allocate more memory than is available. It has restarted.",
+        "starting container process caused: container init was OOM-killed (memory limit too low?)",
+        'DockerGoClient: process within container db09 (name: "ecs-x") died due to OOM',
+    ):
+        assert _event(kill).pool is Pool.KILLED_BY_OS, kill
+    run = _event("Memory limit of 512 MiB exceeded with 516 MiB used. Consider increasing")
+    assert dict(run.extra) == {"limit_bytes": 512 * 1024**2, "usage_bytes": 516 * 1024**2}
+    ecs = _event("OutOfMemoryError: Container killed due to memory usage")
+    assert (ecs.pool, ecs.exception_type) == (Pool.KILLED_BY_OS, None)
+
+    lmkd = _event(
+        "2024-09-25 10:24:19.378 495-495 lowmemorykiller lmkd I  Kill 'com.google.android.apps."
+        "scone' (15964), uid 10137, oom_score_adj 500 to free 92212kB rss, 33036kB swap"
+    )
+    assert (lmkd.killed_pid, dict(lmkd.extra)) == (
+        15964,
+        {"process_name": "com.google.android.apps.scone", "vm_rss_bytes": 92212 * 1024},
+    )
+    art = list(
+        iter_findings(
+            [
+                "E/AndroidRuntime: FATAL EXCEPTION: main",
+                "    Process: ai.onnxruntime.example, PID: 21599",
+                "    java.lang.OutOfMemoryError: Failed to allocate a 361332168 byte allocation with "
+                "8388608 free bytes and 164MB until OOM, target footprint 372920392, growth limit "
+                "536870912",
+                "        at java.util.Arrays.copyOf(Arrays.java:3670)",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.requested_bytes, f.event.total_bytes) for f in art] == [
+        (1, 361332168, 536870912)
+    ]
+    assert _event(
+        "W Adreno-GSL: <gsl_ldd_control:549>: ioctl fd 58 code 0xc0300945 "
+        "(IOCTL_KGSL_GPUOBJ_ALLOC) failed: errno 12 Out of memory"
+    ).pool is (Pool.GPU)
+    assert _event(
+        "E RKNN: [10:48:59.683] failed to allocate handle, ret: -1, errno: 12, errstr: Cannot "
+        "allocate memory"
+    ).pool is (Pool.GPU)
+    assert not list(
+        iter_findings(["E RKNN: failed to allocate handle, ret: -1, errno: 24, errstr: Too many"])
+    )
+    actions = list(
+        iter_findings(
+            [
+                "2024-04-14T21:49:58.7397481Z    Compiling x v0.7.1",
+                "2024-04-14T22:05:23.8605906Z Killed",
+            ]
+        )
+    )
+    assert [(f.line_no, f.event.pool) for f in actions] == [(2, Pool.KILLED_BY_OS)]

@@ -88,6 +88,8 @@ NEEDLES: tuple[str, ...] = (
     "RESOURCE_TYPE_MEMORY",  # iOS's per-app limit: 'EXC_RESOURCE (RESOURCE_TYPE_MEMORY: ...)'
     "536870904",  # Chromium's renderer OOM exit code in Electron's dialog ('code: -536870904')
     "collector is thrashing",  # Gradle's daemon: '... since the JVM garbage collector is thrashing'
+    "out of heap space",  # MSVC: 'fatal error C1060: compiler is out of heap space'
+    "Not enough RAM!",  # Photopea: 'Not enough RAM! (Need 3043MB )'
 )
 
 _K = KIB
@@ -155,6 +157,8 @@ def has_needle(text: str) -> bool:
         or "RESOURCE_TYPE_MEMORY" in text
         or "536870904" in text
         or "collector is thrashing" in text
+        or "out of heap space" in text
+        or "Not enough RAM!" in text
     )
 
 
@@ -506,6 +510,55 @@ _RX_GRADLE_GC_THRASH = re.compile(
 )
 #: Qt's image allocation failing (it returns a null image and the program goes on)
 _RX_QIMAGE_OOM = re.compile(r"\bQImage: out of memory, returning null image\b")
+#: MSVC's compiler and linker out of heap: 'fatal error C1060: compiler is out of heap space'
+#: (C1002 'in pass 2'), 'fatal error LNK1102: out of memory'; LLVM's 'LLVM error : out of memory'
+_RX_TOOLCHAIN_HEAP = re.compile(
+    r"(?:\bfatal error )?\bC10(?:60|02): compiler is out of heap space\b"
+    r"|\bfatal error LNK1102: out of memory\b|\bLLVM (?:error|ERROR) ?: out of memory\b"
+)
+#: Bun's allocator failing (Zig's error.OutOfMemory unwrapped in a panic, or its crash report)
+_RX_BUN_OOM = re.compile(
+    r"\bpanic\([^)\n]*\): attempt to unwrap error: OutOfMemory\b|^Bun ran out of memory\b", _M
+)
+#: Xcode's debugger when iOS's jetsam ended the app for its memory
+_RX_XCODE_MEMORY = re.compile(r"\bMessage from debugger: Terminated due to memory issue\b")
+#: Safari's banner for a page WebKit reloaded at its memory limit
+_RX_SAFARI_RELOAD = re.compile(
+    r"\bThis webpage was reloaded because it was using significant memory\b"
+)
+#: Photopea's refusal: 'Not enough RAM! (Need 3043MB )'
+_RX_PHOTOPEA_RAM = re.compile(r"\bNot enough RAM! \(Need (\d+) ?MB ?\)")
+#: Kaggle's kernel restarted at the notebook's memory limit
+_RX_KAGGLE_RESTART = re.compile(
+    r"\bYour notebook tried to allocate more memory than is available\. It has restarted\b"
+)
+#: Google Cloud Run (and Cloud Functions) ending an instance at its memory limit: 'Memory limit
+#: of 512 MiB exceeded with 516 MiB used' (older 'of 512M exceeded with 526M used')
+_RX_CLOUD_RUN_LIMIT = re.compile(
+    r"\bMemory limit of (\d+) ?(MiB|M) exceeded with (\d+) ?(MiB|M) used\b"
+)
+#: runc starting a container whose init the memory cgroup killed at once (ECS and Docker relay
+#: it): 'container init was OOM-killed (memory limit too low?)'
+_RX_RUNC_INIT_OOM = re.compile(r"\bcontainer init was OOM-killed\b")
+#: the ECS agent's Docker client: 'process within container <id> (name: "...") died due to OOM'
+_RX_ECS_AGENT_OOM = re.compile(
+    r"\bprocess within container \S+ (?:\(name: \"[^\"\n]*\"\) )?died due to OOM\b"
+)
+#: Android's lmkd: 'lowmemorykiller ... Kill 'com.app' (15964), uid 10137, oom_score_adj 500 to
+#: free 92212kB rss'
+_RX_LMKD_KILL = re.compile(
+    r"\blowmemorykiller\b[^\n]*?\bKill '([^'\n]+)' \((\d+)\), uid \d+, oom_score_adj -?\d+ to free"
+    r" (\d+)kB rss\b"
+)
+#: Qualcomm's Adreno driver refusing a GPU buffer: '(IOCTL_KGSL_GPUOBJ_ALLOC) failed: errno 12 Out
+#: of memory'
+_RX_KGSL_ALLOC = re.compile(r"\bIOCTL_KGSL_GPUOBJ_ALLOC\) failed: errno 12\b")
+#: Rockchip's RKNN runtime refusing NPU memory: 'failed to allocate handle, ret: -1, errno: 12'
+_RX_RKNN_ALLOC = re.compile(r"\bfailed to allocate handle, ret: -1, errno: 12\b")
+#: OpenCL's host-side allocation failure (a driver's build or enqueue)
+_RX_CL_HOST_OOM = re.compile(r"\bCL_OUT_OF_HOST_MEMORY\b")
+#: jetson-utils' mapped (zero-copy) allocation on Jetson's shared memory
+_RX_JETSON_ALLOC_MAPPED = re.compile(r"\bcudaAllocMapped\(\) failed to allocate memory\b")
 #: OpenGL's GL_OUT_OF_MEMORY (WebGL in Chrome and Electron: '[.WebGL-...] GL_OUT_OF_MEMORY: Error
 #: allocating Texture2D. HRESULT: 0x8007000E'): the GPU's memory, whatever ANGLE's HRESULT says
 _RX_GL_OOM = re.compile(r"\bGL_OUT_OF_MEMORY\b")
@@ -1081,6 +1134,7 @@ _RX_JAVA_OOM = re.compile(
     r"|(?:\b(java\.lang\.OutOfMemoryError): |\bThrowing (OutOfMemoryError) \")"
     r"Failed to allocate a (\d+) byte allocation with (\d+) free bytes"
     r"(?:[^\n\"]{0,80}?, max allowed footprint (\d+))?"
+    r"(?:[^\n\"]{0,80}?, growth limit (\d+))?"  # (the heap's cap, the total the corpus reads)
 )
 #: MLX's Metal allocator on Apple silicon: '[malloc_or_wait] Unable to allocate N bytes.' (also
 #: '[metal::malloc]'): the unified memory's Metal budget
@@ -1501,6 +1555,8 @@ def _classify_lines(lines: list[str]) -> _Found | None:
         exc_type = _inline_exception_type(rule, body)
     if exc_type is None:
         exc_type = _type_before(flines[fidx], pos - starts[fidx])
+    if rule == "ecs-container-oom":
+        exc_type = None  # (ECS's stopped reason names a status code, not an exception raised)
     if exc_type and exc_type[:1] == "_" and "." not in exc_type and exc_type[1:2].isupper():
         exc_type = exc_type[1:]  # Markdown italics opened on the type: '_RuntimeError: ..._'
     if exc_type and not exc_type.isascii() and (tail := _RX_ASCII_TYPE_TAIL.search(exc_type)):
@@ -2247,6 +2303,26 @@ def _windows_outofmemory(body: str, report: _Report | None) -> _Detected | None:
     return "windows-outofmemory", pool, backend, m.start(), False
 
 
+#: Android's crash header: the record's first line when the app died of the exception
+_RX_ANDROID_FATAL = re.compile(r"^[^\n]*\bFATAL EXCEPTION: [^\n]*\n(?:[ \t]+[^\n]*\n)*?", _M)
+
+
+def _java_heap(body: str, report: _Report | None) -> _Detected | None:
+    """The Java VM's heap (``_RX_JAVA_OOM``, or the GC-overhead title), placed at Android's
+    'FATAL EXCEPTION' header when the record opens with it (the stack lines are indented)."""
+    m = _find(_RX_JAVA_OOM, body, "OutOfMemoryError") or _find(
+        _RX_JAVA_GC_TITLE, body, "GC overhead limit"
+    )
+    if m is None:
+        return None
+    start = m.start()
+    if "FATAL EXCEPTION: " in body:
+        for h in _RX_ANDROID_FATAL.finditer(body, 0, start + 1):
+            if h.end() >= body.rfind("\n", 0, start) + 1 and h.start() < start:
+                start = h.start()
+    return "java-heap-oom", _RAM, _CPU, start, False
+
+
 def _tf_bfc_rounded(body: str, report: _Report | None) -> _Detected | None:
     """BFC's failed allocation (``_RX_TF_BFC_ROUNDED``): a host allocator's is pinned RAM."""
     m = _find(_RX_TF_BFC_ROUNDED, body, "requested by op")
@@ -2603,13 +2679,7 @@ _CHECKS: tuple[_Check, ...] = (
     _numpy_untyped,
     _ray_kill,
     # (before the generic OOM exception: Java's OutOfMemoryError is its own VM's heap)
-    _rule(
-        "java-heap-oom",
-        _RAM,
-        _CPU,
-        (_RX_JAVA_OOM, ("OutOfMemoryError",)),
-        (_RX_JAVA_GC_TITLE, ("GC overhead limit",)),
-    ),
+    _java_heap,
     _rule("dotnet-oom", _RAM, _CPU, (_RX_DOTNET_OOM, ("System.OutOfMemoryException",))),
     _rule("mlx-malloc-oom", _MPS, Backend.MPS, (_RX_MLX_MALLOC, ("[malloc_or_wait]",))),
     _rule("rmm-device-oom", _GPU, Backend.CUDA, (_RX_RMM_OOM, ("std::bad_alloc: ",))),
@@ -2722,6 +2792,29 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_GRADLE_GC_THRASH, ("garbage collector is thrashing",)),
     ),
     _rule("qimage-oom", _RAM, _CPU, (_RX_QIMAGE_OOM, ("QImage: out of memory",)), recovered=True),
+    _rule(
+        "toolchain-heap", _RAM, _CPU, (_RX_TOOLCHAIN_HEAP, ("out of heap space", ": out of memory"))
+    ),
+    _rule("bun-oom", _RAM, _CPU, (_RX_BUN_OOM, ("error: OutOfMemory", "Bun ran out of memory"))),
+    _rule("xcode-memory-kill", _KILLED, _CPU, (_RX_XCODE_MEMORY, ("due to memory issue",))),
+    _rule("safari-memory-reload", _RAM, _CPU, (_RX_SAFARI_RELOAD, ("using significant memory",))),
+    _rule("photopea-ram", _RAM, _CPU, (_RX_PHOTOPEA_RAM, ("Not enough RAM!",))),
+    _rule(
+        "kaggle-memory-restart",
+        _KILLED,
+        _CPU,
+        (_RX_KAGGLE_RESTART, ("more memory than is available",)),
+    ),
+    _rule("cloud-run-memory-limit", _KILLED, _CPU, (_RX_CLOUD_RUN_LIMIT, ("exceeded with",))),
+    _rule("runc-init-oom", _KILLED, _CPU, (_RX_RUNC_INIT_OOM, ("init was OOM-killed",))),
+    _rule("ecs-agent-oom", _KILLED, _CPU, (_RX_ECS_AGENT_OOM, ("died due to OOM",))),
+    _rule("android-lmkd-kill", _KILLED, _CPU, (_RX_LMKD_KILL, ("lowmemorykiller",))),
+    _rule("adreno-kgsl-alloc", _GPU, _UNKNOWN, (_RX_KGSL_ALLOC, ("IOCTL_KGSL_GPUOBJ_ALLOC",))),
+    _rule("rknn-npu-alloc", _GPU, _UNKNOWN, (_RX_RKNN_ALLOC, ("failed to allocate handle",))),
+    _rule("opencl-host-oom", _RAM, _CPU, (_RX_CL_HOST_OOM, ("CL_OUT_OF_HOST_MEMORY",))),
+    _rule(
+        "jetson-alloc-mapped", _GPU, Backend.CUDA, (_RX_JETSON_ALLOC_MAPPED, ("cudaAllocMapped",))
+    ),
     _rule("macos-malloc-region", _RAM, _CPU, (_RX_MACH_VM_MAP, ("mach_vm_map", "allocate region"))),
     _rule(
         "spark-rapids-rmm-alloc",
@@ -3084,6 +3177,23 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = int(m.group(1)) * MIB
             fields["free_bytes"] = int(m.group(2)) * MIB
         return
+    if rule == "photopea-ram":
+        m = _RX_PHOTOPEA_RAM.search(body)
+        fields["requested_bytes"] = int(m.group(1)) * MIB if m else None
+        return
+    if rule == "cloud-run-memory-limit":
+        m = _RX_CLOUD_RUN_LIMIT.search(body)
+        if m:  # (its M and MiB alike: Cloud Run's memory settings are binary)
+            extra.append(("limit_bytes", int(m.group(1)) * MIB))
+            extra.append(("usage_bytes", int(m.group(3)) * MIB))
+        return
+    if rule == "android-lmkd-kill":
+        m = _RX_LMKD_KILL.search(body)
+        if m:
+            fields["killed_pid"] = int(m.group(2))
+            extra.append(("process_name", m.group(1)))
+            extra.append(("vm_rss_bytes", int(m.group(3)) * KIB))
+        return
     if rule == "iis-memory-recycle":
         m = _RX_IIS_RECYCLE.search(body)
         if m and m.group(1):
@@ -3323,8 +3433,8 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m and m.group(4):
             fields["requested_bytes"] = int(m.group(4))
             fields["free_bytes"] = int(m.group(5))
-            if m.group(6):
-                fields["total_bytes"] = int(m.group(6))
+            if m.group(7) or m.group(6):
+                fields["total_bytes"] = int(m.group(7) or m.group(6))
     elif rule == "ggml-buffer-alloc":
         m = _RX_GGML_BUFFER.search(body)
         size = m and (m.group(2) or m.group(4))

@@ -7,7 +7,7 @@ electron-log (``[2025-03-28 01:40:15.296] [info]  ``), launchers that use Python
 (``2024-12-16 17:10:56,767 - root - ERROR - ``, ``ERROR:root:``), newer level tags
 (``[INFO] ``), and per-line prefixes that wrap *every* line, continuation lines included
 (journald/syslog ``May 15 23:09:27 host kernel: ``, ``docker compose`` ``comfyui  | ``,
-BuildKit's ``#14 107.3 ``).
+BuildKit's ``#14 107.3 ``, GitHub Actions' ``2024-04-14T22:05:23.8605906Z ``).
 
 The difference matters for record assembly (records.py): a wrapper prefix marks the start of
 a new log record, and the wrapper leaves continuation lines (traceback bodies) bare; a
@@ -41,6 +41,8 @@ _SYSLOG = re.compile(
 _COMPOSE = re.compile(r"[a-z0-9][a-z0-9_.\-]*\s+\| ")
 #: BuildKit's plain progress output (``docker build``): the step and its seconds, ``#14 107.3 ``
 _BUILDKIT = re.compile(r"#\d+ \d+\.\d+(?: |$)")
+#: GitHub Actions' raw log: every line stamped in UTC, ``2024-04-14T22:05:23.8605906Z ``
+_ACTIONS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z)(?: |$)")
 
 
 class Split(NamedTuple):
@@ -91,6 +93,10 @@ def split_prefix(line: str) -> Split:
         # the per-line prefixes without a time: BuildKit's step, docker compose's service
         if first == "#" and line[1:2].isdigit():
             m = _BUILDKIT.match(line)
+        elif first.isdigit() and line[10:11] == "T" and "Z" in line[19:29]:
+            m = _ACTIONS.match(line)
+            if m:
+                line_time = m.group(1)
         elif "| " in line and (first.islower() or first.isdigit()):
             m = _COMPOSE.match(line)
         else:
