@@ -173,7 +173,8 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 28: none of 20, at first look and after tuning;
+#: held-out negatives called a failure (round 29: none of 21, at first look and after tuning;
+#: round 28: none of 20, at first look and after tuning;
 #: round 27: 1 of 19, batch 35a's, at first look and after tuning, none once spent; round 26: 2 of 15, one each of batches 34a and 34b,
 #: at first look and after tuning, none once spent; round 25: none of 24 at first look and after tuning;
 #: round 24: 1 of 16, batch 32c's, at its first look and after tuning; round 23: 1 of 29 at first look and after tuning, in batch 31b; round 22: none
@@ -197,19 +198,20 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
 
 def test_no_held_out_negative_is_called_a_failure() -> None:
     """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on rounds
-    7, 8, 13, 15, 19, 20, 22, 25 and 28; missed on rounds 9-12, 14, 16-18, 21, 23, 24, 26 and 27."""
+    7, 8, 13, 15, 19, 20, 22, 25, 28 and 29; missed on rounds 9-12, 14, 16-18, 21, 23, 24, 26 and
+    27."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 28, tests/corpus_score.py HELD_ROUND) scores after tuning on
-#: its tune part only (first look, all three batches with round 27 spent and no round-28
-#: tuning: 28.4 / 25.4 / 26.9 % of 67 events; per batch 36a 34.5 % of 29, 36b 31.8 % of 22, 36c
-#: 12.5 % of 16 detected; 37.3 % on every figure after tuning; its misses never listed;
+#: what the held-out part (round 29, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look, all three batches with round 28 spent and no round-29
+#: tuning: 30.4 / 26.1 / 23.9 % of 46 events; per batch 37a 21.4 % of 14, 37b 11.1 % of 18, 37c
+#: 64.3 % of 14 detected; 60.9 / 58.7 / 54.3 % after tuning; its misses never listed;
 #: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
 #: fails here
-HELD_FLOOR = 0.373  # 25 of 67 events (37.3 %) on every figure
+HELD_FLOOR = 0.543  # 25 of 46 events (54.3 %, the numbers figure)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -219,9 +221,9 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 28: 71 excerpts, 67 events) scores "
-    "37.3 / 37.3 / 37.3 % (detection, pool, numbers) after tuning on its tune part (first "
-    "look 28.4 / 25.4 / 26.9 %; per batch 34.5, 31.8 and 12.5 % detection), under the "
+    reason="issue 12: the untouched held-out part (round 29: 59 excerpts, 46 events) scores "
+    "60.9 / 58.7 / 54.3 % (detection, pool, numbers) after tuning on its tune part (first "
+    "look 30.4 / 26.1 / 23.9 %; per batch 21.4, 11.1 and 64.3 % detection), under the "
     "98/97/97 % targets; strict, so it turns red once they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:

@@ -4275,3 +4275,87 @@ def test_round_28_held_shapes() -> None:
         )
     )
     assert [(f.line_no, f.event.pool) for f in actions] == [(2, Pool.KILLED_BY_OS)]
+
+
+def test_round_29_tune_shapes() -> None:
+    """Round 29's tune part: accelerators beyond CUDA (XLA on TPU in three wordings, AWS
+    Neuron's runtime, Jittor's unified-memory fallback, torch_musa's message), data systems
+    (ClickHouse's tracker with its type and figures, Elasticsearch's breakers, Trino's limits,
+    DuckDB's buffer manager, YARN's container kills, MongoDB's sort limit, BigQuery, SQL
+    Server's 701, Ray's full object store, Arrow's pool, the JVM's Metaspace) and local AI apps
+    (exllama's VRAM fit, LM Studio's guardrail). Each with its near-miss."""
+    hbm = _event(
+        "XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory "
+        "in memory space hbm. Used 21.95G of 15.48G hbm."
+    )
+    assert (hbm.requested_bytes, hbm.total_bytes) == (
+        round(21.95 * 1024**3),
+        round(15.48 * 1024**3),
+    )
+    buf = _event(
+        "RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 196.00M. That "
+        "was not possible. There are 134.44M free.; (1x0x0_HBM0)"
+    )
+    assert (buf.requested_bytes, buf.free_bytes) == (196 * 1024**2, round(134.44 * 1024**2))
+    assert _event(
+        "Attempting to reserve 6.14G at the bottom of memory. That was not possible."
+    ).requested_bytes == round(6.14 * 1024**3)
+    assert not list(iter_findings(["That was not possible, said the user"]))
+    assert _event("Failed to alloc DEVICE memory: 13743184").requested_bytes == 13743184
+    assert _event('RuntimeError: nrt_load_collectives status=4 message="Allocation Failure"')
+    jittor = _event(
+        "[w 0429] Unable to alloc cuda device memory, use unify memory instead. This may cause low"
+    )
+    assert (jittor.backend, jittor.recovered) == (Backend.CUDA, True)
+    musa = _event("RuntimeError: MUSA out of memory. Tried to allocate 2.00 GiB")
+    assert (musa.pool, musa.backend) == (Pool.GPU, Backend.UNKNOWN)
+
+    ch = _event(
+        "Code: 241. DB::Exception: Memory limit (total) exceeded: would use 13.94 GiB (attempt to "
+        "allocate chunk of 4235716 bytes), maximum: 13.94 GiB"
+    )
+    assert (ch.pool, ch.exception_type, ch.requested_bytes) == (Pool.RAM, "DB::Exception", 4235716)
+    assert dict(ch.extra)["limit_bytes"] == round(13.94 * 1024**3)
+    es = _event(
+        "[circuit_breaking_exception] [parent] Data too large, data for [<http_request>] would be "
+        "[1017560880/970.4mb], which is larger than the limit of [986061209/940.3mb]"
+    )
+    assert dict(es.extra) == {"usage_bytes": 1017560880, "limit_bytes": 986061209}
+    trino = _event(
+        "Query exceeded per-node memory limit of 40GB [Allocated: 40.00GB, Delta: 8.71MB, Top"
+    )
+    assert (trino.requested_bytes, dict(trino.extra)["limit_bytes"]) == (
+        round(8.71 * 1024**2),
+        40 * 1024**3,
+    )
+    duck = _event(
+        "Out of Memory Error: failed to allocate data of size 128.0 MiB (2.8 GiB/2.9 GiB used)"
+    )
+    assert duck.requested_bytes == 128 * 1024**2
+    assert _event("Error: Out of Memory Error: could not allocate block of 262144 bytes").pool is (
+        Pool.RAM
+    )
+    yarn = _event(
+        "Container killed by YARN for exceeding memory limits. 7.2 GB of 4.2 GB virtual memory used."
+    )
+    assert yarn.pool is Pool.KILLED_BY_OS
+    assert dict(_event("Sort exceeded memory limit of 104857600 bytes, but did not").extra) == {
+        "limit_bytes": 104857600
+    }
+    for line in (
+        "The query could not be executed in the allotted memory. Peak usage: 123% of limit.",
+        "There is insufficient system memory in resource pool 'default' to run this query.",
+        "pyarrow.lib.ArrowMemoryError: realloc of size 2172846080 failed",
+        "java.lang.OutOfMemoryError: Metaspace",
+        "Model loading was stopped due to insufficient system resources",
+    ):
+        assert _event(line).pool is Pool.RAM, line
+    assert _event("RuntimeError: Insufficient VRAM for model and cache").pool is Pool.GPU
+    assert not list(iter_findings(["Memory limit (total) of the server is 10 GiB"]))
+    assert not list(
+        iter_findings(
+            [
+                'LM Studio told me that "Model loading was stopped due to insufficient system resources"'
+            ]
+        )
+    )

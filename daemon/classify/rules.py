@@ -90,6 +90,9 @@ NEEDLES: tuple[str, ...] = (
     "collector is thrashing",  # Gradle's daemon: '... since the JVM garbage collector is thrashing'
     "out of heap space",  # MSVC: 'fatal error C1060: compiler is out of heap space'
     "Not enough RAM!",  # Photopea: 'Not enough RAM! (Need 3043MB )'
+    "circuit_breaking_exception",  # Elasticsearch's breakers: '[circuit_breaking_exception] [parent]'
+    "Insufficient VRAM",  # exllama: 'Insufficient VRAM for model and cache'
+    "insufficient system resources",  # LM Studio's guardrail: 'Model loading was stopped due to ...'
 )
 
 _K = KIB
@@ -159,6 +162,9 @@ def has_needle(text: str) -> bool:
         or "collector is thrashing" in text
         or "out of heap space" in text
         or "Not enough RAM!" in text
+        or "circuit_breaking_exception" in text
+        or "Insufficient VRAM" in text
+        or "insufficient system resources" in text
     )
 
 
@@ -285,24 +291,24 @@ _CJK_OR_PUNCT = "\u3000-\u303f" + _CJK
 
 _RX_TORCH_DEVICE = re.compile(
     # (a hand-retyped 'CUDA out of the memory. Tried to allocate ...' is the same message)
-    r"(CUDA|HIP|XPU|NPU) out of (?:the )?memory(?:[.,]?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
+    r"(CUDA|HIP|XPU|NPU|MUSA) out of (?:the )?memory(?:[.,]?(?= ?Tried to allocate|\s*$)| (?=Tried to allocate \d))"
     # inside a CJK sentence ('一直显示CUDA out of memory，'), hyphenated or not: what the
     # user saw, named in the sentence; the full-width punctuation or CJK after it says so.
     # (Not in an English sentence: 'If you get CUDA out of memory errors, try --lowvram' is
     # a tip a node pack may print at start-up.)
     # (or its full stop, then the sentence goes on in CJK: '(에러) CUDA out of memory. 문의 드립니다.')
-    rf"|(CUDA|HIP|XPU|NPU) out[ -]of[ -]memory(?=[{_CJK_OR_PUNCT}]|\.\s*[{_CJK}])"
-    rf"|(?<=[{_CJK}])(CUDA|HIP|XPU|NPU) out[ -]of[ -]memory\b"
+    rf"|(CUDA|HIP|XPU|NPU|MUSA) out[ -]of[ -]memory(?=[{_CJK_OR_PUNCT}]|\.\s*[{_CJK}])"
+    rf"|(?<=[{_CJK}])(CUDA|HIP|XPU|NPU|MUSA) out[ -]of[ -]memory\b"
     # quoted, as the error's own words ('throwing exception: "CUDA out of memory" even ...')
-    r"|(?<=[\"'`*\u201c])(CUDA|HIP|XPU|NPU) out of memory\.?(?=[\"'`*\u201d])"
+    r"|(?<=[\"'`*\u201c])(CUDA|HIP|XPU|NPU|MUSA) out of memory\.?(?=[\"'`*\u201d])"
     # right after its exception type, wherever that is ('... 一直报torch.cuda.OutOfMemoryError: CUDA out of memory')
-    r"|(?<=Error: )(CUDA|HIP|XPU|NPU) out of memory\b",
+    r"|(?<=Error: )(CUDA|HIP|XPU|NPU|MUSA) out of memory\b",
     _M,
 )
 _RX_TORCH_DEVICE_LINE = re.compile(
     # (an issue title: a Markdown heading mark, a vendor's or a capitalised word before it)
     r"^(?:#+ )?(?:\[\w+\]:? ?)?(?:\S+Error: |!!! Exception during processing !!! |[A-Z][A-Za-z]{1,10} )?"
-    r"(CUDA|HIP|XPU|NPU) out of memory\b",
+    r"(CUDA|HIP|XPU|NPU|MUSA) out of memory\b",
     _M,
 )
 #: Ray's memory monitor killing a task or an actor when its node runs low on RAM (a killer of
@@ -559,6 +565,98 @@ _RX_RKNN_ALLOC = re.compile(r"\bfailed to allocate handle, ret: -1, errno: 12\b"
 _RX_CL_HOST_OOM = re.compile(r"\bCL_OUT_OF_HOST_MEMORY\b")
 #: jetson-utils' mapped (zero-copy) allocation on Jetson's shared memory
 _RX_JETSON_ALLOC_MAPPED = re.compile(r"\bcudaAllocMapped\(\) failed to allocate memory\b")
+#: a size as data systems print it: '13.94 GiB', '40GB', '8.71MB', '64kB', '6.14G'
+_DSIZE = r"(\d+(?:\.\d+)?) ?([KMGTPE]i?B|[KMGTPE]|kB|bytes)"
+#: XLA on TPU: 'Ran out of memory in memory space hbm. Used 21.95G of 15.48G hbm.', 'Error
+#: allocating device buffer: Attempting to allocate 196.00M. That was not possible. There are
+#: 134.44M free.', 'Attempting to reserve 6.14G at the bottom of memory. That was not possible.'
+_RX_XLA_TPU_OOM = re.compile(
+    r"\bRan out of memory in memory space hbm\. Used " + _DSIZE + r" of " + _DSIZE + r" hbm\b"
+    r"|\bAttempting to allocate "
+    + _DSIZE
+    + r"\. That was not possible\. There are "
+    + _DSIZE
+    + r" free\b"
+    r"|\bAttempting to reserve " + _DSIZE + r" at the bottom of memory\. That was not possible\b"
+)
+#: AWS Neuron's runtime: the device driver's 'Failed to alloc DEVICE memory: N', the runtime's
+#: 'nrt_tensor_allocate status=4 message="Allocation Failure"'
+_RX_NEURON_OOM = re.compile(
+    r"\bFailed to alloc DEVICE memory: (\d+)\b|\bnrt_\w+ status=4 message=\"Allocation Failure\""
+)
+#: Jittor's allocator going on in unified memory when the device's is full (a warning)
+_RX_JITTOR_UNIFY = re.compile(r"\bUnable to alloc cuda device memory, use unify memory instead\b")
+#: ClickHouse's memory tracker: 'Memory limit (total) exceeded: would use 13.94 GiB (attempt to
+#: allocate chunk of 4235716 bytes), maximum: 13.94 GiB' (a title may cut it after 'exceeded')
+_RX_CLICKHOUSE_LIMIT = re.compile(
+    r"\bMemory limit \((?:total|for query|for user)\) exceeded\b(?:: would use "
+    + _DSIZE
+    + r"(?: \(attempt to allocate chunk of (\d+) bytes\))?, maximum: "
+    + _DSIZE
+    + r")?"
+)
+#: Elasticsearch's circuit breakers: '[parent] Data too large, data for [<http_request>] would be
+#: [1017560880/970.4mb], which is larger than the limit of [986061209/940.3mb]'
+_RX_ES_BREAKER = re.compile(
+    r"\bcircuit_breaking_exception\b|\bCircuitBreakingException\b"
+    r"|\bData too large, data for \[[^\]\n]*\] would be \[(\d+)/"
+)
+_RX_ES_BREAKER_FIGURES = re.compile(
+    r"\bwould be \[(\d+)/[^\]\n]*\], which is larger than the limit of \[(\d+)/"
+)
+#: Trino's and Presto's memory limits: 'Query exceeded per-node memory limit of 40GB [Allocated:
+#: 40.00GB, Delta: 8.71MB, ...' (GB binary: 25.80GB is exactly its default)
+_RX_TRINO_LIMIT = re.compile(
+    r"\bQuery exceeded (?:per-node|distributed|local) (?:user |total )?memory limit of "
+    + _DSIZE
+    + r"(?: \[Allocated: "
+    + _DSIZE
+    + r", Delta: "
+    + _DSIZE
+    + r")?"
+)
+#: DuckDB's buffer manager: 'Out of Memory Error: failed to allocate data of size 128.0 MiB (2.8
+#: GiB/2.9 GiB used)', '... could not allocate block of 262144 bytes'
+_RX_DUCKDB_OOM = re.compile(
+    r"\bOut of Memory Error: (?:(?:F|f)ailed to allocate data of size "
+    + _DSIZE
+    + r"(?: \("
+    + _DSIZE
+    + r"/"
+    + _DSIZE
+    + r" used\))?"
+    r"|(?:[Cc]ould not|Failed to) allocate block of (\d+) bytes)"
+)
+#: Hadoop YARN's NodeManager killing a container over its limit (Spark's executors): 'Container
+#: killed by YARN for exceeding memory limits. 7.2 GB of 4.2 GB virtual memory used.'
+_RX_YARN_KILL = re.compile(
+    r"\bContainer killed by YARN for exceeding memory limits\b(?:\. "
+    + _DSIZE
+    + r" of "
+    + _DSIZE
+    + r" (?:virtual|physical) memory used)?"
+)
+#: MongoDB's blocking sort over its limit: 'Sort exceeded memory limit of 104857600 bytes'
+_RX_MONGO_SORT = re.compile(r"\bSort exceeded memory limit of (\d+) bytes\b")
+#: BigQuery's slot memory: 'The query could not be executed in the allotted memory'
+_RX_BIGQUERY_MEMORY = re.compile(r"\bThe query could not be executed in the allotted memory\b")
+#: SQL Server's error 701: 'There is insufficient system memory in resource pool 'default' to
+#: run this query'
+_RX_MSSQL_701 = re.compile(r"\bThere is insufficient system memory in resource pool\b")
+#: Ray's plasma store full: 'Failed to put object <id> in object store because it is full.
+#: Object size is N bytes.'
+_RX_RAY_STORE_FULL = re.compile(
+    r"\bin object store because it is full\.(?: Object size is (\d+) bytes\b)?"
+)
+#: Apache Arrow's memory pool: 'ArrowMemoryError: realloc of size 2172846080 failed'
+_RX_ARROW_ALLOC = re.compile(r"\bArrowMemoryError: (?:realloc|malloc) of size (\d+) failed\b")
+#: exllamav2/v3's loader finding the model and its cache do not fit the cards
+_RX_EXLLAMA_VRAM = re.compile(r"\bInsufficient VRAM (?:in split )?for model and cache\b")
+#: LM Studio's guardrail refusing a load: 'Model loading was stopped due to insufficient system
+#: resources'
+_RX_LMSTUDIO_GUARD = re.compile(
+    r"(?<![\"\u201c])\bModel loading was stopped due to insufficient system resources\b"  # (not quoted)
+)
 #: OpenGL's GL_OUT_OF_MEMORY (WebGL in Chrome and Electron: '[.WebGL-...] GL_OUT_OF_MEMORY: Error
 #: allocating Texture2D. HRESULT: 0x8007000E'): the GPU's memory, whatever ANGLE's HRESULT says
 _RX_GL_OOM = re.compile(r"\bGL_OUT_OF_MEMORY\b")
@@ -959,7 +1057,7 @@ _RX_TF_EXHAUSTED_TYPE = re.compile(
 _RX_XLA_OOM = re.compile(
     # (a console's wrap may cut it after 'Out ', the record keeping both lines)
     # (a title may put the user's '*' for the figure)
-    r"\b(?:RESOURCE_EXHAUSTED|Resource exhausted): (?:Out ?\n?of memory (?:while trying to allocate|allocating) (?:(\d+)|\*) bytes\b"
+    r"\b(?:RESOURCE_EXHAUSTED|Resource exhausted|ResourceExhaustedError): (?:Out ?\n?of memory (?:while trying to allocate|allocating) (?:(\d+)|\*) bytes\b"
     r"|Failed to allocate request for [\d.]+ ?[KMGT]i?B \((\d+)B\) on device ordinal (\d+))"
     # (a title holding the type and the message's head alone: '# RuntimeError: Resource exhausted')
     r"|(?m:^)#+ (?:[\w.]*Error: )?(?:RESOURCE_EXHAUSTED|Resource exhausted)(?=\s*$)"
@@ -1130,7 +1228,7 @@ _RX_V8_HEAP = re.compile(
 #: heap space' / 'GC overhead limit exceeded', Android's 'Failed to allocate a N byte
 #: allocation with M free bytes' (ART logs it as 'Throwing OutOfMemoryError "Failed ..."')
 _RX_JAVA_OOM = re.compile(
-    r"\b(java\.lang\.OutOfMemoryError): (?:Java heap space|GC overhead limit exceeded)\b"
+    r"\b(java\.lang\.OutOfMemoryError): (?:Java heap space|GC overhead limit exceeded|Metaspace)\b"
     r"|(?:\b(java\.lang\.OutOfMemoryError): |\bThrowing (OutOfMemoryError) \")"
     r"Failed to allocate a (\d+) byte allocation with (\d+) free bytes"
     r"(?:[^\n\"]{0,80}?, max allowed footprint (\d+))?"
@@ -1448,7 +1546,7 @@ _RX_IPYTHON_HEADER = re.compile(
 _RX_ASCII_TYPE_TAIL = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*$")
 _RX_PROSE_GLUED_TYPE = re.compile(r"[a-z]+((?:OutOf)?MemoryError)")
 _RX_DUNDER_GLUED = re.compile(r"^__\w+?__(?=[A-Za-z])")
-_DEVICE_OOM_RULES = frozenset({"cuda-oom", "hip-oom", "xpu-oom", "npu-oom"})
+_DEVICE_OOM_RULES = frozenset({"cuda-oom", "hip-oom", "xpu-oom", "npu-oom", "musa-oom"})
 
 
 #: what follows the phrase where a lower-cased paste of torch's message ends its first sentence
@@ -1911,8 +2009,15 @@ def _torch_device(body: str, report: _Report | None) -> _Detected | None:
         return None
     m, group = found
     dev = m.group(group)
-    # (torch_npu's Ascend NPU keeps torch's message; it is none of the backends named here)
-    backend = {"CUDA": Backend.CUDA, "HIP": Backend.ROCM, "XPU": Backend.XPU, "NPU": _UNKNOWN}[dev]
+    # (torch_npu's Ascend NPU and torch_musa's Moore Threads GPU keep torch's message; neither is a
+    # backend named here)
+    backend = {
+        "CUDA": Backend.CUDA,
+        "HIP": Backend.ROCM,
+        "XPU": Backend.XPU,
+        "NPU": _UNKNOWN,
+        "MUSA": _UNKNOWN,
+    }[dev]
     return f"{dev.lower()}-oom", _GPU, backend, m.start(group), False
 
 
@@ -2643,6 +2748,7 @@ _CHECKS: tuple[_Check, ...] = (
             (
                 "RESOURCE_EXHAUSTED: Out of memory",
                 "RESOURCE_EXHAUSTED: Failed to",
+                "ResourceExhaustedError: Failed to",
                 "Resource exhausted: Out",  # (XLA's local_client, 2019)
             ),
         ),
@@ -2814,6 +2920,44 @@ _CHECKS: tuple[_Check, ...] = (
     _rule("opencl-host-oom", _RAM, _CPU, (_RX_CL_HOST_OOM, ("CL_OUT_OF_HOST_MEMORY",))),
     _rule(
         "jetson-alloc-mapped", _GPU, Backend.CUDA, (_RX_JETSON_ALLOC_MAPPED, ("cudaAllocMapped",))
+    ),
+    _rule(
+        "xla-tpu-oom",
+        _GPU,
+        _UNKNOWN,
+        (_RX_XLA_TPU_OOM, ("memory space hbm", "That was not possible")),
+    ),
+    _rule(
+        "neuron-device-oom",
+        _GPU,
+        _UNKNOWN,
+        (_RX_NEURON_OOM, ("DEVICE memory", "Allocation Failure")),
+    ),
+    _rule(
+        "jittor-unify-fallback",
+        _GPU,
+        Backend.CUDA,
+        (_RX_JITTOR_UNIFY, ("use unify memory",)),
+        recovered=True,
+    ),
+    _rule("clickhouse-memory-limit", _RAM, _CPU, (_RX_CLICKHOUSE_LIMIT, (") exceeded",))),
+    _rule(
+        "es-circuit-breaker",
+        _RAM,
+        _CPU,
+        (_RX_ES_BREAKER, ("circuit_breaking", "CircuitBreaking", "Data too large")),
+    ),
+    _rule("trino-memory-limit", _RAM, _CPU, (_RX_TRINO_LIMIT, ("memory limit of",))),
+    _rule("duckdb-oom", _RAM, _CPU, (_RX_DUCKDB_OOM, ("Out of Memory Error",))),
+    _rule("yarn-container-kill", _KILLED, _CPU, (_RX_YARN_KILL, ("killed by YARN",))),
+    _rule("mongo-sort-limit", _RAM, _CPU, (_RX_MONGO_SORT, ("Sort exceeded memory limit",))),
+    _rule("bigquery-memory", _RAM, _CPU, (_RX_BIGQUERY_MEMORY, ("the allotted memory",))),
+    _rule("mssql-701", _RAM, _CPU, (_RX_MSSQL_701, ("insufficient system memory",))),
+    _rule("ray-object-store-full", _RAM, _CPU, (_RX_RAY_STORE_FULL, ("because it is full",))),
+    _rule("arrow-alloc-failed", _RAM, _CPU, (_RX_ARROW_ALLOC, ("ArrowMemoryError",))),
+    _rule("exllama-vram", _GPU, _UNKNOWN, (_RX_EXLLAMA_VRAM, ("Insufficient VRAM",))),
+    _rule(
+        "lmstudio-guardrail", _RAM, _CPU, (_RX_LMSTUDIO_GUARD, ("insufficient system resources",))
     ),
     _rule("macos-malloc-region", _RAM, _CPU, (_RX_MACH_VM_MAP, ("mach_vm_map", "allocate region"))),
     _rule(
@@ -3040,6 +3184,8 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "vulkan-device-oom" and ("class std::" in body or "instance of '" in body):
         m = _RX_CXX_THROWN.search(body) or _RX_CXX_TERMINATE.search(body)
         return m.group(1) if m else None
+    if rule == "clickhouse-memory-limit" and "DB::Exception: " in body:
+        return "DB::Exception"
     if rule == "mono-oom-nested":
         return "OutOfMemoryException"  # (the class the runtime names in its own sentence)
     if rule == "java-heap-oom":
@@ -3145,6 +3291,8 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "mysql-oom": _RX_MYSQL_OOM,
     "innodb-mmap-enomem": _RX_INNODB_MMAP,
     "glib-alloc-failed": _RX_GLIB_ALLOC,
+    "ray-object-store-full": _RX_RAY_STORE_FULL,
+    "arrow-alloc-failed": _RX_ARROW_ALLOC,
     "physx-gpu-alloc": _RX_PHYSX_ALLOC,
     "unity-oom": _RX_UNITY_HEAP,
 }
@@ -3176,6 +3324,66 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m:
             fields["requested_bytes"] = int(m.group(1)) * MIB
             fields["free_bytes"] = int(m.group(2)) * MIB
+        return
+    if rule == "xla-tpu-oom":
+        m = _RX_XLA_TPU_OOM.search(body)
+        if m and m.group(1):  # 'Used X of Y hbm': the program needs X of the chip's Y
+            fields["requested_bytes"] = size_bytes(m.group(1), m.group(2))
+            fields["total_bytes"] = size_bytes(m.group(3), m.group(4))
+        elif m and m.group(5):
+            fields["requested_bytes"] = size_bytes(m.group(5), m.group(6))
+            fields["free_bytes"] = size_bytes(m.group(7), m.group(8))
+        elif m and m.group(9):
+            fields["requested_bytes"] = size_bytes(m.group(9), m.group(10))
+        return
+    if rule == "neuron-device-oom":
+        m = _RX_NEURON_OOM.search(body)
+        if m and m.group(1):
+            fields["requested_bytes"] = int(m.group(1))
+        return
+    if rule == "clickhouse-memory-limit":
+        m = _RX_CLICKHOUSE_LIMIT.search(body)
+        if m and m.group(1):
+            extra.append(("usage_bytes", size_bytes(m.group(1), m.group(2))))
+            extra.append(("limit_bytes", size_bytes(m.group(4), m.group(5))))
+            if m.group(3):
+                fields["requested_bytes"] = int(m.group(3))
+        return
+    if rule == "es-circuit-breaker":
+        m = _RX_ES_BREAKER_FIGURES.search(body)
+        if m:
+            extra.append(("usage_bytes", int(m.group(1))))
+            extra.append(("limit_bytes", int(m.group(2))))
+        return
+    if rule == "trino-memory-limit":
+        m = _RX_TRINO_LIMIT.search(body)
+        if m:
+            if m.group(3):
+                extra.append(("usage_bytes", size_bytes(m.group(3), m.group(4))))
+            extra.append(("limit_bytes", size_bytes(m.group(1), m.group(2))))
+            if m.group(5):
+                fields["requested_bytes"] = size_bytes(m.group(5), m.group(6))
+        return
+    if rule == "duckdb-oom":
+        m = _RX_DUCKDB_OOM.search(body)
+        if m and m.group(1):
+            fields["requested_bytes"] = size_bytes(m.group(1), m.group(2))
+            if m.group(3):
+                extra.append(("usage_bytes", size_bytes(m.group(3), m.group(4))))
+                extra.append(("limit_bytes", size_bytes(m.group(5), m.group(6))))
+        elif m and m.group(7):
+            fields["requested_bytes"] = int(m.group(7))
+        return
+    if rule == "yarn-container-kill":
+        m = _RX_YARN_KILL.search(body)
+        if m and m.group(1):
+            extra.append(("usage_bytes", size_bytes(m.group(1), m.group(2))))
+            extra.append(("limit_bytes", size_bytes(m.group(3), m.group(4))))
+        return
+    if rule == "mongo-sort-limit":
+        m = _RX_MONGO_SORT.search(body)
+        if m:
+            extra.append(("limit_bytes", int(m.group(1))))
         return
     if rule == "photopea-ram":
         m = _RX_PHOTOPEA_RAM.search(body)
@@ -3219,7 +3427,16 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
             fields["requested_bytes"] = int(m.group(1))
         return
     if rule.startswith(
-        ("cuda-oom", "hip-oom", "xpu-oom", "npu-oom", "oom-exception", "cuda-alloc", "comfy-")
+        (
+            "cuda-oom",
+            "hip-oom",
+            "xpu-oom",
+            "npu-oom",
+            "musa-oom",
+            "oom-exception",
+            "cuda-alloc",
+            "comfy-",
+        )
     ):
         fields["requested_bytes"] = _size(_find(_RX_TRIED, body, "Tried to allocate"))
         m = _find(_RX_TOTAL, body, "capac")
