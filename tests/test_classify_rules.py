@@ -4359,3 +4359,60 @@ def test_round_29_tune_shapes() -> None:
             ]
         )
     )
+
+
+def test_round_29_held_shapes() -> None:
+    """Round 29's held part, once spent: XLA on TPU read from its status word (so the type
+    before it is read), Tenstorrent's L1 buffers, MindSpore's pinned arena, ClickHouse's
+    lower-case wording with its RSS, Elasticsearch's breakers in every shape (a title, ES 5's
+    JSON figures, the Java class or the JSON type), Oracle's ORA-04030/04031/27102, the JVM's
+    direct buffers, Neo4j's hint and onnxruntime's 'bad allocation'. Each with its near-miss."""
+    tpu = _event(
+        "UnfilteredStackTrace: RuntimeError: RESOURCE_EXHAUSTED: Ran out of memory in memory "
+        "space hbm. Used 9.08G of 7.48G hbm. Exceeded hbm capacity by 1.60G."
+    )
+    assert (tpu.exception_type, tpu.total_bytes) == ("RuntimeError", round(7.48 * 1024**3))
+    assert _event(
+        "Out of Memory: Not enough space to allocate 86450176 B L1 buffer across 64 banks"
+    ).requested_bytes == (86450176)
+    ms = _event(
+        "[mindspore/ccsrc/minddata/dataset/util/arena.cc:250] Init] cudaHostAlloc failed, ret[2], out of memory"
+    )
+    assert (ms.pool, dict(ms.extra)) == (Pool.RAM, {"host_memory": "pinned"})
+    ch = _event(
+        "Code: 241. DB::Exception: (total) memory limit exceeded: would use 2.07 GiB (attempt to "
+        "allocate chunk of 4624776 bytes), current RSS: 63.00 GiB, maximum: 60.00 GiB."
+    )
+    assert dict(ch.extra)["vm_rss_bytes"] == 63 * 1024**3
+    assert _event(
+        "# CircuitBreakingException: [in_flight_requests] Data too large"
+    ).exception_type == ("CircuitBreakingException")
+    es5 = _event(
+        '{"error":{"root_cause":[{"type":"circuit_breaking_exception","reason":"[parent] Data too '
+        'large, data for [<http_request>] would be larger than limit of [1478832947/1.3gb]",'
+        '"bytes_wanted":1478843760,"bytes_limit":1478832947}]'
+    )
+    assert dict(es5.extra) == {"usage_bytes": 1478843760, "limit_bytes": 1478832947}
+    assert not list(iter_findings(["the index is too large to fit, data for [x] is big"]))
+    for ora, size in (
+        ("ORA-27102: out of memory", None),
+        ("ORA-04030: out of process memory when trying to allocate 8392728 bytes", 8392728),
+        ('ORA-04031: unable to allocate 41520 bytes of shared memory ("shared pool")', 41520),
+    ):
+        event = _event(ora)
+        assert (event.pool, event.requested_bytes) == (Pool.RAM, size), ora
+    direct = _event(
+        "java.lang.OutOfMemoryError: Cannot reserve 369295617 bytes of direct buffer memory "
+        "(allocated: 1866930914, limit: 2147483648)"
+    )
+    assert (direct.pool, direct.requested_bytes, dict(direct.extra)) == (
+        Pool.RAM,
+        369295617,
+        {"usage_bytes": 1866930914, "limit_bytes": 2147483648},
+    )
+    assert _event("There is not enough memory to perform the current task. Please try").pool is (
+        Pool.RAM
+    )
+    assert _event(
+        "Non-zero status code returned while running Mul node. Name:'n' Status Message: bad allocation"
+    ).pool is (Pool.RAM)

@@ -91,6 +91,7 @@ NEEDLES: tuple[str, ...] = (
     "out of heap space",  # MSVC: 'fatal error C1060: compiler is out of heap space'
     "Not enough RAM!",  # Photopea: 'Not enough RAM! (Need 3043MB )'
     "circuit_breaking_exception",  # Elasticsearch's breakers: '[circuit_breaking_exception] [parent]'
+    "Data too large",  # (their message: '[parent] Data too large, data for [<http_request>] ...')
     "Insufficient VRAM",  # exllama: 'Insufficient VRAM for model and cache'
     "insufficient system resources",  # LM Studio's guardrail: 'Model loading was stopped due to ...'
 )
@@ -163,6 +164,7 @@ def has_needle(text: str) -> bool:
         or "out of heap space" in text
         or "Not enough RAM!" in text
         or "circuit_breaking_exception" in text
+        or "Data too large" in text
         or "Insufficient VRAM" in text
         or "insufficient system resources" in text
     )
@@ -571,8 +573,9 @@ _DSIZE = r"(\d+(?:\.\d+)?) ?([KMGTPE]i?B|[KMGTPE]|kB|bytes)"
 #: allocating device buffer: Attempting to allocate 196.00M. That was not possible. There are
 #: 134.44M free.', 'Attempting to reserve 6.14G at the bottom of memory. That was not possible.'
 _RX_XLA_TPU_OOM = re.compile(
+    r"(?:\bRESOURCE_EXHAUSTED: (?:XLA:TPU compile permanent error\. )?)?"
     r"\bRan out of memory in memory space hbm\. Used " + _DSIZE + r" of " + _DSIZE + r" hbm\b"
-    r"|\bAttempting to allocate "
+    r"|(?:\bRESOURCE_EXHAUSTED: (?:Error allocating device buffer: )?)?\bAttempting to allocate "
     + _DSIZE
     + r"\. That was not possible\. There are "
     + _DSIZE
@@ -589,9 +592,12 @@ _RX_JITTOR_UNIFY = re.compile(r"\bUnable to alloc cuda device memory, use unify 
 #: ClickHouse's memory tracker: 'Memory limit (total) exceeded: would use 13.94 GiB (attempt to
 #: allocate chunk of 4235716 bytes), maximum: 13.94 GiB' (a title may cut it after 'exceeded')
 _RX_CLICKHOUSE_LIMIT = re.compile(
-    r"\bMemory limit \((?:total|for query|for user)\) exceeded\b(?:: would use "
+    r"(?:\bMemory limit \((?:total|for query|for user)\) exceeded"
+    r"|\((?:total|for query|for user)\) memory limit exceeded)\b(?:: would use "
     + _DSIZE
-    + r"(?: \(attempt to allocate chunk of (\d+) bytes\))?, maximum: "
+    + r"(?: \(attempt to allocate chunk of (\d+) bytes\))?(?:, current RSS: "
+    + _DSIZE
+    + r")?, maximum: "
     + _DSIZE
     + r")?"
 )
@@ -599,10 +605,13 @@ _RX_CLICKHOUSE_LIMIT = re.compile(
 #: [1017560880/970.4mb], which is larger than the limit of [986061209/940.3mb]'
 _RX_ES_BREAKER = re.compile(
     r"\bcircuit_breaking_exception\b|\bCircuitBreakingException\b"
-    r"|\bData too large, data for \[[^\]\n]*\] would be \[(\d+)/"
+    r"|\bData too large, data for \[[^\]\n]*\] would be\b"
 )
-_RX_ES_BREAKER_FIGURES = re.compile(
-    r"\bwould be \[(\d+)/[^\]\n]*\], which is larger than the limit of \[(\d+)/"
+_RX_ES_WOULD_BE = re.compile(r"\bwould be \[(\d+)/|\"bytes_wanted\":(\d+)")
+_RX_ES_LIMIT = re.compile(r"\blarger than (?:the )?limit of \[(\d+)/|\"bytes_limit\":(\d+)")
+#: the exception the breaker raised: Java's class, or the JSON error's type
+_RX_ES_TYPE = re.compile(
+    r"((?:[a-z]\w*\.)*CircuitBreakingException)\b|\b(circuit_breaking_exception)\b"
 )
 #: Trino's and Presto's memory limits: 'Query exceeded per-node memory limit of 40GB [Allocated:
 #: 40.00GB, Delta: 8.71MB, ...' (GB binary: 25.80GB is exactly its default)
@@ -657,6 +666,19 @@ _RX_EXLLAMA_VRAM = re.compile(r"\bInsufficient VRAM (?:in split )?for model and 
 _RX_LMSTUDIO_GUARD = re.compile(
     r"(?<![\"\u201c])\bModel loading was stopped due to insufficient system resources\b"  # (not quoted)
 )
+#: MindSpore's data pipeline pinning its arena: 'cudaHostAlloc failed, ret[2], out of memory'
+_RX_MS_HOST_ALLOC = re.compile(r"\bcudaHostAlloc failed, ret\[2\], out of memory\b")
+#: Oracle's memory errors: ORA-27102 'out of memory', ORA-04030 'out of process memory when
+#: trying to allocate N bytes', ORA-04031 'unable to allocate N bytes of shared memory'
+_RX_ORACLE_OOM = re.compile(
+    r"\bORA-27102: out of memory\b"
+    r"|\bORA-04030: out of process memory when trying to allocate (\d+) bytes\b"
+    r"|\bORA-04031: unable to allocate (\d+) bytes of shared memory\b"
+)
+#: Neo4j's own words for a transaction its heap cannot hold
+_RX_NEO4J_MEMORY = re.compile(r"\bThere is not enough memory to perform the current task\b")
+#: onnxruntime's node failure relaying MSVC's std::bad_alloc ('bad allocation')
+_RX_ORT_BAD_ALLOCATION = re.compile(r"\bStatus Message: bad allocation\b")
 #: OpenGL's GL_OUT_OF_MEMORY (WebGL in Chrome and Electron: '[.WebGL-...] GL_OUT_OF_MEMORY: Error
 #: allocating Texture2D. HRESULT: 0x8007000E'): the GPU's memory, whatever ANGLE's HRESULT says
 _RX_GL_OOM = re.compile(r"\bGL_OUT_OF_MEMORY\b")
@@ -770,7 +792,9 @@ _RX_PADDLE_HEAD = re.compile(r"^(?:#+ )?Out of memory error on GPU (\d+)(?![\d.]
 #: fairseq's trainer catching an OOM and trying the next batch (whether it did is not said)
 _RX_FAIRSEQ_RECOVER = re.compile(r"\battempting to recover from OOM in (?:forward|backward)")
 #: Tenstorrent's (tt-metal) DRAM allocator
-_RX_TT_DRAM = re.compile(r"\bOut of Memory: Not enough space to allocate (\d+) B DRAM buffer")
+_RX_TT_DRAM = re.compile(
+    r"\bOut of Memory: Not enough space to allocate (\d+) B (?:DRAM|L1) buffer"
+)
 #: a hosted runtime stopping the container at its memory limit (Hugging Face Spaces: 'Runtime
 #: error Memory limit exceeded (16Gi)', older 'CPU Memory limit exceeded (16GB)')
 _RX_CONTAINER_LIMIT = re.compile(
@@ -1233,6 +1257,10 @@ _RX_JAVA_OOM = re.compile(
     r"Failed to allocate a (\d+) byte allocation with (\d+) free bytes"
     r"(?:[^\n\"]{0,80}?, max allowed footprint (\d+))?"
     r"(?:[^\n\"]{0,80}?, growth limit (\d+))?"  # (the heap's cap, the total the corpus reads)
+    # (NIO's direct buffers: 'Cannot reserve N bytes of direct buffer memory (allocated: A,
+    # limit: L)', or 'Direct buffer memory'; the VM's 'Requested array size exceeds VM limit')
+    r"|\b(java\.lang\.OutOfMemoryError): (?:Cannot reserve (\d+) bytes of direct buffer memory"
+    r"(?: \(allocated: (\d+), limit: (\d+)\))?|Direct buffer memory\b|Requested array size exceeds VM limit\b)"
 )
 #: MLX's Metal allocator on Apple silicon: '[malloc_or_wait] Unable to allocate N bytes.' (also
 #: '[metal::malloc]'): the unified memory's Metal budget
@@ -2627,7 +2655,7 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_PADDLE_OOM, ("Out of memory error on GPU",)),
         (_RX_PADDLE_HEAD, ("Out of memory error on GPU",)),
     ),
-    _rule("tt-dram-oom", _GPU, _UNKNOWN, (_RX_TT_DRAM, ("DRAM buffer",))),
+    _rule("tt-dram-oom", _GPU, _UNKNOWN, (_RX_TT_DRAM, ("DRAM buffer", "L1 buffer"))),
     _rule(
         "fairseq-oom-recover",
         _GPU,
@@ -2940,7 +2968,12 @@ _CHECKS: tuple[_Check, ...] = (
         (_RX_JITTOR_UNIFY, ("use unify memory",)),
         recovered=True,
     ),
-    _rule("clickhouse-memory-limit", _RAM, _CPU, (_RX_CLICKHOUSE_LIMIT, (") exceeded",))),
+    _rule(
+        "clickhouse-memory-limit",
+        _RAM,
+        _CPU,
+        (_RX_CLICKHOUSE_LIMIT, (") exceeded", ") memory limit exceeded")),
+    ),
     _rule(
         "es-circuit-breaker",
         _RAM,
@@ -2951,6 +2984,12 @@ _CHECKS: tuple[_Check, ...] = (
     _rule("duckdb-oom", _RAM, _CPU, (_RX_DUCKDB_OOM, ("Out of Memory Error",))),
     _rule("yarn-container-kill", _KILLED, _CPU, (_RX_YARN_KILL, ("killed by YARN",))),
     _rule("mongo-sort-limit", _RAM, _CPU, (_RX_MONGO_SORT, ("Sort exceeded memory limit",))),
+    _rule(
+        "mindspore-host-alloc", _RAM, Backend.CUDA, (_RX_MS_HOST_ALLOC, ("cudaHostAlloc failed",))
+    ),
+    _rule("oracle-memory", _RAM, _CPU, (_RX_ORACLE_OOM, ("ORA-27102", "ORA-04030", "ORA-04031"))),
+    _rule("neo4j-memory", _RAM, _CPU, (_RX_NEO4J_MEMORY, ("not enough memory to perform",))),
+    _rule("ort-bad-allocation", _RAM, _CPU, (_RX_ORT_BAD_ALLOCATION, ("bad allocation",))),
     _rule("bigquery-memory", _RAM, _CPU, (_RX_BIGQUERY_MEMORY, ("the allotted memory",))),
     _rule("mssql-701", _RAM, _CPU, (_RX_MSSQL_701, ("insufficient system memory",))),
     _rule("ray-object-store-full", _RAM, _CPU, (_RX_RAY_STORE_FULL, ("because it is full",))),
@@ -3186,11 +3225,14 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
         return m.group(1) if m else None
     if rule == "clickhouse-memory-limit" and "DB::Exception: " in body:
         return "DB::Exception"
+    if rule == "es-circuit-breaker":
+        m = _RX_ES_TYPE.search(body)
+        return (m.group(1) or m.group(2)) if m else None
     if rule == "mono-oom-nested":
         return "OutOfMemoryException"  # (the class the runtime names in its own sentence)
     if rule == "java-heap-oom":
         m = _RX_JAVA_OOM.search(body)
-        return (m.group(1) or m.group(2) or m.group(3)) if m else None
+        return (m.group(1) or m.group(2) or m.group(3) or m.group(8)) if m else None
     if rule == "host-library-alloc" and "cv2.error: " in body:
         return "cv2.error"  # OpenCV's Python exception type is lower case
     if rule == "metal-command-buffer-oom" and ": Error Domain=MTL" in body:
@@ -3345,15 +3387,20 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         m = _RX_CLICKHOUSE_LIMIT.search(body)
         if m and m.group(1):
             extra.append(("usage_bytes", size_bytes(m.group(1), m.group(2))))
-            extra.append(("limit_bytes", size_bytes(m.group(4), m.group(5))))
+            extra.append(("limit_bytes", size_bytes(m.group(6), m.group(7))))
+            if m.group(4):
+                extra.append(("vm_rss_bytes", size_bytes(m.group(4), m.group(5))))
             if m.group(3):
                 fields["requested_bytes"] = int(m.group(3))
         return
     if rule == "es-circuit-breaker":
-        m = _RX_ES_BREAKER_FIGURES.search(body)
-        if m:
-            extra.append(("usage_bytes", int(m.group(1))))
-            extra.append(("limit_bytes", int(m.group(2))))
+        # (ES 5 left the request out of its message; its JSON's bytes_wanted has it)
+        wants = [int(w.group(1) or w.group(2)) for w in _RX_ES_WOULD_BE.finditer(body)]
+        limit = _RX_ES_LIMIT.search(body)
+        if wants:
+            extra.append(("usage_bytes", wants[-1] if "bytes_wanted" in body else wants[0]))
+        if limit:
+            extra.append(("limit_bytes", int(limit.group(1) or limit.group(2))))
         return
     if rule == "trino-memory-limit":
         m = _RX_TRINO_LIMIT.search(body)
@@ -3379,6 +3426,14 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m and m.group(1):
             extra.append(("usage_bytes", size_bytes(m.group(1), m.group(2))))
             extra.append(("limit_bytes", size_bytes(m.group(3), m.group(4))))
+        return
+    if rule == "mindspore-host-alloc":
+        extra.append(("host_memory", "pinned"))
+        return
+    if rule == "oracle-memory":
+        m = _RX_ORACLE_OOM.search(body)
+        if m and (m.group(1) or m.group(2)):
+            fields["requested_bytes"] = int(m.group(1) or m.group(2))
         return
     if rule == "mongo-sort-limit":
         m = _RX_MONGO_SORT.search(body)
@@ -3647,6 +3702,11 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         fields["requested_bytes"] = _size(_RX_GGML_METAL.search(body))
     elif rule == "java-heap-oom":
         m = _RX_JAVA_OOM.search(body)
+        if m and m.group(9):
+            fields["requested_bytes"] = int(m.group(9))
+            if m.group(10):
+                extra.append(("usage_bytes", int(m.group(10))))
+                extra.append(("limit_bytes", int(m.group(11))))
         if m and m.group(4):
             fields["requested_bytes"] = int(m.group(4))
             fields["free_bytes"] = int(m.group(5))
