@@ -42,7 +42,7 @@ def load_cases() -> list[dict[str, Any]]:
 #: and the figures reported (tests/corpus/README.md); after that it is spent: its misses are
 #: looked at and fixed like the tune part's, so it joins the tune part. Excerpts without a
 #: ``round`` came in rounds 1-2 (the first 79 and batches 1-10).
-HELD_ROUND = 29
+HELD_ROUND = 30
 
 
 def round_of(case: dict[str, Any]) -> int:
@@ -432,6 +432,37 @@ KNOWN_MISSES = {
     "ram_ray_plasma_store_failed_to_put_object_219375455268_bytes_capacity_buildkite.txt": "Ray's 'Failed to put object ... in object store because it is full' holds no needle",
     "negative_polars_jemalloc_unsupported_page_size_memory_allocation_24_bytes_failed_import_m1.txt": "Rust's 'memory allocation of 24 bytes failed' is read as the allocation abort it prints; the label reads the jemalloc page-size lines above it as the cause",
     "vulkan_gpt4all_quoted_error_allocating_memory_erroroutofdevicememory_4xa100_cpu_fallback.txt": "the label reads GPT4All's CPU fallback from the user's prose as the recovery; the printed lines show none",
+    "pinned_mindspore_gpu_wsl2_minddata_cudahostalloc_failed_ret_2_out_of_memory_zh_title.txt": "the Chinese title's 'Out of memory. Memory malloc failed.' after the user's words is read by no rule",
+    "cuda_ruby_dlib_quoted_terminate_dlib_cuda_error_cudamalloc_gpu_data_191_nomemoryerror_proposal.txt": "convention clash: the corpus places a C++ abort whose what() line carries the message on the what() line (rounds 19 and 21); round 29 labels the terminate line, with its type",
+    "clickhouse_lowercase_total_memory_limit_current_rss_63gib_overcommit_selected_client_suggestions.txt": "the message runs on past 'current RSS' with an overcommit clause before 'maximum', so the figures are not read",
+    "clickhouse_pr_fenced_total_memory_limit_would_use_4_68gib_cut_snuba_devenv.txt": "the message is cut after 'would use 4.68 GiB', before 'maximum', so its figure is not read",
+    "localized_zh_infini_gateway_err_circuit_breaking_exception_parent_24_8gb_status_429.txt": "the label reads a requested size of 0 bytes; the breaker's figures are read as usage and limit, and no request",
+    "ram_oracle_title_ora_27102_body_sqlrecoverable_ora_04030_8392728_bytes_flink_cdc.txt": "the title and the body's ORA-27102 fold (count 2) and ORA-04030 is read on its own line; the label reads the title alone and the body's SQLRecoverableException line as one failure with ORA-04030's size",
+    "ggml_jan_cortex_log_cudamalloc_7203_mib_gtx1070_llama_engine_cc.txt": "ggml's exact byte figure is on another record; the request is read from the MiB figure (as the earlier ggml labels have it)",
+    "lost_shape_gpt4all_title_lowercased_gpu_loading_failed_out_of_vram_device_cpu_7900xtx.txt": "GPT4All's lower-cased 'gpu loading failed (out of vram?)' is read by no rule (its own words are a guess)",
+    "ram_lmstudio_guardrail_quoted_in_prose_273_25_gb_mistral_nemo_windows.txt": "convention clash: LM Studio's guardrail quoted in double quotes inside the user's sentence is read as the user's words (round 29's tune label); this label reads it as printed",
+    "ggml_ollama_anythingllm_windows_docker_timestamps_cudamalloc_3257_mib_panic.txt": "the title 'CUDA error: out of memory on Windows, when I use ...' is read as the printed message; the label reads it as the user's",
+    "ggml_textgen_colab_cuda_error_2_ggml_cuda_cu_7949_out_of_memory_current_device_0.txt": "the title's 'CUDA error 2 ... : out of memory current device: 0' (the path elided with '...') is read by no rule",
+    "gpu_exllamav3_tabbyapi_title_and_backticked_insufficient_vram_in_split_for_model_and_cache_4090.txt": "the title's message runs into the user's words and the body's copy is backticked in a sentence: the two are not folded, and the label reads CUDA from the environment",
+    "julia_outofmemoryerror_bloqade_rodas5_stacktrace.txt": "Julia's 'ERROR: ' before the type is read as a node type",
+    "lost_shape_matlab_translated_requested_array_exceeded_preset_maximum_som_toolbox.txt": "the title 'The requested array exceeds the preset maximum array size' (retyped, no figure) is read by no rule",
+    "ghc_heap_exhausted_current_maximum_heap_size_journalctl_pursuit_pr.txt": "the heap cap ('Current maximum heap size is N bytes') is on the journal's next record, so the label's limit is not read",
+    "erlang_binary_alloc_title_quoted_cut_and_body_erlc_float_segment.txt": "the title quotes the message without its '(of type \"binary\")' and is folded with the body (count 2); the label reads a cut copy, a second event",
+    "ruby_nomemoryerror_failed_to_allocate_memory_rails_log_title_quoted_opensuse.txt": "the title '\"Failed to allocate memory\"' is read by no rule, and Rails' 'Rendered error.html.erb' after the exception is not read as a recovery",
+    "localized_zh_title_mach_vm_map_size_805306368_body_cant_allocate_region_lgphotobrowser.txt": "malloc's '*** error: can't allocate region' after the title's mach_vm_map line is read as the same failure (as the round-26 blensor label folds it); this label reads it as a second event",
+    "killed_pbs_torque_job_exceeded_memory_resource_limit_vmem_aborted_sarek.txt": "the label's usage and limit come from other records (the job's resources), not the kill line",
+    "killed_lsf_pr_comment_term_memlimit_max_memory_128_mb_dummy_rule_hl.txt": "LSF's 'Max Memory' figure is in the job summary, a record apart from TERM_MEMLIMIT",
+    "killed_condor_shadow_exception_job_gone_over_memory_limit_4096_megabytes_held_galaxy_eu.txt": "HTCondor's held record repeats the message: read as a repeat (count 2); the label reads one",
+    "negative_argo_staging_script_line_10_93_killed_pyenv_python_no_memory_evidence.txt": "convention clash: bash's job line 'line 10:    93 Killed' is read as a kill, as the corpus's shell labels read it; round 30 labels it a negative for want of memory evidence",
+    "gpu_webllm_title_cut_device_was_lost_during_reload_insufficient_memory_llama31_body_full.txt": "the title cut at GitHub's limit is the start of the body's message, so the two fold (count 2); the label reads a cut copy, a second event",
+    "ram_keeptrack_global_error_trapper_title_rangeerror_array_buffer_float32array_android_mali.txt": "the report's template sentence and the error line are read as three copies; the label counts two",
+    "lost_shape_picojs_lowercased_uncaught_rangeerror_webassembly_memory_could_not_allocate.txt": "the lower-cased, flattened 'webassembly.memory() could not allocate memory' is read by no rule",
+    "ram_pyodide_mooc_title_failed_to_initialize_runtimeerror_abort_out_of_memory_test_and_run.txt": "the title and the TEST and RUN messages are three copies of abort(out of memory) to the classifier; the label reads the title with RUN (count 2) and TEST apart",
+    "ram_webcm_title_and_body_uncaught_runtimeerror_aborted_oom_sassertions_chrome144_m1.txt": "the title ('RuntimeError: Aborted(OOM) when running') and the body's copy 20 lines later differ after the message, so they are not folded",
+    "ram_whisper_cpp_command_wasm_title_aborted_oom_after_model_load_140mb.txt": "the title's 'Aborted(OOM)' and two body copies are read as three; the label counts two",
+    "ram_outline_app_opencv_js_insufficient_memory_failed_to_allocate_195084288_bytes_calibration.txt": "the type 'Exception' stands before OpenCV's version and path, not right before the words, so it is not read",
+    "ram_ffmpeg_wasm_title_webassembly_memory_electron32_comment_fferr_array_buffer_abort_4k.txt": "ffmpeg.wasm's 'Array buffer allocation failed' inside the abort() line after the wasm error is read as a failure of its own; the label folds it",
+    "node_hint_human_webgl_context_lost_fragment_shader_possible_browser_memory_leak.txt": "the library's 'possible browser memory leak' note on WebGL's context loss is read by no rule",
 }
 
 

@@ -173,7 +173,8 @@ def _held_score() -> Any:
     return score([case for case in load_cases() if split_of(case) == "held"])
 
 
-#: held-out negatives called a failure (round 29: none of 21, at first look and after tuning;
+#: held-out negatives called a failure (round 30: 1 of 21, batch 38c's, at first look and after
+#: tuning; round 29: none of 21, at first look and after tuning;
 #: round 28: none of 20, at first look and after tuning;
 #: round 27: 1 of 19, batch 35a's, at first look and after tuning, none once spent; round 26: 2 of 15, one each of batches 34a and 34b,
 #: at first look and after tuning, none once spent; round 25: none of 24 at first look and after tuning;
@@ -187,7 +188,7 @@ def _held_score() -> Any:
 #: round 15: none of 17;
 #: round 14: 1 of 21; round 13: none of 16; round 12: 1 of 27; round 11: 1 of 26; rounds 9
 #: and 10: 2 each; rounds 7 and 8 none): a ceiling, so a change that flags one more fails here
-HELD_NEGATIVES_FLAGGED = 0
+HELD_NEGATIVES_FLAGGED = 1
 
 
 def test_held_out_negatives_keep_their_measured_figure() -> None:
@@ -196,22 +197,28 @@ def test_held_out_negatives_keep_their_measured_figure() -> None:
     assert result.negatives_flagged <= HELD_NEGATIVES_FLAGGED
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12's hard target is missed on round 30's untouched held part: 1 of its 21 "
+    "negatives is called a failure at first look and after tuning (its misses are not looked "
+    "at until the round is spent); strict, so it turns red once none is",
+)
 def test_no_held_out_negative_is_called_a_failure() -> None:
     """Issue 12's hard target: no look-alike called an OOM on the untouched part. Met on rounds
-    7, 8, 13, 15, 19, 20, 22, 25, 28 and 29; missed on rounds 9-12, 14, 16-18, 21, 23, 24, 26 and
-    27."""
+    7, 8, 13, 15, 19, 20, 22, 25, 28 and 29; missed on rounds 9-12, 14, 16-18, 21, 23, 24, 26, 27
+    and 30."""
     result = _held_score()
     assert result.negatives > 0
     assert result.negatives_flagged == 0
 
 
-#: what the held-out part (round 29, tests/corpus_score.py HELD_ROUND) scores after tuning on
-#: its tune part only (first look, all three batches with round 28 spent and no round-29
-#: tuning: 30.4 / 26.1 / 23.9 % of 46 events; per batch 37a 21.4 % of 14, 37b 11.1 % of 18, 37c
-#: 64.3 % of 14 detected; 60.9 / 58.7 / 54.3 % after tuning; its misses never listed;
+#: what the held-out part (round 30, tests/corpus_score.py HELD_ROUND) scores after tuning on
+#: its tune part only (first look, all three batches with round 29 spent and no round-30
+#: tuning: 18.0 % of 50 events on every figure; per batch 38a 4.8 % of 21, 38b 27.3 % of 22,
+#: 38c 28.6 % of 7 detected; 44.0 / 44.0 / 42.0 % after tuning; its misses never listed;
 #: tests/corpus/README.md): a floor, so a change that loses ground on logs nobody tuned for
 #: fails here
-HELD_FLOOR = 0.543  # 25 of 46 events (54.3 %, the numbers figure)
+HELD_FLOOR = 0.42  # 21 of 50 events (42.0 %, the numbers figure)
 
 
 def test_held_out_part_keeps_its_measured_figures() -> None:
@@ -221,9 +228,9 @@ def test_held_out_part_keeps_its_measured_figures() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 12: the untouched held-out part (round 29: 59 excerpts, 46 events) scores "
-    "60.9 / 58.7 / 54.3 % (detection, pool, numbers) after tuning on its tune part (first "
-    "look 30.4 / 26.1 / 23.9 %; per batch 21.4, 11.1 and 64.3 % detection), under the "
+    reason="issue 12: the untouched held-out part (round 30: 63 excerpts, 50 events) scores "
+    "44.0 / 44.0 / 42.0 % (detection, pool, numbers) after tuning on its tune part (first "
+    "look 18.0 % on every figure; per batch 4.8, 27.3 and 28.6 % detection), under the "
     "98/97/97 % targets; strict, so it turns red once they are met and this marker must go",
 )
 def test_held_out_part_meets_the_targets() -> None:

@@ -4416,3 +4416,68 @@ def test_round_29_held_shapes() -> None:
     assert _event(
         "Non-zero status code returned while running Mul node. Name:'n' Status Message: bad allocation"
     ).pool is (Pool.RAM)
+
+
+def test_round_30_tune_shapes() -> None:
+    """Round 30's tune part: languages' runtimes (PHP's memory_limit and allocator, Julia,
+    MATLAB, GHC, OCaml, Erlang's allocators, Ruby, Lua, Zig, Dart), HPC schedulers (PBS,
+    Torque, LSF, HTCondor, slurmstepd's kill), and the browser's engines (ArrayBuffer and
+    WebAssembly memory, WebLLM's device loss, onnxruntime-web's WebGPU error, Emscripten's
+    aborts). Each with its near-miss."""
+    php = _event(
+        "Fatal error: Allowed memory size of 134217728 bytes exhausted (tried to allocate 81513688 "
+        "bytes) in /var/www/x.php on line 46"
+    )
+    assert (php.requested_bytes, dict(php.extra)) == (81513688, {"limit_bytes": 134217728})
+    own = _event("Fatal error: Out of memory (allocated 4194304) (tried to allocate 20480 bytes)")
+    assert (own.process_used_bytes, own.requested_bytes) == (4194304, 20480)
+    assert _event("OutOfMemoryError()").exception_type == "OutOfMemoryError"
+    assert _event("torch.OutOfMemoryError: CUDA out of memory.").pool is Pool.GPU
+    matlab = _event("Requested 90816x90816 (61.4GB) array exceeds maximum array size preference.")
+    assert matlab.requested_bytes == round(61.4 * 1024**3)
+    assert _event("Out of memory. Type HELP MEMORY for your options.").pool is Pool.RAM
+    for line in (
+        "pursuit: Heap exhausted;",
+        "Fatal error: out of memory.",
+        "Exception: NoMemoryError: failed to allocate memory",
+        "nginx: lua atpanic: Lua VM crashed, reason: not enough memory",
+        "error: OutOfMemory",
+    ):
+        assert _event(line).pool is Pool.RAM, line
+    assert not list(iter_findings(["# Fatal error: out of memory when I run it twice"]))
+    erl = _event('eheap_alloc: Cannot allocate 4454408120 bytes of memory (of type "old_heap").')
+    assert erl.requested_bytes == 4454408120
+    assert _event("Exhausted heap space, trying to allocate 240 bytes.").requested_bytes == 240
+
+    pbs = _event("=>> PBS: job killed: mem 38427376kb exceeded limit 33554432kb")
+    assert dict(pbs.extra) == {"usage_bytes": 38427376 * 1024, "limit_bytes": 33554432 * 1024}
+    for kill in (
+        "Job exceeded a memory resource limit (vmem, pvmem, etc.). Job was aborted",
+        "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.",
+    ):
+        assert _event(kill).pool is Pool.KILLED_BY_OS, kill
+    condor = _event("Job has gone over memory limit of 4096 megabytes. Peak usage: 4088 megabytes.")
+    assert dict(condor.extra) == {"limit_bytes": 4096 * 1024**2, "usage_bytes": 4088 * 1024**2}
+    slurm = _event(
+        "slurmstepd: error: Job 42664148 exceeded memory limit (10889240 > 4194304), being killed"
+    )
+    assert dict(slurm.extra) == {"usage_bytes": 10889240 * 1024, "limit_bytes": 4194304 * 1024}
+    assert not list(
+        iter_findings(["slurmstepd: error: *** JOB 42664148 CANCELLED DUE TO TIME LIMIT ***"])
+    )
+
+    for js in (
+        "Uncaught (in promise) RangeError: Array buffer allocation failed",
+        "RangeError: WebAssembly.Memory(): could not allocate memory",
+        "RangeError: WebAssembly.instantiate(): Out of memory: wasm memory",
+        "RuntimeError: Aborted(OOM). Build with -sASSERTIONS for more info.",
+        "RuntimeError: abort(out of memory). Build with -s ASSERTIONS=1 for more info.",
+    ):
+        assert _event(js).pool is Pool.RAM, js
+    assert _event(
+        "Device was lost during reload. This can happen due to insufficient memory or other GPU"
+    ).pool is (Pool.GPU)
+    assert _event(
+        "[E:onnxruntime:Default, webgpu_context.cc:120] WebGPU device error(2): Out of memory"
+    ).pool is (Pool.GPU)
+    assert not list(iter_findings(["RuntimeError: memory access out of bounds"]))

@@ -92,6 +92,9 @@ NEEDLES: tuple[str, ...] = (
     "Not enough RAM!",  # Photopea: 'Not enough RAM! (Need 3043MB )'
     "circuit_breaking_exception",  # Elasticsearch's breakers: '[circuit_breaking_exception] [parent]'
     "Data too large",  # (their message: '[parent] Data too large, data for [<http_request>] ...')
+    "maximum array size",  # MATLAB: 'Requested 90816x90816 (61.4GB) array exceeds maximum array size'
+    "Heap exhausted",  # GHC's runtime: 'prog: Heap exhausted;'
+    "PBS: job killed",  # PBS: '=>> PBS: job killed: mem 38427376kb exceeded limit 33554432kb'
     "Insufficient VRAM",  # exllama: 'Insufficient VRAM for model and cache'
     "insufficient system resources",  # LM Studio's guardrail: 'Model loading was stopped due to ...'
 )
@@ -165,6 +168,9 @@ def has_needle(text: str) -> bool:
         or "Not enough RAM!" in text
         or "circuit_breaking_exception" in text
         or "Data too large" in text
+        or "maximum array size" in text
+        or "Heap exhausted" in text
+        or "PBS: job killed" in text
         or "Insufficient VRAM" in text
         or "insufficient system resources" in text
     )
@@ -679,6 +685,74 @@ _RX_ORACLE_OOM = re.compile(
 _RX_NEO4J_MEMORY = re.compile(r"\bThere is not enough memory to perform the current task\b")
 #: onnxruntime's node failure relaying MSVC's std::bad_alloc ('bad allocation')
 _RX_ORT_BAD_ALLOCATION = re.compile(r"\bStatus Message: bad allocation\b")
+#: PHP's memory_limit ('Allowed memory size of N bytes exhausted (tried to allocate M bytes)') and
+#: its allocator's own refusal ('Out of memory (allocated N) (tried to allocate M bytes)')
+_RX_PHP_LIMIT = re.compile(
+    r"\bAllowed memory size of (\d+) bytes exhausted\b(?:[^\n]{0,40}?\(tried to allocate (\d+) bytes\))?"
+)
+_RX_PHP_OOM = re.compile(
+    r"\bOut of memory \(allocated (\d+)\)(?: \(tried to allocate (\d+) bytes\))?"
+)
+#: Julia's OutOfMemoryError(), printed with its parentheses
+_RX_JULIA_OOM = re.compile(r"\b(OutOfMemoryError)\(\)")
+#: MATLAB: 'Out of memory. Type HELP MEMORY for your options.' ('help memory' since R2013),
+#: 'Requested 90816x90816 (61.4GB) array exceeds maximum array size preference'
+_RX_MATLAB_OOM = re.compile(
+    r"\bOut of memory\. (?:Type|For more information, type) (?:HELP MEMORY|\"help memory\")"
+    r"|\bRequested (?:\d+x)+\d+ \((\d+(?:\.\d+)?)\s?([KMGT]B)\) array exceed(?:s|ed) (?:the )?"
+    r"(?:preset )?maximum array size\b"
+)
+#: GHC's runtime at its -M heap cap: 'prog: Heap exhausted;'
+_RX_GHC_HEAP = re.compile(r": Heap exhausted;")
+#: OCaml's runtime: 'Fatal error: out of memory.' on a line of its own (or as a title)
+_RX_OCAML_OOM = re.compile(r"^(?:#+ )?Fatal error: out of memory\.?[ \t]*$", _M)
+#: the Erlang VM's allocators: 'eheap_alloc: Cannot allocate N bytes of memory (of type "heap")'
+_RX_ERLANG_ALLOC = re.compile(r"\b[a-z_]+_alloc: Cannot allocate (\d+) bytes of memory\b")
+#: Ruby's NoMemoryError ('failed to allocate memory (NoMemoryError)', 'NoMemoryError: failed to
+#: allocate memory')
+_RX_RUBY_OOM = re.compile(
+    r"\b(NoMemoryError): failed to allocate memory\b|\bfailed to allocate memory \((NoMemoryError)\)"
+)
+#: Lua's allocator: 'lua atpanic: Lua VM crashed, reason: not enough memory', 'PANIC: unprotected
+#: error in call to Lua API (not enough memory)'
+_RX_LUA_OOM = re.compile(
+    r"\bLua VM crashed, reason: not enough memory\b|\bin call to Lua API \(not enough memory\)"
+)
+#: Zig's error.OutOfMemory as its build prints it, alone on a line
+_RX_ZIG_OOM = re.compile(r"^error: OutOfMemory[ \t]*$", _M)
+#: the Dart VM's heap: 'Exhausted heap space, trying to allocate 240 bytes.'
+_RX_DART_HEAP = re.compile(r"\bExhausted heap space, trying to allocate (\d+) bytes\b")
+#: HPC schedulers killing a job at its memory limit: PBS's '=>> PBS: job killed: mem 38427376kb
+#: exceeded limit 33554432kb' ('mem job total N kb'), Torque's 'Job exceeded a memory resource
+#: limit', LSF's 'TERM_MEMLIMIT: job killed after reaching LSF memory usage limit', HTCondor's
+#: 'Job has gone over memory limit of 4096 megabytes. Peak usage: 4088 megabytes', Slurm's
+#: 'Job 42664148 exceeded memory limit (10889240 > 4194304), being killed' (KiB)
+_RX_PBS_KILL = re.compile(
+    r"\bPBS: job killed: mem (?:job total )?(\d+) ?kb exceeded limit (\d+) ?kb\b"
+)
+_RX_SCHEDULER_KILL = re.compile(
+    r"\bJob exceeded a memory resource limit\b|\bTERM_MEMLIMIT: job killed after reaching LSF memory"
+    r" usage limit\b"
+)
+_RX_CONDOR_KILL = re.compile(
+    r"\bJob has gone over memory limit of (\d+) megabytes\.(?: Peak usage: (\d+) megabytes)?"
+)
+_RX_SLURM_STEP_KILL = re.compile(
+    r"\b(?:Job|Step) [\d.]+ exceeded memory limit \((\d+) > (\d+)\), being killed\b"
+)
+#: JavaScript engines out of memory for an ArrayBuffer or a WebAssembly memory: 'RangeError:
+#: Array buffer allocation failed', 'WebAssembly.Memory(): could not allocate memory',
+#: 'WebAssembly.instantiate(): Out of memory: wasm memory', '... Unable to grow instance memory'
+_RX_JS_BUFFER_OOM = re.compile(
+    r"\bArray buffer allocation failed\b|\bWebAssembly\.\w+(?:\.\w+)?\(\): (?:could not allocate"
+    r" memory|Out of memory: wasm memory|Unable to grow instance memory)\b"
+)
+#: WebLLM's WebGPU device lost while loading (its own words name memory as the likely cause)
+_RX_WEBLLM_DEVICE_LOST = re.compile(
+    r"\bDevice was lost during reload\. This can happen due to insufficient memory\b"
+)
+#: onnxruntime-web's WebGPU device error 2 (GPUOutOfMemoryError)
+_RX_WEBGPU_DEVICE_OOM = re.compile(r"\bWebGPU device error\(2\): Out of memory\b")
 #: OpenGL's GL_OUT_OF_MEMORY (WebGL in Chrome and Electron: '[.WebGL-...] GL_OUT_OF_MEMORY: Error
 #: allocating Texture2D. HRESULT: 0x8007000E'): the GPU's memory, whatever ANGLE's HRESULT says
 _RX_GL_OOM = re.compile(r"\bGL_OUT_OF_MEMORY\b")
@@ -770,6 +844,8 @@ _RX_EMSCRIPTEN_OOM = re.compile(
     # its abort without assertions: 'exception thrown: abort(OOM). Build with -s ASSERTIONS=1',
     # the runtime's bare 'OOM' printed on the line before it
     r"|(?m:^)OOM\n(?=[^\n]*\babort\(OOM\))|\babort\(OOM\)"
+    # (its newer 'Aborted(OOM)', 'abort(out of memory)', and the older heap message without a size)
+    r"|\bAborted\(OOM\)|\babort\(out of memory\)|\bCannot enlarge memory arrays\. Either\b"
 )
 #: PaddlePaddle's GPU allocator: 'Out of memory error on GPU 0. Cannot allocate 98.000244MB memory
 #: on GPU 0, 6.000000GB memory has been allocated and available memory is only 0.000000B.'
@@ -2783,7 +2859,13 @@ _CHECKS: tuple[_Check, ...] = (
     ),
     _onnx_arena,
     _rule(
-        "emscripten-oom", _RAM, _CPU, (_RX_EMSCRIPTEN_OOM, ("Cannot enlarge memory", "abort(OOM)"))
+        "emscripten-oom",
+        _RAM,
+        _CPU,
+        (
+            _RX_EMSCRIPTEN_OOM,
+            ("Cannot enlarge memory", "abort(OOM)", "Aborted(OOM)", "abort(out of memory)"),
+        ),
     ),
     _rule("ffmpeg-enomem", _RAM, _CPU, (_RX_FFMPEG_ENOMEM, (": Out of memory",))),
     _rule("errno-enomem", _RAM, _CPU, (_RX_ERRNO_ENOMEM, ("[Errno 12]",))),
@@ -2984,6 +3066,38 @@ _CHECKS: tuple[_Check, ...] = (
     _rule("duckdb-oom", _RAM, _CPU, (_RX_DUCKDB_OOM, ("Out of Memory Error",))),
     _rule("yarn-container-kill", _KILLED, _CPU, (_RX_YARN_KILL, ("killed by YARN",))),
     _rule("mongo-sort-limit", _RAM, _CPU, (_RX_MONGO_SORT, ("Sort exceeded memory limit",))),
+    _rule("php-memory-limit", _RAM, _CPU, (_RX_PHP_LIMIT, ("Allowed memory size",))),
+    _rule("php-out-of-memory", _RAM, _CPU, (_RX_PHP_OOM, ("Out of memory (allocated",))),
+    _rule("julia-oom", _RAM, _CPU, (_RX_JULIA_OOM, ("OutOfMemoryError()",))),
+    _rule("matlab-oom", _RAM, _CPU, (_RX_MATLAB_OOM, ("Out of memory. ", "maximum array size"))),
+    _rule("ghc-heap-exhausted", _RAM, _CPU, (_RX_GHC_HEAP, ("Heap exhausted",))),
+    _rule("ocaml-oom", _RAM, _CPU, (_RX_OCAML_OOM, ("Fatal error: out of memory",))),
+    _rule("erlang-alloc", _RAM, _CPU, (_RX_ERLANG_ALLOC, ("bytes of memory",))),
+    _rule("ruby-no-memory", _RAM, _CPU, (_RX_RUBY_OOM, ("NoMemoryError",))),
+    _rule("lua-oom", _RAM, _CPU, (_RX_LUA_OOM, ("not enough memory",))),
+    _rule("zig-oom", _RAM, _CPU, (_RX_ZIG_OOM, ("error: OutOfMemory",))),
+    _rule("dart-heap", _RAM, _CPU, (_RX_DART_HEAP, ("Exhausted heap space",))),
+    _rule("pbs-memory-kill", _KILLED, _CPU, (_RX_PBS_KILL, ("PBS: job killed: mem",))),
+    _rule(
+        "scheduler-memory-kill",
+        _KILLED,
+        _CPU,
+        (_RX_SCHEDULER_KILL, ("memory resource limit", "TERM_MEMLIMIT")),
+    ),
+    _rule("condor-memory-kill", _KILLED, _CPU, (_RX_CONDOR_KILL, ("gone over memory limit",))),
+    _rule("slurm-step-kill", _KILLED, _CPU, (_RX_SLURM_STEP_KILL, ("exceeded memory limit (",))),
+    _rule(
+        "js-buffer-oom",
+        _RAM,
+        _CPU,
+        (_RX_JS_BUFFER_OOM, ("buffer allocation failed", "WebAssembly.")),
+    ),
+    _rule(
+        "webllm-device-lost", _GPU, _UNKNOWN, (_RX_WEBLLM_DEVICE_LOST, ("Device was lost during",))
+    ),
+    _rule(
+        "webgpu-device-oom", _GPU, _UNKNOWN, (_RX_WEBGPU_DEVICE_OOM, ("WebGPU device error(2)",))
+    ),
     _rule(
         "mindspore-host-alloc", _RAM, Backend.CUDA, (_RX_MS_HOST_ALLOC, ("cudaHostAlloc failed",))
     ),
@@ -3228,6 +3342,11 @@ def _inline_exception_type(rule: str, body: str) -> str | None:
     if rule == "es-circuit-breaker":
         m = _RX_ES_TYPE.search(body)
         return (m.group(1) or m.group(2)) if m else None
+    if rule == "julia-oom":
+        return "OutOfMemoryError"
+    if rule == "ruby-no-memory":
+        m = _RX_RUBY_OOM.search(body)
+        return (m.group(1) or m.group(2)) if m else None
     if rule == "mono-oom-nested":
         return "OutOfMemoryException"  # (the class the runtime names in its own sentence)
     if rule == "java-heap-oom":
@@ -3333,6 +3452,8 @@ _EXACT_REQUEST: dict[str, re.Pattern[str]] = {
     "mysql-oom": _RX_MYSQL_OOM,
     "innodb-mmap-enomem": _RX_INNODB_MMAP,
     "glib-alloc-failed": _RX_GLIB_ALLOC,
+    "erlang-alloc": _RX_ERLANG_ALLOC,
+    "dart-heap": _RX_DART_HEAP,
     "ray-object-store-full": _RX_RAY_STORE_FULL,
     "arrow-alloc-failed": _RX_ARROW_ALLOC,
     "physx-gpu-alloc": _RX_PHYSX_ALLOC,
@@ -3426,6 +3547,42 @@ def _numbers(rule: str, body: str, fields: dict[str, Any], extra: list[tuple[str
         if m and m.group(1):
             extra.append(("usage_bytes", size_bytes(m.group(1), m.group(2))))
             extra.append(("limit_bytes", size_bytes(m.group(3), m.group(4))))
+        return
+    if rule == "php-memory-limit":
+        m = _RX_PHP_LIMIT.search(body)
+        if m:
+            extra.append(("limit_bytes", int(m.group(1))))
+            fields["requested_bytes"] = int(m.group(2)) if m.group(2) else None
+        return
+    if rule == "php-out-of-memory":
+        m = _RX_PHP_OOM.search(body)
+        if m:
+            fields["process_used_bytes"] = int(m.group(1))
+            fields["requested_bytes"] = int(m.group(2)) if m.group(2) else None
+        return
+    if rule == "matlab-oom":
+        m = _RX_MATLAB_OOM.search(body)
+        if m and m.group(1):
+            fields["requested_bytes"] = size_bytes(m.group(1), m.group(2))
+        return
+    if rule == "pbs-memory-kill":
+        m = _RX_PBS_KILL.search(body)
+        if m:
+            extra.append(("usage_bytes", int(m.group(1)) * KIB))
+            extra.append(("limit_bytes", int(m.group(2)) * KIB))
+        return
+    if rule == "condor-memory-kill":
+        m = _RX_CONDOR_KILL.search(body)
+        if m:
+            extra.append(("limit_bytes", int(m.group(1)) * MIB))
+            if m.group(2):
+                extra.append(("usage_bytes", int(m.group(2)) * MIB))
+        return
+    if rule == "slurm-step-kill":
+        m = _RX_SLURM_STEP_KILL.search(body)
+        if m:  # (slurmstepd's figures are KiB)
+            extra.append(("usage_bytes", int(m.group(1)) * KIB))
+            extra.append(("limit_bytes", int(m.group(2)) * KIB))
         return
     if rule == "mindspore-host-alloc":
         extra.append(("host_memory", "pinned"))
