@@ -2405,7 +2405,8 @@ def _unreal_oom(body: str, report: _Report | None) -> _Detected | None:
     m = _find(_RX_UNREAL_OOM, body, "Ran out of memory allocating")
     if m is None:
         return None
-    rest = body[m.end() : body.find("\n", m.end()) if "\n" in body[m.end() :] else len(body)]
+    end = body.find("\n", m.end())
+    rest = body[m.end() : end if end >= 0 else None]  # (the refusal's line: its 'Last error msg')
     if "paging file is too small" in rest:
         return "unreal-oom", Pool.SWAP_PAGEFILE, _CPU, m.start(), False
     return "unreal-oom", _RAM, _CPU, m.start(), False
